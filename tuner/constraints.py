@@ -1,0 +1,199 @@
+"""Outcome constraints (``"p95_ms <= 20"``) and linear parameter constraints (``"a + 2*b <= 10"``).
+
+Both are written as strings, the way Ax writes them, and parsed into frozen dataclasses with
+errors that quote the text and say what was expected. A linear constraint is normalised to
+``sum(coef_i * knob_i) <= bound``; only numeric range knobs on a linear scale may appear in
+one, because the constraint must stay linear in the unit box the optimizer searches.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.errors import ValidationError
+from tuner.space import FloatKnob, IntKnob, SearchSpace
+
+OPERATORS = ("<=", ">=")
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)"
+    r"|(?P<op><=|>=)|(?P<sym>[+\-*]))"
+)
+_METRIC = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class OutcomeConstraint:
+    """A bound on a measured metric: ``metric <= bound`` or ``metric >= bound``."""
+
+    metric: str
+    op: str
+    bound: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not _METRIC.match(self.metric):
+            raise ValidationError("outcome_constraints.metric", f"invalid metric name {self.metric!r}")
+        if self.op not in OPERATORS:
+            raise ValidationError("outcome_constraints.op", f"unknown operator {self.op!r}", OPERATORS)
+        if isinstance(self.bound, bool) or not isinstance(self.bound, int | float):
+            raise ValidationError("outcome_constraints.bound", f"must be a number, got {self.bound!r}")
+        if not math.isfinite(self.bound):
+            raise ValidationError("outcome_constraints.bound", "must be finite")
+        object.__setattr__(self, "bound", float(self.bound))
+
+    @classmethod
+    def parse(cls, text: Any, field: str = "outcome_constraints") -> OutcomeConstraint:
+        """Parse ``"metric <= number"`` or ``"metric >= number"``."""
+        if not isinstance(text, str):
+            raise ValidationError(field, f"must be a string like 'p95_ms <= 20', got {text!r}")
+        tokens = _tokenize(text, field)
+        shape = [kind for kind, _ in tokens]
+        sign = 1.0
+        if shape[:3] == ["name", "op", "sym"] and tokens[2][1] == "-" and len(tokens) == 4:
+            sign, tokens = -1.0, [*tokens[:2], tokens[3]]
+            shape = [kind for kind, _ in tokens]
+        if shape != ["name", "op", "num"]:
+            raise ValidationError(
+                field,
+                f"cannot parse {text!r}",
+                "'<metric> <= <number>' or '<metric> >= <number>'",
+            )
+        return cls(tokens[0][1], tokens[1][1], sign * float(tokens[2][1]))
+
+    def slack(self, value: float) -> float:
+        """Signed distance to the bound; ``>= 0`` means satisfied."""
+        return self.bound - value if self.op == "<=" else value - self.bound
+
+    def satisfied(self, value: float) -> bool:
+        return self.slack(value) >= 0.0
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound:g}"
+
+
+@dataclass(frozen=True)
+class LinearConstraint:
+    """``sum(coef * knob) <= bound`` over numeric knobs of a search space."""
+
+    terms: tuple[tuple[str, float], ...]
+    bound: float
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: Any, space: SearchSpace, field: str = "parameter_constraints") -> LinearConstraint:
+        """Parse e.g. ``"a + 2*b <= 10"`` or ``"x1 >= x2"`` against ``space``."""
+        if not isinstance(text, str):
+            raise ValidationError(field, f"must be a string like 'a + 2*b <= 10', got {text!r}")
+        tokens = _tokenize(text, field)
+        ops = [i for i, (kind, _) in enumerate(tokens) if kind == "op"]
+        if len(ops) != 1:
+            raise ValidationError(field, f"{text!r} needs exactly one of <=, >=", OPERATORS)
+        split = ops[0]
+        left = _linear_terms(tokens[:split], text, field)
+        right = _linear_terms(tokens[split + 1 :], text, field)
+        coefs: dict[str, float] = {}
+        const = 0.0
+        for sign, terms in ((1.0, left), (-1.0, right)):
+            for name, coef in terms:
+                if name is None:
+                    const += sign * coef
+                else:
+                    coefs[name] = coefs.get(name, 0.0) + sign * coef
+        if tokens[split][1] == ">=":
+            coefs = {k: -v for k, v in coefs.items()}
+            const = -const
+        coefs = {k: v for k, v in coefs.items() if v != 0.0}
+        if not coefs:
+            raise ValidationError(field, f"{text!r} names no knob with a non-zero coefficient")
+        for name in coefs:
+            _check_linear_knob(space, name, text, field)
+        return cls(tuple(coefs.items()), -const, text)
+
+    def value(self, config: dict[str, Any]) -> float:
+        return sum(coef * float(config[name]) for name, coef in self.terms)
+
+    def satisfied(self, config: dict[str, Any], tol: float = 1e-9) -> bool:
+        scale = max(1.0, abs(self.bound))
+        return self.value(config) <= self.bound + tol * scale
+
+    def __str__(self) -> str:
+        return self.text or " + ".join(f"{c:g}*{n}" for n, c in self.terms) + f" <= {self.bound:g}"
+
+
+def _tokenize(text: str, field: str) -> list[tuple[str, str]]:
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    stripped = text.rstrip()
+    while pos < len(stripped):
+        match = _TOKEN.match(stripped, pos)
+        if not match:
+            raise ValidationError(
+                field, f"cannot parse {text!r} at position {pos}: unexpected {stripped[pos:pos + 10]!r}"
+            )
+        kind = match.lastgroup or ""
+        tokens.append((kind, match.group(kind)))
+        pos = match.end()
+    if not tokens:
+        raise ValidationError(field, "is empty")
+    return tokens
+
+
+def _linear_terms(tokens: list[tuple[str, str]], text: str, field: str) -> list[tuple[str | None, float]]:
+    """Parse ``[+|-] [num *] name | num`` terms joined by + and -."""
+    terms: list[tuple[str | None, float]] = []
+    i = 0
+    expect_term = True
+    sign = 1.0
+    if not tokens:
+        raise ValidationError(field, f"{text!r} has an empty side")
+    while i < len(tokens):
+        kind, value = tokens[i]
+        if expect_term and kind == "sym" and value in "+-":
+            sign = sign * (-1.0 if value == "-" else 1.0)
+            i += 1
+            continue
+        if not expect_term:
+            if kind != "sym" or value not in "+-":
+                raise ValidationError(field, f"cannot parse {text!r}: expected + or - before {value!r}")
+            sign = -1.0 if value == "-" else 1.0
+            expect_term = True
+            i += 1
+            continue
+        if kind == "num":
+            coef = float(value)
+            if i + 2 < len(tokens) + 0 and tokens[i + 1] == ("sym", "*") and tokens[i + 2][0] == "name":
+                terms.append((tokens[i + 2][1], sign * coef))
+                i += 3
+            else:
+                terms.append((None, sign * coef))
+                i += 1
+        elif kind == "name":
+            if i + 2 < len(tokens) and tokens[i + 1] == ("sym", "*") and tokens[i + 2][0] == "num":
+                terms.append((value, sign * float(tokens[i + 2][1])))
+                i += 3
+            else:
+                terms.append((value, sign))
+                i += 1
+        else:
+            raise ValidationError(field, f"cannot parse {text!r}: unexpected {value!r}")
+        expect_term = False
+        sign = 1.0
+    if expect_term:
+        raise ValidationError(field, f"cannot parse {text!r}: ends with an operator")
+    return terms
+
+
+def _check_linear_knob(space: SearchSpace, name: str, text: str, field: str) -> None:
+    if name not in space:
+        raise ValidationError(field, f"{text!r} names unknown knob {name!r}", space.names)
+    knob = space[name]
+    if not isinstance(knob, FloatKnob | IntKnob) or knob.log:
+        allowed = [k.name for k in space.knobs if isinstance(k, FloatKnob | IntKnob) and not k.log]
+        raise ValidationError(
+            field,
+            f"{text!r} uses {knob.kind}{' log-scaled' if getattr(knob, 'log', False) else ''} "
+            f"knob {name!r}; linear constraints need linear-scale float or int knobs",
+            allowed or "no knob of this space",
+        )

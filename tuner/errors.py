@@ -1,0 +1,75 @@
+"""The domain error tree, shared by every layer.
+
+Every error a user can cause names the field at fault and, where there is a closed set,
+the allowed values. The gRPC layer maps each class to one status code (``server/errors.py``);
+nothing else decides status codes.
+
+::
+
+    TunerError
+    ├── ValidationError          bad input: a spec, a knob value, a metric  -> INVALID_ARGUMENT
+    ├── NotFoundError            unknown study or trial                      -> NOT_FOUND
+    ├── AlreadyExistsError       same study name, different spec              -> ALREADY_EXISTS
+    ├── StateError               e.g. completing a finished trial            -> FAILED_PRECONDITION
+    ├── StorageError             the database cannot be read or written       -> UNAVAILABLE
+    └── TargetError              a target could not run a trial (infrastructure)
+        └── ConfigRejected       the configuration itself is at fault (INFEASIBLE trial)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class TunerError(Exception):
+    """Base class of every error raised on purpose by this project."""
+
+
+class ValidationError(TunerError, ValueError):
+    """Input that does not satisfy the contract.
+
+    Attributes:
+        field: Dotted path of the offending field, e.g. ``"space.knobs[2].low"``.
+        allowed: Human-readable description of what would have been accepted.
+    """
+
+    def __init__(self, field: str, message: str, allowed: Any = None) -> None:
+        self.field = field
+        self.allowed = allowed
+        text = f"{field}: {message}"
+        if allowed is not None:
+            text += f" (allowed: {_describe_allowed(allowed)})"
+        super().__init__(text)
+
+
+class NotFoundError(TunerError, LookupError):
+    """A study or trial that does not exist."""
+
+
+class AlreadyExistsError(TunerError):
+    """A study name already used with a different specification."""
+
+
+class StateError(TunerError):
+    """An operation that is not allowed in the object's current state."""
+
+
+class StorageError(TunerError):
+    """The database could not be read or written (disk full, read-only, corrupted)."""
+
+
+class TargetError(TunerError):
+    """A target failed for reasons outside the configuration (a FAILED trial)."""
+
+
+class ConfigRejected(TargetError):
+    """The configuration itself made the system fail or breach a limit (an INFEASIBLE trial)."""
+
+
+def _describe_allowed(allowed: Any) -> str:
+    if isinstance(allowed, str):
+        return allowed
+    if isinstance(allowed, Iterable):
+        return ", ".join(repr(a) if isinstance(a, str) else str(a) for a in allowed)
+    return str(allowed)

@@ -1,0 +1,415 @@
+"""Knobs and search spaces: frozen, validated descriptions of what may be tuned.
+
+A knob is one tunable setting of a system. Kinds:
+
+* ``FloatKnob``   a real range ``[low, high]``, optionally log-scaled;
+* ``IntKnob``     an integer range ``[low, high]``, optionally log-scaled;
+* ``CategoricalKnob`` unordered choices (strings or numbers);
+* ``BoolKnob``    on/off;
+* ``OrdinalKnob`` ordered levels (e.g. page sizes, supported clock frequencies).
+
+Every knob may carry a default, *special values* (values with a meaning of their own, such
+as ``0`` = "off" or ``-1`` = "auto"; used by the LlamaTune embedding), a unit, whether a
+change needs a restart, and *unsafe values* (durability or hardware risks) that a study must
+opt into. Values are plain Python scalars (``float``, ``int``, ``str``, ``bool``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from tuner.errors import ValidationError
+
+Scalar = float | int | str | bool
+Config = dict[str, Scalar]
+
+KNOB_KINDS = ("float", "int", "categorical", "bool", "ordinal")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """Fields shared by every knob kind (use a concrete subclass)."""
+
+    name: str
+    default: Scalar | None = None
+    special_values: tuple[Scalar, ...] = ()
+    unsafe_values: tuple[Scalar, ...] = ()
+    unit: str = ""
+    description: str = ""
+    restart: bool = False
+
+    kind: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValidationError(
+                "knob.name",
+                f"invalid knob name {self.name!r}",
+                "a letter or '_' then up to 127 letters, digits, '_', '.', '-'",
+            )
+        self._check_domain()
+        field_ = f"knobs.{self.name}"
+        if self.default is not None:
+            object.__setattr__(self, "default", self.validate(self.default, f"{field_}.default"))
+        object.__setattr__(
+            self, "special_values", self._validate_all(self.special_values, "special_values")
+        )
+        object.__setattr__(
+            self, "unsafe_values", self._validate_all(self.unsafe_values, "unsafe_values")
+        )
+
+    # -- to be provided by kinds -------------------------------------------------------
+    def _check_domain(self) -> None:
+        raise NotImplementedError
+
+    def validate(self, value: Any, field_: str | None = None) -> Scalar:
+        """Return ``value`` in canonical form, or raise ``ValidationError`` naming the knob."""
+        raise NotImplementedError
+
+    def describe_domain(self) -> str:
+        """A short human description of the allowed values."""
+        raise NotImplementedError
+
+    # -- shared -------------------------------------------------------------------------
+    @property
+    def is_discrete(self) -> bool:
+        return True
+
+    def safe(self) -> Knob:
+        """The same knob without its unsafe values (discrete kinds only)."""
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON/TOML-friendly description; ``knob_from_dict`` inverts it."""
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        out.update(self._domain_dict())
+        if self.default is not None:
+            out["default"] = self.default
+        for key in ("special_values", "unsafe_values"):
+            if getattr(self, key):
+                out[key] = list(getattr(self, key))
+        for key in ("unit", "description"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if self.restart:
+            out["restart"] = True
+        return out
+
+    def _domain_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _validate_all(self, values: Any, key: str) -> tuple[Scalar, ...]:
+        if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+            raise ValidationError(f"knobs.{self.name}.{key}", "must be a list of values")
+        return tuple(self.validate(v, f"knobs.{self.name}.{key}") for v in values)
+
+    def _bad(self, value: Any, field_: str | None) -> ValidationError:
+        return ValidationError(
+            field_ or f"config.{self.name}",
+            f"value {value!r} is not allowed for {self.kind} knob {self.name!r}",
+            self.describe_domain(),
+        )
+
+
+@dataclass(frozen=True)
+class _RangeKnob(Knob):
+    low: float = 0.0
+    high: float = 1.0
+    log: bool = False
+
+    @property
+    def is_discrete(self) -> bool:
+        return False
+
+    def _check_domain(self) -> None:
+        for key in ("low", "high"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValidationError(f"knobs.{self.name}.{key}", f"must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValidationError(f"knobs.{self.name}.{key}", "must be finite", "finite numbers")
+        if not self.low < self.high:
+            raise ValidationError(
+                f"knobs.{self.name}.high",
+                f"high ({self.high}) must be greater than low ({self.low})",
+            )
+        if self.log and self.low <= 0:
+            raise ValidationError(
+                f"knobs.{self.name}.low",
+                f"a log-scaled knob needs low > 0, got {self.low}",
+                "low > 0, or log = false",
+            )
+
+    def describe_domain(self) -> str:
+        return f"[{self.low}, {self.high}]" + (" (log scale)" if self.log else "")
+
+    def _domain_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"low": self.low, "high": self.high}
+        if self.log:
+            out["log"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class FloatKnob(_RangeKnob):
+    """A real-valued knob in ``[low, high]``."""
+
+    kind: ClassVar[str] = "float"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "low", _as_float(self.low, f"knobs.{self.name}.low"))
+        object.__setattr__(self, "high", _as_float(self.high, f"knobs.{self.name}.high"))
+        super().__post_init__()
+
+    def validate(self, value: Any, field_: str | None = None) -> Scalar:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._bad(value, field_)
+        value = float(value)
+        if not (math.isfinite(value) and self.low <= value <= self.high):
+            raise self._bad(value, field_)
+        return value
+
+
+@dataclass(frozen=True)
+class IntKnob(_RangeKnob):
+    """An integer knob in ``[low, high]`` (both inclusive)."""
+
+    kind: ClassVar[str] = "int"
+
+    def __post_init__(self) -> None:
+        for key in ("low", "high"):
+            value = getattr(self, key)
+            if isinstance(value, float) and value.is_integer():
+                object.__setattr__(self, key, int(value))
+            elif isinstance(value, bool) or not isinstance(value, int):
+                raise ValidationError(f"knobs.{self.name}.{key}", f"must be an integer, got {value!r}")
+        super().__post_init__()
+
+    def validate(self, value: Any, field_: str | None = None) -> Scalar:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(value, field_)
+        if not self.low <= value <= self.high:
+            raise self._bad(value, field_)
+        return value
+
+    @property
+    def size(self) -> int:
+        return int(self.high - self.low) + 1
+
+
+@dataclass(frozen=True)
+class _ChoiceKnob(Knob):
+    choices: tuple[Scalar, ...] = ()
+
+    def _check_domain(self) -> None:
+        choices = self.choices
+        if isinstance(choices, str | bytes) or not hasattr(choices, "__iter__"):
+            raise ValidationError(f"knobs.{self.name}.choices", "must be a list of values")
+        choices = tuple(choices)
+        if len(choices) < 2:
+            raise ValidationError(
+                f"knobs.{self.name}.choices", f"needs at least 2 values, got {len(choices)}"
+            )
+        for value in choices:
+            if not _is_scalar(value):
+                raise ValidationError(
+                    f"knobs.{self.name}.choices",
+                    f"value {value!r} is not a string, number or bool",
+                )
+        if len(set(map(_key, choices))) != len(choices):
+            raise ValidationError(f"knobs.{self.name}.choices", "values must be distinct")
+        object.__setattr__(self, "choices", choices)
+
+    def validate(self, value: Any, field_: str | None = None) -> Scalar:
+        key = _key(value) if _is_scalar(value) else None
+        for choice in self.choices:
+            if _key(choice) == key:
+                return choice
+        raise self._bad(value, field_)
+
+    def index(self, value: Scalar) -> int:
+        key = _key(value)
+        return next(i for i, c in enumerate(self.choices) if _key(c) == key)
+
+    def describe_domain(self) -> str:
+        return ", ".join(repr(c) if isinstance(c, str) else str(c) for c in self.choices)
+
+    def safe(self) -> Knob:
+        if not self.unsafe_values:
+            return self
+        unsafe = {_key(v) for v in self.unsafe_values}
+        kept = tuple(c for c in self.choices if _key(c) not in unsafe)
+        default = self.default if self.default is None or _key(self.default) not in unsafe else None
+        specials = tuple(v for v in self.special_values if _key(v) not in unsafe)
+        return replace(self, choices=kept, default=default, special_values=specials, unsafe_values=())
+
+    def _domain_dict(self) -> dict[str, Any]:
+        return {"choices": list(self.choices)}
+
+
+@dataclass(frozen=True)
+class CategoricalKnob(_ChoiceKnob):
+    """Unordered choices; the model compares them only for equality."""
+
+    kind: ClassVar[str] = "categorical"
+
+
+@dataclass(frozen=True)
+class OrdinalKnob(_ChoiceKnob):
+    """Ordered levels, listed from lowest to highest."""
+
+    kind: ClassVar[str] = "ordinal"
+
+
+@dataclass(frozen=True)
+class BoolKnob(_ChoiceKnob):
+    """An on/off knob; ``choices`` is always ``(False, True)``."""
+
+    choices: tuple[Scalar, ...] = field(default=(False, True))
+    kind: ClassVar[str] = "bool"
+
+    def _check_domain(self) -> None:
+        object.__setattr__(self, "choices", (False, True))
+
+    def validate(self, value: Any, field_: str | None = None) -> Scalar:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in ("true", "false", "on", "off"):
+            return value.lower() in ("true", "on")
+        raise self._bad(value, field_)
+
+    def describe_domain(self) -> str:
+        return "true, false"
+
+    def _domain_dict(self) -> dict[str, Any]:
+        return {}
+
+
+KNOB_CLASSES: dict[str, type[Knob]] = {
+    "float": FloatKnob,
+    "int": IntKnob,
+    "categorical": CategoricalKnob,
+    "bool": BoolKnob,
+    "ordinal": OrdinalKnob,
+}
+_FIELDS_BY_KIND = {
+    "float": {"low", "high", "log"},
+    "int": {"low", "high", "log"},
+    "categorical": {"choices"},
+    "ordinal": {"choices"},
+    "bool": set(),
+}
+_COMMON_FIELDS = {
+    "name", "kind", "default", "special_values", "unsafe_values", "unit", "description", "restart"
+}
+
+
+def knob_from_dict(data: Any, where: str = "knob") -> Knob:
+    """Build a knob from its ``to_dict`` form (also the TOML catalog and config form)."""
+    if not isinstance(data, dict):
+        raise ValidationError(where, f"must be a table/object, got {type(data).__name__}")
+    kind = data.get("kind")
+    if kind not in KNOB_CLASSES:
+        raise ValidationError(f"{where}.kind", f"unknown knob kind {kind!r}", KNOB_KINDS)
+    unknown = set(data) - _COMMON_FIELDS - _FIELDS_BY_KIND[kind]
+    if unknown:
+        raise ValidationError(
+            f"{where}.{sorted(unknown)[0]}",
+            f"unknown field for a {kind} knob",
+            sorted(_COMMON_FIELDS | _FIELDS_BY_KIND[kind]),
+        )
+    kwargs = {k: v for k, v in data.items() if k != "kind"}
+    for key in ("choices", "special_values", "unsafe_values"):
+        if key in kwargs and isinstance(kwargs[key], list):
+            kwargs[key] = tuple(kwargs[key])
+    if "name" not in kwargs:
+        raise ValidationError(f"{where}.name", "is required")
+    for key, typ in (("log", bool), ("restart", bool), ("unit", str), ("description", str)):
+        if key in kwargs and not isinstance(kwargs[key], typ):
+            raise ValidationError(f"{where}.{key}", f"must be a {typ.__name__}")
+    return KNOB_CLASSES[kind](**kwargs)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """An ordered set of knobs with unique names."""
+
+    knobs: tuple[Knob, ...]
+
+    def __post_init__(self) -> None:
+        knobs = tuple(self.knobs)
+        if not knobs:
+            raise ValidationError("space.knobs", "needs at least one knob")
+        seen: set[str] = set()
+        for i, knob in enumerate(knobs):
+            if not isinstance(knob, Knob):
+                raise ValidationError(f"space.knobs[{i}]", "is not a knob")
+            if knob.name in seen:
+                raise ValidationError(f"space.knobs[{i}].name", f"duplicate knob name {knob.name!r}")
+            seen.add(knob.name)
+        object.__setattr__(self, "knobs", knobs)
+
+    def __len__(self) -> int:
+        return len(self.knobs)
+
+    def __getitem__(self, name: str) -> Knob:
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        raise ValidationError("knob", f"unknown knob {name!r}", self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return any(k.name == name for k in self.knobs)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    def validate_config(self, config: Any, field_: str = "config") -> Config:
+        """Check a full configuration: every knob present, no extras, every value allowed."""
+        if not isinstance(config, dict):
+            raise ValidationError(field_, "must be a mapping of knob name to value")
+        extra = set(config) - set(self.names)
+        if extra:
+            raise ValidationError(f"{field_}.{sorted(extra)[0]}", "unknown knob", self.names)
+        out: Config = {}
+        for knob in self.knobs:
+            if knob.name not in config:
+                raise ValidationError(f"{field_}.{knob.name}", "is missing")
+            out[knob.name] = knob.validate(config[knob.name], f"{field_}.{knob.name}")
+        return out
+
+    def default_config(self) -> Config | None:
+        """The knobs' defaults, or None when some knob has no default."""
+        if any(k.default is None for k in self.knobs):
+            return None
+        return {k.name: k.default for k in self.knobs}  # type: ignore[misc]
+
+
+def _as_float(value: Any, field_: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field_, f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str | int | bool)
+
+
+def _key(value: Scalar) -> tuple[str, Any]:
+    """Equality key that keeps True apart from 1 and 1 together with 1.0."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("num", float(value))
+    return ("str", value)

@@ -1,0 +1,247 @@
+"""Study specifications: what to tune, toward which goal, under which constraints.
+
+A ``StudySpec`` is a search space, one objective with a goal, outcome constraints on measured
+metrics, linear constraints on the knobs, and designer settings (initial design size, seed).
+It round-trips through a plain dictionary (``to_dict``/``from_dict``) — the same shape as the
+``[study]`` part of a TOML config and the JSON stored with a study — so a spec that went in
+comes back equal, and two specs are the same study exactly when their dictionaries are equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from tuner.constraints import LinearConstraint, OutcomeConstraint
+from tuner.errors import ValidationError
+from tuner.space import Knob, SearchSpace, knob_from_dict
+
+_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+ALGORITHMS = ("bo", "sobol", "random")
+_SPEC_FIELDS = (
+    "name", "knobs", "objectives", "outcome_constraints", "parameter_constraints",
+    "designer", "allow_unsafe",
+)
+
+
+class Goal(StrEnum):
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A metric to minimize or maximize."""
+
+    name: str
+    goal: Goal = Goal.MAXIMIZE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _STUDY_NAME.match(self.name.lstrip("_")):
+            raise ValidationError("objectives.name", f"invalid metric name {self.name!r}")
+        try:
+            object.__setattr__(self, "goal", Goal(self.goal))
+        except ValueError:
+            raise ValidationError(
+                f"objectives.{self.name}.goal", f"unknown goal {self.goal!r}", [g.value for g in Goal]
+            ) from None
+
+    def better(self, a: float, b: float) -> bool:
+        """True when ``a`` is strictly better than ``b``."""
+        return a > b if self.goal is Goal.MAXIMIZE else a < b
+
+
+@dataclass(frozen=True)
+class DesignerSettings:
+    """How suggestions are made.
+
+    Attributes:
+        algorithm: ``bo`` (constrained Bayesian optimization), ``sobol`` or ``random``.
+        initial_trials: Size of the scrambled-Sobol initial design; ``None`` picks
+            ``min(10, max(5, d + 1))`` for ``d`` knobs.
+        seed: Seeds the Sobol sequence and every other random choice of the study.
+        start_with_default: Suggest the knobs' default configuration first.
+        random_fraction: Share of model-based suggestions replaced by random ones.
+    """
+
+    algorithm: str = "bo"
+    initial_trials: int | None = None
+    seed: int = 0
+    start_with_default: bool = True
+    random_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValidationError("designer.algorithm", f"unknown algorithm {self.algorithm!r}", ALGORITHMS)
+        if self.initial_trials is not None and (
+            isinstance(self.initial_trials, bool)
+            or not isinstance(self.initial_trials, int)
+            or not 1 <= self.initial_trials <= 10_000
+        ):
+            raise ValidationError(
+                "designer.initial_trials", f"got {self.initial_trials!r}", "an integer in [1, 10000]"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
+            raise ValidationError("designer.seed", f"got {self.seed!r}", "an integer in [0, 2**31)")
+        if not isinstance(self.start_with_default, bool):
+            raise ValidationError("designer.start_with_default", "must be true or false")
+        if (
+            isinstance(self.random_fraction, bool)
+            or not isinstance(self.random_fraction, int | float)
+            or not 0.0 <= self.random_fraction <= 1.0
+        ):
+            raise ValidationError(
+                "designer.random_fraction", f"got {self.random_fraction!r}", "a number in [0, 1]"
+            )
+
+    def initial_size(self, num_knobs: int) -> int:
+        if self.initial_trials is not None:
+            return self.initial_trials
+        return min(10, max(5, num_knobs + 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "start_with_default": self.start_with_default,
+            "random_fraction": float(self.random_fraction),
+        }
+        if self.initial_trials is not None:
+            out["initial_trials"] = self.initial_trials
+        return out
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """Everything that defines a study; immutable once the study exists."""
+
+    name: str
+    space: SearchSpace
+    objectives: tuple[Objective, ...]
+    outcome_constraints: tuple[OutcomeConstraint, ...] = ()
+    parameter_constraints: tuple[LinearConstraint, ...] = ()
+    designer: DesignerSettings = field(default_factory=DesignerSettings)
+    allow_unsafe: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _STUDY_NAME.match(self.name):
+            raise ValidationError(
+                "name",
+                f"invalid study name {self.name!r}",
+                "1-128 characters: letters, digits, '_', '.', '-', starting with a letter or digit",
+            )
+        objectives = tuple(self.objectives)
+        if len(objectives) != 1:
+            raise ValidationError(
+                "objectives",
+                f"got {len(objectives)} objectives; multi-objective studies are not supported yet",
+                "exactly one objective",
+            )
+        object.__setattr__(self, "objectives", objectives)
+        object.__setattr__(self, "outcome_constraints", tuple(self.outcome_constraints))
+        object.__setattr__(self, "parameter_constraints", tuple(self.parameter_constraints))
+        if not isinstance(self.allow_unsafe, bool):
+            raise ValidationError("allow_unsafe", "must be true or false")
+        if not self.allow_unsafe:
+            object.__setattr__(self, "space", SearchSpace(tuple(k.safe() for k in self.space.knobs)))
+        for constraint in self.parameter_constraints:
+            for name, _ in constraint.terms:
+                if name not in self.space:
+                    raise ValidationError(
+                        "parameter_constraints", f"{constraint} names unknown knob {name!r}", self.space.names
+                    )
+
+    @property
+    def objective(self) -> Objective:
+        return self.objectives[0]
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """Metrics a completed trial must report: the objective, then constrained metrics."""
+        names = [o.name for o in self.objectives]
+        for c in self.outcome_constraints:
+            if c.metric not in names:
+                names.append(c.metric)
+        return tuple(names)
+
+    def satisfies_parameter_constraints(self, config: dict[str, Any]) -> bool:
+        return all(c.satisfied(config) for c in self.parameter_constraints)
+
+    def with_name(self, name: str) -> StudySpec:
+        return replace(self, name=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "knobs": [k.to_dict() for k in self.space.knobs],
+            "objectives": [{"name": o.name, "goal": o.goal.value} for o in self.objectives],
+            "outcome_constraints": [str(c) for c in self.outcome_constraints],
+            "parameter_constraints": [str(c) for c in self.parameter_constraints],
+            "designer": self.designer.to_dict(),
+            "allow_unsafe": self.allow_unsafe,
+        }
+
+    def fingerprint(self) -> str:
+        """A stable hash of the spec, used to tell "same study" from "name clash"."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Any, knobs: tuple[Knob, ...] | None = None) -> StudySpec:
+        """Build and validate a spec; ``knobs`` replaces ``data["knobs"]`` when given."""
+        if not isinstance(data, dict):
+            raise ValidationError("study", "must be a table/object")
+        unknown = set(data) - set(_SPEC_FIELDS)
+        if unknown:
+            raise ValidationError(sorted(unknown)[0], "unknown study field", _SPEC_FIELDS)
+        if knobs is None:
+            raw = data.get("knobs")
+            if not isinstance(raw, list):
+                raise ValidationError("knobs", "must be a list of knob tables")
+            knobs = tuple(knob_from_dict(k, f"knobs[{i}]") for i, k in enumerate(raw))
+        space = SearchSpace(tuple(knobs))
+        allow_unsafe = data.get("allow_unsafe", False)
+        if allow_unsafe is False:
+            space = SearchSpace(tuple(k.safe() for k in space.knobs))
+        return cls(
+            name=data.get("name", ""),
+            space=space,
+            objectives=tuple(_objective(o, i) for i, o in enumerate(_list(data, "objectives"))),
+            outcome_constraints=tuple(
+                OutcomeConstraint.parse(t, f"outcome_constraints[{i}]")
+                for i, t in enumerate(_list(data, "outcome_constraints"))
+            ),
+            parameter_constraints=tuple(
+                LinearConstraint.parse(t, space, f"parameter_constraints[{i}]")
+                for i, t in enumerate(_list(data, "parameter_constraints"))
+            ),
+            designer=_designer(data.get("designer", {})),
+            allow_unsafe=allow_unsafe,
+        )
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list | tuple):
+        raise ValidationError(key, "must be a list")
+    return list(value)
+
+
+def _objective(data: Any, i: int) -> Objective:
+    if not isinstance(data, dict) or set(data) - {"name", "goal"} or "name" not in data:
+        raise ValidationError(f"objectives[{i}]", "must be a table with 'name' and 'goal'", ["name", "goal"])
+    return Objective(data["name"], data.get("goal", Goal.MAXIMIZE.value))
+
+
+def _designer(data: Any) -> DesignerSettings:
+    if not isinstance(data, dict):
+        raise ValidationError("designer", "must be a table/object")
+    allowed = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction")
+    unknown = set(data) - set(allowed)
+    if unknown:
+        raise ValidationError(f"designer.{sorted(unknown)[0]}", "unknown designer setting", allowed)
+    return DesignerSettings(**data)
