@@ -34,11 +34,17 @@ class OutcomeConstraint:
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not _METRIC.match(self.metric):
-            raise ValidationError("outcome_constraints.metric", f"invalid metric name {self.metric!r}")
+            raise ValidationError(
+                "outcome_constraints.metric", f"invalid metric name {self.metric!r}"
+            )
         if self.op not in OPERATORS:
-            raise ValidationError("outcome_constraints.op", f"unknown operator {self.op!r}", OPERATORS)
+            raise ValidationError(
+                "outcome_constraints.op", f"unknown operator {self.op!r}", OPERATORS
+            )
         if isinstance(self.bound, bool) or not isinstance(self.bound, int | float):
-            raise ValidationError("outcome_constraints.bound", f"must be a number, got {self.bound!r}")
+            raise ValidationError(
+                "outcome_constraints.bound", f"must be a number, got {self.bound!r}"
+            )
         if not math.isfinite(self.bound):
             raise ValidationError("outcome_constraints.bound", "must be finite")
         object.__setattr__(self, "bound", float(self.bound))
@@ -82,7 +88,9 @@ class LinearConstraint:
     text: str = ""
 
     @classmethod
-    def parse(cls, text: Any, space: SearchSpace, field: str = "parameter_constraints") -> LinearConstraint:
+    def parse(
+        cls, text: Any, space: SearchSpace, field: str = "parameter_constraints"
+    ) -> LinearConstraint:
         """Parse e.g. ``"a + 2*b <= 10"`` or ``"x1 >= x2"`` against ``space``."""
         if not isinstance(text, str):
             raise ValidationError(field, f"must be a string like 'a + 2*b <= 10', got {text!r}")
@@ -130,7 +138,8 @@ def _tokenize(text: str, field: str) -> list[tuple[str, str]]:
         match = _TOKEN.match(stripped, pos)
         if not match:
             raise ValidationError(
-                field, f"cannot parse {text!r} at position {pos}: unexpected {stripped[pos:pos + 10]!r}"
+                field,
+                f"cannot parse {text!r} at position {pos}: unexpected {stripped[pos : pos + 10]!r}",
             )
         kind = match.lastgroup or ""
         tokens.append((kind, match.group(kind)))
@@ -140,7 +149,9 @@ def _tokenize(text: str, field: str) -> list[tuple[str, str]]:
     return tokens
 
 
-def _linear_terms(tokens: list[tuple[str, str]], text: str, field: str) -> list[tuple[str | None, float]]:
+def _linear_terms(
+    tokens: list[tuple[str, str]], text: str, field: str
+) -> list[tuple[str | None, float]]:
     """Parse ``[+|-] [num *] name | num`` terms joined by + and -."""
     terms: list[tuple[str | None, float]] = []
     i = 0
@@ -156,14 +167,20 @@ def _linear_terms(tokens: list[tuple[str, str]], text: str, field: str) -> list[
             continue
         if not expect_term:
             if kind != "sym" or value not in "+-":
-                raise ValidationError(field, f"cannot parse {text!r}: expected + or - before {value!r}")
+                raise ValidationError(
+                    field, f"cannot parse {text!r}: expected + or - before {value!r}"
+                )
             sign = -1.0 if value == "-" else 1.0
             expect_term = True
             i += 1
             continue
         if kind == "num":
             coef = float(value)
-            if i + 2 < len(tokens) + 0 and tokens[i + 1] == ("sym", "*") and tokens[i + 2][0] == "name":
+            if (
+                i + 2 < len(tokens) + 0
+                and tokens[i + 1] == ("sym", "*")
+                and tokens[i + 2][0] == "name"
+            ):
                 terms.append((tokens[i + 2][1], sign * coef))
                 i += 3
             else:

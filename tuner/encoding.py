@@ -23,7 +23,16 @@ from dataclasses import dataclass
 
 import torch
 
-from tuner.space import BoolKnob, CategoricalKnob, Config, FloatKnob, IntKnob, Knob, SearchSpace, _ChoiceKnob
+from tuner.space import (
+    BoolKnob,
+    CategoricalKnob,
+    Config,
+    FloatKnob,
+    IntKnob,
+    Knob,
+    SearchSpace,
+    _ChoiceKnob,
+)
 
 MAX_LISTED_LEVELS = 64
 CONTINUOUS, DISCRETE, CATEGORICAL = "continuous", "discrete", "categorical"
@@ -124,7 +133,11 @@ def _decode_value(knob: Knob, u: float) -> float | int | str | bool:
             raw = math.exp(math.log(knob.low) + u * (math.log(knob.high) - math.log(knob.low)))
             # round in log space: pick the nearer of the two neighbouring integers by ratio
             lo, hi = math.floor(raw), math.ceil(raw)
-            value = lo if lo >= 1 and math.log(raw) - math.log(lo) <= math.log(hi) - math.log(raw) else hi
+            value = (
+                lo
+                if lo >= 1 and math.log(raw) - math.log(lo) <= math.log(hi) - math.log(raw)
+                else hi
+            )
         else:
             value = round(knob.low + u * (knob.high - knob.low))
         return int(min(knob.high, max(knob.low, value)))

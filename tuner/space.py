@@ -129,9 +129,13 @@ class _RangeKnob(Knob):
         for key in ("low", "high"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValidationError(f"knobs.{self.name}.{key}", f"must be a number, got {value!r}")
+                raise ValidationError(
+                    f"knobs.{self.name}.{key}", f"must be a number, got {value!r}"
+                )
             if not math.isfinite(value):
-                raise ValidationError(f"knobs.{self.name}.{key}", "must be finite", "finite numbers")
+                raise ValidationError(
+                    f"knobs.{self.name}.{key}", "must be finite", "finite numbers"
+                )
         if not self.low < self.high:
             raise ValidationError(
                 f"knobs.{self.name}.high",
@@ -186,7 +190,9 @@ class IntKnob(_RangeKnob):
             if isinstance(value, float) and value.is_integer():
                 object.__setattr__(self, key, int(value))
             elif isinstance(value, bool) or not isinstance(value, int):
-                raise ValidationError(f"knobs.{self.name}.{key}", f"must be an integer, got {value!r}")
+                raise ValidationError(
+                    f"knobs.{self.name}.{key}", f"must be an integer, got {value!r}"
+                )
         super().__post_init__()
 
     def validate(self, value: Any, field_: str | None = None) -> Scalar:
@@ -247,7 +253,9 @@ class _ChoiceKnob(Knob):
         kept = tuple(c for c in self.choices if _key(c) not in unsafe)
         default = self.default if self.default is None or _key(self.default) not in unsafe else None
         specials = tuple(v for v in self.special_values if _key(v) not in unsafe)
-        return replace(self, choices=kept, default=default, special_values=specials, unsafe_values=())
+        return replace(
+            self, choices=kept, default=default, special_values=specials, unsafe_values=()
+        )
 
     def _domain_dict(self) -> dict[str, Any]:
         return {"choices": list(self.choices)}
@@ -308,7 +316,14 @@ _FIELDS_BY_KIND = {
     "bool": set(),
 }
 _COMMON_FIELDS = {
-    "name", "kind", "default", "special_values", "unsafe_values", "unit", "description", "restart"
+    "name",
+    "kind",
+    "default",
+    "special_values",
+    "unsafe_values",
+    "unit",
+    "description",
+    "restart",
 }
 
 
@@ -353,7 +368,9 @@ class SearchSpace:
             if not isinstance(knob, Knob):
                 raise ValidationError(f"space.knobs[{i}]", "is not a knob")
             if knob.name in seen:
-                raise ValidationError(f"space.knobs[{i}].name", f"duplicate knob name {knob.name!r}")
+                raise ValidationError(
+                    f"space.knobs[{i}].name", f"duplicate knob name {knob.name!r}"
+                )
             seen.add(knob.name)
         object.__setattr__(self, "knobs", knobs)
 

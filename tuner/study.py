@@ -23,8 +23,13 @@ from tuner.space import Knob, SearchSpace, knob_from_dict
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 ALGORITHMS = ("bo", "sobol", "random")
 _SPEC_FIELDS = (
-    "name", "knobs", "objectives", "outcome_constraints", "parameter_constraints",
-    "designer", "allow_unsafe",
+    "name",
+    "knobs",
+    "objectives",
+    "outcome_constraints",
+    "parameter_constraints",
+    "designer",
+    "allow_unsafe",
 )
 
 
@@ -47,7 +52,9 @@ class Objective:
             object.__setattr__(self, "goal", Goal(self.goal))
         except ValueError:
             raise ValidationError(
-                f"objectives.{self.name}.goal", f"unknown goal {self.goal!r}", [g.value for g in Goal]
+                f"objectives.{self.name}.goal",
+                f"unknown goal {self.goal!r}",
+                [g.value for g in Goal],
             ) from None
 
     def better(self, a: float, b: float) -> bool:
@@ -76,16 +83,24 @@ class DesignerSettings:
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            raise ValidationError("designer.algorithm", f"unknown algorithm {self.algorithm!r}", ALGORITHMS)
+            raise ValidationError(
+                "designer.algorithm", f"unknown algorithm {self.algorithm!r}", ALGORITHMS
+            )
         if self.initial_trials is not None and (
             isinstance(self.initial_trials, bool)
             or not isinstance(self.initial_trials, int)
             or not 1 <= self.initial_trials <= 10_000
         ):
             raise ValidationError(
-                "designer.initial_trials", f"got {self.initial_trials!r}", "an integer in [1, 10000]"
+                "designer.initial_trials",
+                f"got {self.initial_trials!r}",
+                "an integer in [1, 10000]",
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 2**31
+        ):
             raise ValidationError("designer.seed", f"got {self.seed!r}", "an integer in [0, 2**31)")
         if not isinstance(self.start_with_default, bool):
             raise ValidationError("designer.start_with_default", "must be true or false")
@@ -147,12 +162,16 @@ class StudySpec:
         if not isinstance(self.allow_unsafe, bool):
             raise ValidationError("allow_unsafe", "must be true or false")
         if not self.allow_unsafe:
-            object.__setattr__(self, "space", SearchSpace(tuple(k.safe() for k in self.space.knobs)))
+            object.__setattr__(
+                self, "space", SearchSpace(tuple(k.safe() for k in self.space.knobs))
+            )
         for constraint in self.parameter_constraints:
             for name, _ in constraint.terms:
                 if name not in self.space:
                     raise ValidationError(
-                        "parameter_constraints", f"{constraint} names unknown knob {name!r}", self.space.names
+                        "parameter_constraints",
+                        f"{constraint} names unknown knob {name!r}",
+                        self.space.names,
                     )
 
     @property
@@ -233,7 +252,9 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
 
 def _objective(data: Any, i: int) -> Objective:
     if not isinstance(data, dict) or set(data) - {"name", "goal"} or "name" not in data:
-        raise ValidationError(f"objectives[{i}]", "must be a table with 'name' and 'goal'", ["name", "goal"])
+        raise ValidationError(
+            f"objectives[{i}]", "must be a table with 'name' and 'goal'", ["name", "goal"]
+        )
     return Objective(data["name"], data.get("goal", Goal.MAXIMIZE.value))
 
 

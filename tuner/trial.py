@@ -117,7 +117,9 @@ def best_trial(spec: StudySpec, trials: Iterable[Trial]) -> Trial | None:
     for trial in trials:
         if not is_feasible(spec, trial):
             continue
-        if best is None or objective.better(trial.metrics[objective.name], best.metrics[objective.name]):
+        if best is None or objective.better(
+            trial.metrics[objective.name], best.metrics[objective.name]
+        ):
             best = trial
     return best
 

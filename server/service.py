@@ -1,0 +1,219 @@
+"""The tuning service: studies, suggestions and results over a storage backend, without gRPC.
+
+``TuningService`` is what the gRPC servicer, the in-process CLI session and most tests call.
+It validates requests, serializes the work on each study behind a per-study lock, asks the
+study's designer for configurations and records everything in storage, which stays the only
+source of truth: a restarted service over the same file continues where it stopped.
+
+Suggestions follow OSS Vizier's ``client_id`` semantics: a client that still holds ACTIVE
+trials gets those back before anything new is generated, so a worker that crashed and
+retried its request resumes its trial instead of leaking it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from server.storage import NewTrial, Storage
+from tuner.designer import FitCache, make_designer
+from tuner.errors import AlreadyExistsError, NotFoundError, ValidationError
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus, best_trial
+
+log = logging.getLogger(__name__)
+
+MAX_SUGGESTIONS = 100
+MAX_CLIENT_ID = 256
+MAX_REASON = 4096
+#: Statuses a client may report, and whether each needs a reason.
+REPORTABLE = {
+    TrialStatus.COMPLETED: False,
+    TrialStatus.INFEASIBLE: True,
+    TrialStatus.FAILED: True,
+    TrialStatus.TIMED_OUT: True,
+    TrialStatus.ABANDONED: True,
+}
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """A study with a summary of its trials."""
+
+    spec: StudySpec
+    created_at: float
+    trial_counts: dict[str, int]
+    best_trial_id: int | None
+
+
+class TuningService:
+    """Studies and trials over one storage backend; safe to call from many threads."""
+
+    def __init__(self, storage: Storage, fit_cache: FitCache | None = None) -> None:
+        self.storage = storage
+        self.fit_cache = fit_cache if fit_cache is not None else FitCache()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- studies ------------------------------------------------------------------------
+    def create_study(self, spec: StudySpec) -> tuple[StudyInfo, bool]:
+        """Create the study, or load it when one with the same name and spec exists.
+
+        Returns:
+            The study and whether it was created by this call.
+
+        Raises:
+            AlreadyExistsError: A study of that name exists with a different spec.
+        """
+        with self._lock(spec.name):
+            try:
+                self.storage.create_study(spec)
+                log.info("created study %s", spec.name)
+                return self.get_study(spec.name), True
+            except AlreadyExistsError:
+                existing = self.storage.get_study(spec.name).spec
+                if existing.fingerprint() != spec.fingerprint():
+                    raise AlreadyExistsError(
+                        f"study {spec.name!r} already exists with a different spec "
+                        f"(differs in: {', '.join(_differences(existing, spec))}); "
+                        "choose another name or send the stored spec"
+                    ) from None
+                return self.get_study(spec.name), False
+
+    def get_study(self, name: str) -> StudyInfo:
+        stored = self.storage.get_study(_study_name(name))
+        trials = self.storage.list_trials(stored.name)
+        best = best_trial(stored.spec, trials)
+        counts = Counter(t.status.value for t in trials)
+        return StudyInfo(stored.spec, stored.created_at, dict(counts), best.id if best else None)
+
+    def list_studies(self) -> list[StudyInfo]:
+        return [self.get_study(s.name) for s in self.storage.list_studies()]
+
+    # -- trials -------------------------------------------------------------------------
+    def suggest_trials(self, study: str, count: int, client_id: str = "") -> list[Trial]:
+        """Trials for ``client_id`` to run: its ACTIVE ones first, then new suggestions."""
+        study = _study_name(study)
+        if (
+            isinstance(count, bool)
+            or not isinstance(count, int)
+            or not 1 <= count <= MAX_SUGGESTIONS
+        ):
+            raise ValidationError(
+                "count", f"got {count!r}", f"an integer in [1, {MAX_SUGGESTIONS}]"
+            )
+        client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
+        with self._lock(study):
+            spec = self.storage.get_study(study).spec
+            mine = self.storage.active_trials(study, client_id) if client_id else []
+            if len(mine) >= count:
+                return mine[:count]
+            trials = self.storage.list_trials(study)
+            completed = [t for t in trials if t.status.is_final]
+            pending = [t for t in trials if not t.status.is_final]
+            designer = make_designer(spec, self.fit_cache)
+            suggestions = designer.suggest(count - len(mine), completed, pending)
+            new = self.storage.add_trials(
+                study,
+                [NewTrial(s.config, client_id, s.source, s.warning) for s in suggestions],
+            )
+        for trial in new:
+            if trial.warning:
+                log.warning("study %s trial %d: %s", study, trial.id, trial.warning)
+        return mine + new
+
+    def complete_trial(
+        self,
+        study: str,
+        trial_id: int,
+        metrics: Mapping[str, float] | None = None,
+        status: TrialStatus = TrialStatus.COMPLETED,
+        reason: str = "",
+    ) -> Trial:
+        """Record a trial's outcome: measured metrics, or a failure with its reason."""
+        study = _study_name(study)
+        status = _reportable(status)
+        reason = _text(reason, "reason", MAX_REASON)
+        if REPORTABLE[status] and not reason.strip():
+            raise ValidationError(
+                "reason", f"a {status.value} trial needs a reason", "non-empty text"
+            )
+        metrics = dict(metrics or {})
+        with self._lock(study):
+            spec = self.storage.get_study(study).spec
+            _check_metrics(spec, metrics, status)
+            trial = self.storage.finish_trial(study, trial_id, status, metrics, reason)
+        log.info("study %s trial %d: %s", study, trial.id, status.value)
+        return trial
+
+    def list_trials(
+        self, study: str, statuses: Collection[TrialStatus] | None = None
+    ) -> list[Trial]:
+        return self.storage.list_trials(_study_name(study), statuses)
+
+    def get_trial(self, study: str, trial_id: int) -> Trial:
+        return self.storage.get_trial(_study_name(study), trial_id)
+
+    def get_best_trial(self, study: str) -> Trial:
+        """The best feasible trial; NotFoundError while there is none."""
+        spec = self.storage.get_study(_study_name(study)).spec
+        best = best_trial(spec, self.storage.list_trials(study, [TrialStatus.COMPLETED]))
+        if best is None:
+            raise NotFoundError(f"study {study!r} has no feasible completed trial yet")
+        return best
+
+    def close(self) -> None:
+        self.storage.close()
+
+    # -- private ------------------------------------------------------------------------
+    def _lock(self, study: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(study, threading.Lock())
+
+
+def _study_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValidationError("study", "a study name is required", "the name of an existing study")
+    return name
+
+
+def _text(value: object, field_: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(field_, f"must be text, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ValidationError(field_, f"is {len(value)} characters long", f"at most {limit}")
+    return value
+
+
+def _reportable(status: object) -> TrialStatus:
+    parsed = next((s for s in REPORTABLE if s == status), None)
+    if parsed is None:
+        raise ValidationError("status", f"cannot report {status!r}", [s.value for s in REPORTABLE])
+    return parsed
+
+
+def _check_metrics(spec: StudySpec, metrics: dict[str, float], status: TrialStatus) -> None:
+    for name, value in metrics.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ValidationError(f"metrics.{name}", f"got {value!r}", "a finite number")
+    if status is TrialStatus.COMPLETED:
+        missing = [m for m in spec.metric_names if m not in metrics]
+        if missing:
+            raise ValidationError(
+                f"metrics.{missing[0]}",
+                "is missing; a COMPLETED trial reports the objective and every constrained metric",
+                spec.metric_names,
+            )
+
+
+def _differences(a: StudySpec, b: StudySpec) -> list[str]:
+    left, right = a.to_dict(), b.to_dict()
+    return [k for k in left if left[k] != right.get(k)] or ["spec"]

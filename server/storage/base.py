@@ -1,0 +1,302 @@
+"""The storage contract: what the service may ask of any backend that keeps studies and trials.
+
+The service is the only writer. A backend stores studies (immutable ``StudySpec`` plus a
+creation time), trials (configuration, status, metrics, provenance) and an append-only log
+of trial events, and it keeps three promises:
+
+* **Atomic writes.** ``add_trials`` and ``finish_trial`` each either happen completely or
+  not at all; a crash or a full disk never leaves a half-written trial behind.
+* **Exact values.** A parameter value comes back with the type it went in with (an ``int``
+  stays an ``int``, a ``bool`` a ``bool``); metrics are finite floats.
+* **Checked life cycle.** ``finish_trial`` applies ``TrialStatus.check_transition`` to the
+  stored status inside the same transaction that writes the new one, so two concurrent
+  reports for one trial cannot both succeed.
+
+Errors come from ``tuner.errors``: ``NotFoundError``, ``AlreadyExistsError``,
+``StateError``, ``ValidationError`` for bad arguments, and ``StorageError`` when the
+database itself cannot be read or written. One conformance suite
+(``tests/server/test_storage_contract.py``) runs against every backend.
+
+Shape after Optuna's ``BaseStorage`` (``optuna/storages/_base.py``) and Vizier's datastore,
+trimmed to what this service needs.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from tuner.errors import ValidationError
+from tuner.space import Config
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+#: Statuses a trial may be created with; final statuses are reached through ``finish_trial``.
+CREATABLE_STATUSES = (TrialStatus.PENDING, TrialStatus.ACTIVE)
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """A study as stored: its number in the database, its spec and when it was created."""
+
+    id: int
+    spec: StudySpec
+    created_at: float
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    """One line of a trial's history.
+
+    Attributes:
+        trial_id: Number of the trial within its study.
+        at: Unix time of the event.
+        event: What happened: ``created``, ``status:<STATUS>``, or a service-defined word
+            such as ``reoffered``.
+        detail: Free text (the previous status, a reason, the client).
+    """
+
+    trial_id: int
+    at: float
+    event: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class NewTrial:
+    """A trial to be added; the backend assigns its id and timestamps.
+
+    Attributes:
+        config: Knob name -> value (``float``, ``int``, ``str`` or ``bool``). The service has
+            already validated it against the study's search space.
+        client_id: The worker the trial is handed to (empty for a queued trial).
+        source: What produced the configuration: default, sobol, bo, random, fallback, user.
+        warning: Numerical trouble met while suggesting it.
+        status: ``PENDING`` (queued) or ``ACTIVE`` (handed out).
+    """
+
+    config: Config
+    client_id: str = ""
+    source: str = ""
+    warning: str = ""
+    status: TrialStatus = TrialStatus.ACTIVE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", check_config(self.config))
+        for key in ("client_id", "source", "warning"):
+            check_text(getattr(self, key), f"trial.{key}")
+        status = check_status(self.status, "trial.status")
+        if status not in CREATABLE_STATUSES:
+            raise ValidationError(
+                "trial.status",
+                f"a new trial cannot start as {status.value}",
+                [s.value for s in CREATABLE_STATUSES],
+            )
+        object.__setattr__(self, "status", status)
+
+
+class Storage(ABC):
+    """Durable home of studies, trials and trial events; safe to share between threads."""
+
+    # -- studies ----------------------------------------------------------------------
+    @abstractmethod
+    def create_study(self, spec: StudySpec) -> StoredStudy:
+        """Store a new study.
+
+        Raises:
+            AlreadyExistsError: A study with this name exists (whatever its spec); the message
+                says whether the stored spec is the same or different.
+        """
+
+    @abstractmethod
+    def get_study(self, name: str) -> StoredStudy:
+        """The study called ``name``.
+
+        Raises:
+            NotFoundError: No such study; the message names it.
+        """
+
+    @abstractmethod
+    def list_studies(self) -> list[StoredStudy]:
+        """Every study, oldest first."""
+
+    # -- trials -----------------------------------------------------------------------
+    @abstractmethod
+    def add_trials(self, study: str, trials: Sequence[NewTrial]) -> list[Trial]:
+        """Add trials in one transaction, numbering them on from the study's last trial id.
+
+        Ids are 1, 2, 3, ... per study, never reused, and unique even when several threads
+        add trials at once. Each new trial gets a ``created`` event.
+
+        Raises:
+            NotFoundError: Unknown study.
+        """
+
+    @abstractmethod
+    def get_trial(self, study: str, trial_id: int) -> Trial:
+        """One trial.
+
+        Raises:
+            NotFoundError: Unknown study or trial.
+        """
+
+    @abstractmethod
+    def list_trials(
+        self, study: str, statuses: Collection[TrialStatus] | None = None
+    ) -> list[Trial]:
+        """The study's trials in id order, only those with one of ``statuses`` when given."""
+
+    @abstractmethod
+    def active_trials(self, study: str, client_id: str) -> list[Trial]:
+        """ACTIVE trials handed to ``client_id``, in id order."""
+
+    @abstractmethod
+    def finish_trial(
+        self,
+        study: str,
+        trial_id: int,
+        status: TrialStatus,
+        metrics: Mapping[str, float],
+        reason: str = "",
+    ) -> Trial:
+        """Move a trial to ``status`` and record its metrics, reason and a ``status:`` event.
+
+        The stored status is read, checked and overwritten in one transaction. Metrics with
+        names already stored for the trial replace the old values.
+
+        Raises:
+            NotFoundError: Unknown study or trial.
+            StateError: The transition is not allowed; the message names both statuses.
+            ValidationError: A metric is not a finite number (field ``metrics.<name>``).
+        """
+
+    @abstractmethod
+    def add_trial_event(
+        self, study: str, trial_id: int, event: str, detail: str = ""
+    ) -> TrialEvent:
+        """Append an event (e.g. ``reoffered``) to a trial's history without changing it.
+
+        Raises:
+            NotFoundError: Unknown study or trial.
+        """
+
+    @abstractmethod
+    def trial_events(self, study: str, trial_id: int) -> list[TrialEvent]:
+        """The trial's history, oldest first.
+
+        Raises:
+            NotFoundError: Unknown study or trial.
+        """
+
+    # -- housekeeping -------------------------------------------------------------------
+    @abstractmethod
+    def schema_version(self) -> int:
+        """The schema version of the stored data (0 for a backend without versions)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the backend's resources; later calls raise ``StorageError``."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def check_config(config: Any) -> Config:
+    """A copy of ``config`` after checking that it maps strings to scalar values.
+
+    Raises:
+        ValidationError: Not a mapping, a non-string name, or a value that is not a finite
+            ``float``, an ``int``, a ``str`` or a ``bool`` (field ``config.<name>``).
+    """
+    if not isinstance(config, Mapping):
+        raise ValidationError("config", "must be a mapping of knob name to value")
+    out: Config = {}
+    for name, value in config.items():
+        if not isinstance(name, str) or not name:
+            raise ValidationError("config", f"knob names must be non-empty strings, got {name!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError(f"config.{name}", f"got {value!r}", "finite numbers")
+        if not isinstance(value, float | int | str | bool):
+            raise ValidationError(
+                f"config.{name}", f"got a {type(value).__name__}", "float, int, str, bool"
+            )
+        out[name] = value
+    return out
+
+
+def check_metrics(metrics: Any) -> dict[str, float]:
+    """Metrics as a name -> finite float dictionary.
+
+    Raises:
+        ValidationError: Not a mapping, a non-string name, or a value that is not a finite
+            real number (field ``metrics.<name>``).
+    """
+    if not isinstance(metrics, Mapping):
+        raise ValidationError("metrics", "must be a mapping of metric name to value")
+    out: dict[str, float] = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not name:
+            raise ValidationError(
+                "metrics", f"metric names must be non-empty strings, got {name!r}"
+            )
+        number = _finite_float(value)
+        if number is None:
+            raise ValidationError(f"metrics.{name}", f"got {value!r}", "finite numbers")
+        out[name] = number
+    return out
+
+
+def check_status(status: Any, field_: str = "status") -> TrialStatus:
+    """``status`` as a ``TrialStatus`` (its string value is accepted too).
+
+    Raises:
+        ValidationError: Not a trial status; the message lists the statuses.
+    """
+    try:
+        return TrialStatus(status)
+    except ValueError:
+        raise ValidationError(
+            field_, f"unknown trial status {status!r}", [s.value for s in TrialStatus]
+        ) from None
+
+
+def check_text(value: Any, field_: str, *, required: bool = False) -> str:
+    """``value`` if it is a string (non-empty when ``required``); else ``ValidationError``."""
+    if not isinstance(value, str) or (required and not value):
+        wanted = "a non-empty string" if required else "a string"
+        raise ValidationError(field_, f"must be {wanted}, got {value!r}")
+    return value
+
+
+def check_trial_id(trial_id: Any) -> int:
+    """``trial_id`` if it is an integer (not a bool); else ``ValidationError``."""
+    if isinstance(trial_id, bool) or not isinstance(trial_id, int):
+        raise ValidationError("trial_id", f"must be an integer, got {trial_id!r}")
+    return trial_id
+
+
+def _finite_float(value: Any) -> float | None:
+    """``value`` as a finite float, or None when it is not a finite real number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -1,0 +1,395 @@
+"""The SQLite storage backend: one file, WAL, numbered migrations, one guarded connection.
+
+The server is the only writer, so the backend keeps a single ``sqlite3`` connection shared
+by the gRPC thread pool (``check_same_thread=False``) and serialises every call on a
+``threading.RLock``. Each write is one ``BEGIN IMMEDIATE ... COMMIT`` transaction that rolls
+back on any error, so a failed call leaves no half-written trial. Reads run in a deferred
+transaction and see one consistent snapshot. Every ``sqlite3`` error (disk full, read-only
+file, a lock held too long, a corrupted file) surfaces as ``tuner.errors.StorageError``
+naming the operation and the file.
+
+The connection (opened by ``migrations.open_database``) has the driver's own transaction
+handling switched off (``isolation_level=None``): every transaction is the explicit one
+opened here, and sqlite-utils' table helpers join it through savepoints.
+
+Tables are described in ``server/storage/migrations.py``. Parameter values are stored as
+JSON text per value, which keeps ``int``, ``float``, ``bool`` and ``str`` apart and
+round-trips floats exactly (``repr`` precision).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from sqlite_utils import Database
+
+from server.storage import migrations
+from server.storage.base import (
+    NewTrial,
+    Storage,
+    StoredStudy,
+    TrialEvent,
+    check_metrics,
+    check_status,
+    check_text,
+    check_trial_id,
+)
+from tuner.errors import AlreadyExistsError, NotFoundError, StorageError, ValidationError
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+_TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
+
+
+class SQLiteStorage(Storage):
+    """Studies and trials in one SQLite file.
+
+    Args:
+        path: The database file; created with mode 0600 when missing (its directory must
+            exist). A file from an older tuner is upgraded on open.
+        read_only: Open with SQLite's ``mode=ro``: reads work, writes raise ``StorageError``,
+            and the file must already exist at the current schema version.
+        busy_timeout_s: How long a statement waits for a lock held by another connection.
+        clock: Source of timestamps (Unix seconds); tests pass a fake.
+
+    Raises:
+        StorageError: The file cannot be created, opened, upgraded, or is from a newer tuner.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        busy_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._closed = False
+        self._db = self._open(busy_timeout_s)
+
+    def __repr__(self) -> str:
+        mode = ", read_only=True" if self.read_only else ""
+        return f"SQLiteStorage({str(self.path)!r}{mode})"
+
+    # -- studies ----------------------------------------------------------------------
+    def create_study(self, spec: StudySpec) -> StoredStudy:
+        if not isinstance(spec, StudySpec):
+            raise ValidationError("spec", f"must be a StudySpec, got {type(spec).__name__}")
+        spec_json = json.dumps(spec.to_dict(), allow_nan=False)
+        fingerprint = spec.fingerprint()
+        with self._write(f"create study {spec.name!r}") as db:
+            row = db.execute(
+                "SELECT fingerprint FROM studies WHERE name = ?", [spec.name]
+            ).fetchone()
+            if row is not None:
+                same = "the same" if row[0] == fingerprint else "a different"
+                raise AlreadyExistsError(f"study {spec.name!r} already exists (with {same} spec)")
+            now = self._clock()
+            table = db.table("studies").insert(
+                {
+                    "name": spec.name,
+                    "spec_json": spec_json,
+                    "fingerprint": fingerprint,
+                    "created_at": now,
+                }
+            )
+            return StoredStudy(id=int(cast(int, table.last_pk)), spec=spec, created_at=now)
+
+    def get_study(self, name: str) -> StoredStudy:
+        with self._read(f"read study {name!r}") as db:
+            rows = list(
+                db.query("SELECT * FROM studies WHERE name = ?", [check_text(name, "study")])
+            )
+        if not rows:
+            raise NotFoundError(f"study {name!r} not found")
+        return _stored_study(rows[0])
+
+    def list_studies(self) -> list[StoredStudy]:
+        with self._read("list studies") as db:
+            rows = list(db.query("SELECT * FROM studies ORDER BY id"))
+        return [_stored_study(row) for row in rows]
+
+    # -- trials -----------------------------------------------------------------------
+    def add_trials(self, study: str, trials: Sequence[NewTrial]) -> list[Trial]:
+        items = list(trials)
+        for i, item in enumerate(items):
+            if not isinstance(item, NewTrial):
+                raise ValidationError(f"trials[{i}]", f"must be a NewTrial, got {item!r}")
+        with self._write(f"add trials to study {study!r}") as db:
+            study_id = _study_id(db, study)
+            first = db.execute(
+                "SELECT COALESCE(MAX(trial_id), 0) + 1 FROM trials WHERE study_id = ?", [study_id]
+            ).fetchone()[0]
+            now = self._clock()
+            numbered = list(enumerate(items, start=first))
+            db.table("trials").insert_all(_trial_row(study_id, i, t, now) for i, t in numbered)
+            db.table("parameters").insert_all(
+                {"study_id": study_id, "trial_id": i, "name": name, "value_json": json.dumps(value)}
+                for i, t in numbered
+                for name, value in t.config.items()
+            )
+            _insert_events(
+                db,
+                [
+                    (study_id, i, now, "created", f"{t.status.value}, client {t.client_id!r}")
+                    for i, t in numbered
+                ],
+            )
+            return _load_trials(db, study_id, "AND t.trial_id >= ?", [first]) if items else []
+
+    def get_trial(self, study: str, trial_id: int) -> Trial:
+        trial_id = check_trial_id(trial_id)
+        with self._read(f"read trial {trial_id} of study {study!r}") as db:
+            found = _load_trials(db, _study_id(db, study), "AND t.trial_id = ?", [trial_id])
+        if not found:
+            raise NotFoundError(f"trial {trial_id} not found in study {study!r}")
+        return found[0]
+
+    def list_trials(
+        self, study: str, statuses: Collection[TrialStatus] | None = None
+    ) -> list[Trial]:
+        where, params = "", []
+        if statuses is not None:
+            wanted = sorted({check_status(s, "statuses") for s in statuses})
+            where = f"AND t.status IN ({', '.join('?' * len(wanted))})" if wanted else "AND 0"
+            params = [s.value for s in wanted]
+        with self._read(f"list trials of study {study!r}") as db:
+            return _load_trials(db, _study_id(db, study), where, params)
+
+    def active_trials(self, study: str, client_id: str) -> list[Trial]:
+        check_text(client_id, "client_id")
+        with self._read(f"list active trials of study {study!r}") as db:
+            return _load_trials(
+                db,
+                _study_id(db, study),
+                "AND t.client_id = ? AND t.status = ?",
+                [client_id, TrialStatus.ACTIVE.value],
+            )
+
+    def finish_trial(
+        self,
+        study: str,
+        trial_id: int,
+        status: TrialStatus,
+        metrics: Mapping[str, float],
+        reason: str = "",
+    ) -> Trial:
+        trial_id = check_trial_id(trial_id)
+        new = check_status(status)
+        values = check_metrics(metrics)
+        check_text(reason, "reason")
+        with self._write(f"finish trial {trial_id} of study {study!r}") as db:
+            study_id = _study_id(db, study)
+            old = _stored_status(db, study, study_id, trial_id)
+            old.check_transition(new, trial_id)
+            now = self._clock()
+            db.execute(
+                "UPDATE trials SET status = ?, reason = ?, updated_at = ? "
+                "WHERE study_id = ? AND trial_id = ?",
+                [new.value, reason, now, study_id, trial_id],
+            )
+            db.table("metrics").insert_all(
+                (
+                    {"study_id": study_id, "trial_id": trial_id, "name": k, "value": v}
+                    for k, v in values.items()
+                ),
+                replace=True,
+            )
+            detail = f"from {old.value}" + (f": {reason}" if reason else "")
+            _insert_events(db, [(study_id, trial_id, now, f"status:{new.value}", detail)])
+            return _load_trials(db, study_id, "AND t.trial_id = ?", [trial_id])[0]
+
+    def add_trial_event(
+        self, study: str, trial_id: int, event: str, detail: str = ""
+    ) -> TrialEvent:
+        trial_id = check_trial_id(trial_id)
+        check_text(event, "event", required=True)
+        check_text(detail, "detail")
+        with self._write(f"record an event for trial {trial_id} of study {study!r}") as db:
+            study_id = _study_id(db, study)
+            _stored_status(db, study, study_id, trial_id)
+            now = self._clock()
+            _insert_events(db, [(study_id, trial_id, now, event, detail)])
+        return TrialEvent(trial_id=trial_id, at=now, event=event, detail=detail)
+
+    def trial_events(self, study: str, trial_id: int) -> list[TrialEvent]:
+        trial_id = check_trial_id(trial_id)
+        with self._read(f"read events of trial {trial_id} of study {study!r}") as db:
+            study_id = _study_id(db, study)
+            _stored_status(db, study, study_id, trial_id)
+            rows = list(
+                db.query(
+                    "SELECT trial_id, at, event, detail FROM trial_events "
+                    "WHERE study_id = ? AND trial_id = ? ORDER BY id",
+                    [study_id, trial_id],
+                )
+            )
+        return [TrialEvent(**row) for row in rows]
+
+    # -- housekeeping -------------------------------------------------------------------
+    def schema_version(self) -> int:
+        with self._read("read the schema version") as db:
+            return migrations.current_version(db)
+
+    def integrity_check(self) -> str:
+        """``"ok"``, or one line per problem from ``integrity_check`` and ``foreign_key_check``."""
+        with self._read("check integrity") as db:
+            problems = [row[0] for row in db.execute("PRAGMA integrity_check").fetchall()]
+            if problems == ["ok"]:
+                problems = []
+            for table, rowid, parent, _ in db.execute("PRAGMA foreign_key_check").fetchall():
+                problems.append(f"{table} row {rowid}: missing {parent} row (foreign key)")
+        return "\n".join(problems) or "ok"
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    # -- connection and transactions ---------------------------------------------------
+    def _open(self, busy_timeout_s: float) -> Database:
+        with self._errors("open the database"):
+            return migrations.open_database(
+                self.path, read_only=self.read_only, busy_timeout_s=busy_timeout_s
+            )
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Hold the lock and turn ``sqlite3`` errors into ``StorageError``."""
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"cannot {action}: the storage at {self.path} is closed")
+            try:
+                yield
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot {action} in {self.path}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _write(self, action: str) -> Iterator[Database]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+        with self._errors(action), _transaction(self._db, "BEGIN IMMEDIATE"):
+            yield self._db
+
+    @contextlib.contextmanager
+    def _read(self, action: str) -> Iterator[Database]:
+        """One deferred transaction, so multi-statement reads see a single snapshot."""
+        with self._errors(action), _transaction(self._db, "BEGIN"):
+            yield self._db
+
+
+@contextlib.contextmanager
+def _transaction(db: Database, begin: str) -> Iterator[None]:
+    db.conn.execute(begin)
+    try:
+        yield
+        db.conn.execute("COMMIT")
+    except BaseException:
+        if db.conn.in_transaction:
+            # Keep the original error: a failed rollback (the disk went away) must not mask it.
+            with contextlib.suppress(sqlite3.Error):
+                db.conn.execute("ROLLBACK")
+        raise
+
+
+def _study_id(db: Database, name: str) -> int:
+    row = db.execute(
+        "SELECT id FROM studies WHERE name = ?", [check_text(name, "study")]
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"study {name!r} not found")
+    return int(row[0])
+
+
+def _stored_status(db: Database, study: str, study_id: int, trial_id: int) -> TrialStatus:
+    row = db.execute(
+        "SELECT status FROM trials WHERE study_id = ? AND trial_id = ?", [study_id, trial_id]
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"trial {trial_id} not found in study {study!r}")
+    return TrialStatus(row[0])
+
+
+def _stored_study(row: Mapping[str, Any]) -> StoredStudy:
+    try:
+        spec = StudySpec.from_dict(json.loads(row["spec_json"]))
+    except (ValueError, TypeError) as exc:  # ValidationError and JSONDecodeError included
+        raise StorageError(f"stored spec of study {row['name']!r} cannot be read: {exc}") from exc
+    return StoredStudy(id=int(row["id"]), spec=spec, created_at=float(row["created_at"]))
+
+
+def _trial_row(study_id: int, trial_id: int, trial: NewTrial, now: float) -> dict[str, Any]:
+    return {
+        "study_id": study_id,
+        "trial_id": trial_id,
+        "status": trial.status.value,
+        "client_id": trial.client_id,
+        "source": trial.source,
+        "warning": trial.warning,
+        "reason": "",
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _insert_events(db: Database, events: Iterable[tuple[int, int, float, str, str]]) -> None:
+    """Append ``(study_id, trial_id, at, event, detail)`` rows to the trial event log."""
+    db.conn.executemany(
+        "INSERT INTO trial_events (study_id, trial_id, at, event, detail) VALUES (?, ?, ?, ?, ?)",
+        events,
+    )
+
+
+def _load_trials(db: Database, study_id: int, where: str, params: Sequence[Any]) -> list[Trial]:
+    """Trials of one study matching ``where`` (SQL over alias ``t``), in id order."""
+    args = [study_id, *params]
+    rows = list(
+        db.query(f"SELECT * FROM trials t WHERE t.study_id = ? {where} ORDER BY t.trial_id", args)
+    )
+    if not rows:
+        return []
+    configs = _trial_values(db, "parameters", "value_json", where, args, json.loads)
+    metrics = _trial_values(db, "metrics", "value", where, args, float)
+    return [
+        Trial(
+            id=row["trial_id"],
+            config=configs.get(row["trial_id"], {}),
+            status=TrialStatus(row["status"]),
+            metrics=metrics.get(row["trial_id"], {}),
+            **{key: row[key] for key in _TRIAL_COLUMNS},
+        )
+        for row in rows
+    ]
+
+
+def _trial_values(
+    db: Database,
+    table: str,
+    column: str,
+    where: str,
+    args: Sequence[Any],
+    decode: Callable[[Any], Any],
+) -> dict[int, dict[str, Any]]:
+    """``trial_id -> {name: decode(column)}`` from ``table`` for the trials matching ``where``."""
+    cursor = db.execute(
+        f"SELECT x.trial_id, x.name, x.{column} FROM {table} x "
+        "JOIN trials t ON t.study_id = x.study_id AND t.trial_id = x.trial_id "
+        f"WHERE t.study_id = ? {where} ORDER BY x.rowid",
+        args,
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for trial_id, name, value in cursor:
+        out.setdefault(trial_id, {})[name] = decode(value)
+    return out

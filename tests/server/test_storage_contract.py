@@ -1,0 +1,377 @@
+"""Conformance suite for ``server.storage.Storage``: every backend must pass all of it.
+
+To run the suite against a new backend, add a factory to ``BACKENDS``; the ``storage``
+fixture is parametrized over its keys. Backend-specific behaviour (files, pragmas,
+migrations) is tested next to the backend, e.g. ``test_sqlite_storage.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from server.storage import NewTrial, SQLiteStorage, Storage
+from tuner.errors import (
+    AlreadyExistsError,
+    NotFoundError,
+    StateError,
+    StorageError,
+    ValidationError,
+)
+from tuner.study import StudySpec
+from tuner.trial import TrialStatus
+
+BACKENDS: dict[str, Callable[[Path], Storage]] = {
+    "sqlite": lambda tmp: SQLiteStorage(tmp / "tuner.db"),
+}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    store = BACKENDS[request.param](tmp_path)
+    yield store
+    store.close()
+
+
+def make_spec(name: str = "pg-oltp", seed: int = 0) -> StudySpec:
+    return StudySpec.from_dict(
+        {
+            "name": name,
+            "knobs": [
+                {"name": "shared_buffers_mb", "kind": "int", "low": 16, "high": 8192},
+                {"name": "random_page_cost", "kind": "float", "low": 1.0, "high": 8.0},
+                {"name": "jit", "kind": "bool"},
+                {"name": "wal_level", "kind": "categorical", "choices": ["minimal", "replica"]},
+            ],
+            "objectives": [{"name": "tps", "goal": "maximize"}],
+            "outcome_constraints": ["p95_ms <= 20"],
+            "designer": {"seed": seed},
+        }
+    )
+
+
+CONFIG: dict[str, Any] = {
+    "shared_buffers_mb": 128,
+    "random_page_cost": 4.0,
+    "jit": True,
+    "wal_level": "replica",
+}
+
+
+def add_one(storage: Storage, study: str = "pg-oltp", **kwargs: Any) -> int:
+    return storage.add_trials(study, [NewTrial(dict(CONFIG), **kwargs)])[0].id
+
+
+def typed(config: dict[str, Any]) -> dict[str, tuple[type, str]]:
+    """Values with their exact type and repr, so 1 != 1.0 != True and -0.0 != 0.0."""
+    return {name: (type(value), repr(value)) for name, value in config.items()}
+
+
+# -- studies ---------------------------------------------------------------------------
+def test_created_study_reads_back_equal(storage: Storage) -> None:
+    created = storage.create_study(make_spec())
+    stored = storage.get_study("pg-oltp")
+    assert stored == created
+    assert stored.spec == make_spec()
+    assert stored.spec.fingerprint() == make_spec().fingerprint()
+
+
+@pytest.mark.parametrize(("seed", "fragment"), [(0, "the same spec"), (1, "a different spec")])
+def test_creating_an_existing_name_raises_already_exists(
+    storage: Storage, seed: int, fragment: str
+) -> None:
+    storage.create_study(make_spec())
+    with pytest.raises(AlreadyExistsError, match=fragment):
+        storage.create_study(make_spec(seed=seed))
+    assert storage.get_study("pg-oltp").spec == make_spec()
+
+
+def test_unknown_study_raises_not_found_naming_it(storage: Storage) -> None:
+    with pytest.raises(NotFoundError, match="study 'nope' not found"):
+        storage.get_study("nope")
+    with pytest.raises(NotFoundError, match="'nope'"):
+        storage.add_trials("nope", [NewTrial(dict(CONFIG))])
+    with pytest.raises(NotFoundError, match="'nope'"):
+        storage.list_trials("nope")
+
+
+def test_studies_are_listed_in_creation_order(storage: Storage) -> None:
+    for name in ("b-study", "a-study", "c-study"):
+        storage.create_study(make_spec(name))
+    studies = storage.list_studies()
+    assert [s.name for s in studies] == ["b-study", "a-study", "c-study"]
+    assert len({s.id for s in studies}) == 3
+
+
+# -- adding and reading trials ------------------------------------------------------------
+def test_trial_ids_count_from_one_per_study(storage: Storage) -> None:
+    storage.create_study(make_spec("first"))
+    storage.create_study(make_spec("second"))
+    batch = [NewTrial(dict(CONFIG)), NewTrial(dict(CONFIG))]
+    assert [t.id for t in storage.add_trials("first", batch)] == [1, 2]
+    assert [t.id for t in storage.add_trials("second", batch[:1])] == [1]
+    assert [t.id for t in storage.add_trials("first", batch[:1])] == [3]
+    assert storage.add_trials("first", []) == []
+    assert [t.id for t in storage.list_trials("first")] == [1, 2, 3]
+
+
+def test_added_trials_read_back_as_returned(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    new = NewTrial(dict(CONFIG), client_id="worker-1", source="sobol", warning="fell back to Sobol")
+    (added,) = storage.add_trials("pg-oltp", [new])
+    assert storage.get_trial("pg-oltp", added.id) == added
+    assert (added.status, added.client_id, added.source, added.warning) == (
+        TrialStatus.ACTIVE,
+        "worker-1",
+        "sobol",
+        "fell back to Sobol",
+    )
+    assert added.metrics == {} and added.reason == ""
+    assert 0 < added.created_at == added.updated_at
+
+
+def test_parameter_values_keep_their_python_type(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    config: dict[str, Any] = {
+        "an_int": 1,
+        "a_float": 1.0,
+        "a_bool": True,
+        "a_str": "1",
+        "big_int": 2**70,
+        "neg_zero": -0.0,
+        "inexact": 0.1 + 0.2,
+        "tiny": 5e-324,
+        "unicode": "naïve ✓",
+    }
+    trial_id = storage.add_trials("pg-oltp", [NewTrial(config)])[0].id
+    stored = storage.get_trial("pg-oltp", trial_id).config
+    assert typed(stored) == typed(config)
+    assert list(stored) == list(config)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    config=st.dictionaries(
+        st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,20}", fullmatch=True),
+        st.one_of(
+            st.booleans(),
+            st.integers(),
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.text(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_any_scalar_config_round_trips_exactly(storage: Storage, config: dict[str, Any]) -> None:
+    if not storage.list_studies():
+        storage.create_study(make_spec())
+    trial_id = storage.add_trials("pg-oltp", [NewTrial(config)])[0].id
+    assert typed(storage.get_trial("pg-oltp", trial_id).config) == typed(config)
+
+
+def test_unknown_trial_raises_not_found(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    with pytest.raises(NotFoundError, match="trial 7 not found in study 'pg-oltp'"):
+        storage.get_trial("pg-oltp", 7)
+    with pytest.raises(NotFoundError, match="trial 7"):
+        storage.finish_trial("pg-oltp", 7, TrialStatus.COMPLETED, {"tps": 1.0})
+    with pytest.raises(NotFoundError, match="trial 7"):
+        storage.trial_events("pg-oltp", 7)
+
+
+def test_list_trials_filters_by_status_in_id_order(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    for _ in range(4):
+        add_one(storage)
+    add_one(storage, status=TrialStatus.PENDING)
+    storage.finish_trial("pg-oltp", 3, TrialStatus.COMPLETED, {"tps": 1.0})
+    storage.finish_trial("pg-oltp", 1, TrialStatus.FAILED, {}, "host down")
+    by_status = storage.list_trials("pg-oltp", [TrialStatus.COMPLETED, TrialStatus.FAILED])
+    assert [t.id for t in by_status] == [1, 3]
+    assert [t.id for t in storage.list_trials("pg-oltp", {TrialStatus.PENDING})] == [5]
+    assert [t.id for t in storage.list_trials("pg-oltp")] == [1, 2, 3, 4, 5]
+    assert storage.list_trials("pg-oltp", []) == []
+
+
+def test_list_trials_rejects_unknown_status(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    with pytest.raises(ValidationError, match="unknown trial status 'DONE'"):
+        storage.list_trials("pg-oltp", ["DONE"])  # type: ignore[list-item]
+
+
+def test_active_trials_are_the_clients_active_ones(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    add_one(storage, client_id="a")
+    add_one(storage, client_id="b")
+    add_one(storage, client_id="a")
+    add_one(storage, client_id="a", status=TrialStatus.PENDING)
+    storage.finish_trial("pg-oltp", 1, TrialStatus.COMPLETED, {"tps": 2.0})
+    assert [t.id for t in storage.active_trials("pg-oltp", "a")] == [3]
+    assert [t.id for t in storage.active_trials("pg-oltp", "b")] == [2]
+    assert storage.active_trials("pg-oltp", "c") == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"config": {"x": float("nan")}}, "config.x"),
+        ({"config": {"x": [1, 2]}}, "config.x: got a list"),
+        ({"config": {"x": None}}, "config.x"),
+        ({"config": [("x", 1)]}, "config: must be a mapping"),
+        ({"config": {"x": 1}, "status": TrialStatus.COMPLETED}, "cannot start as COMPLETED"),
+        ({"config": {"x": 1}, "status": "RUNNING"}, "unknown trial status 'RUNNING'"),
+        ({"config": {"x": 1}, "client_id": 3}, "trial.client_id: must be a string"),
+    ],
+)
+def test_new_trial_rejects_bad_input(kwargs: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValidationError, match=fragment):
+        NewTrial(**kwargs)
+
+
+def test_new_trial_keeps_its_own_copy_of_the_config() -> None:
+    config: dict[str, Any] = {"x": 1}
+    new = NewTrial(config)
+    config["x"] = 2
+    assert new.config == {"x": 1}
+
+
+# -- finishing trials -----------------------------------------------------------------
+def test_finish_records_status_metrics_reason_and_event(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage)
+    done = storage.finish_trial(
+        "pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1200, "p95_ms": 12.5}, "measured"
+    )
+    assert done.status is TrialStatus.COMPLETED
+    assert done.metrics == {"tps": 1200.0, "p95_ms": 12.5}
+    assert all(type(v) is float for v in done.metrics.values())
+    assert done.reason == "measured"
+    assert done.updated_at >= done.created_at
+    assert storage.get_trial("pg-oltp", trial_id) == done
+    last = storage.trial_events("pg-oltp", trial_id)[-1]
+    assert (last.event, last.detail) == ("status:COMPLETED", "from ACTIVE: measured")
+
+
+def test_finishing_a_finished_trial_raises_state_error(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage)
+    done = storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0})
+    with pytest.raises(StateError, match="is COMPLETED and cannot become FAILED"):
+        storage.finish_trial("pg-oltp", trial_id, TrialStatus.FAILED, {"tps": 9.0}, "late")
+    assert storage.get_trial("pg-oltp", trial_id) == done
+    assert len(storage.trial_events("pg-oltp", trial_id)) == 2
+
+
+def test_pending_trial_must_become_active_before_completing(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage, status=TrialStatus.PENDING)
+    with pytest.raises(StateError, match="is PENDING and cannot become COMPLETED"):
+        storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0})
+    storage.finish_trial("pg-oltp", trial_id, TrialStatus.ACTIVE, {})
+    done = storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0})
+    assert done.status is TrialStatus.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("metrics", "fragment"),
+    [
+        ({"tps": math.nan}, "metrics.tps"),
+        ({"tps": 1.0, "p95_ms": math.inf}, "metrics.p95_ms"),
+        ({"tps": -math.inf}, "metrics.tps"),
+        ({"tps": True}, "metrics.tps"),
+        ({"tps": "fast"}, "metrics.tps"),
+        ({"tps": 10**400}, "metrics.tps"),
+        ({"": 1.0}, "metric names must be non-empty strings"),
+    ],
+)
+def test_bad_metrics_are_rejected_and_nothing_is_stored(
+    storage: Storage, metrics: dict[str, Any], fragment: str
+) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage)
+    before = storage.get_trial("pg-oltp", trial_id)
+    with pytest.raises(ValidationError, match=fragment):
+        storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, metrics)
+    assert storage.get_trial("pg-oltp", trial_id) == before
+
+
+def test_concurrent_reports_for_one_trial_finish_it_once(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage)
+    barrier = threading.Barrier(8)
+
+    def report(n: int) -> str:
+        barrier.wait()
+        try:
+            storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": float(n)})
+        except StateError:
+            return "refused"
+        return "finished"
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(report, range(8)))
+    assert sorted(outcomes) == ["finished"] + ["refused"] * 7
+    events = [e.event for e in storage.trial_events("pg-oltp", trial_id)]
+    assert events == ["created", "status:COMPLETED"]
+
+
+# -- events ---------------------------------------------------------------------------
+def test_events_are_kept_in_order(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage, client_id="w1")
+    recorded = storage.add_trial_event("pg-oltp", trial_id, "reoffered", "to 'w1'")
+    events = storage.trial_events("pg-oltp", trial_id)
+    assert [e.event for e in events] == ["created", "reoffered"]
+    assert events[-1] == recorded
+    assert events[0].trial_id == trial_id and "w1" in events[0].detail
+
+
+def test_event_needs_a_name_and_a_known_trial(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage)
+    with pytest.raises(ValidationError, match="event: must be a non-empty string"):
+        storage.add_trial_event("pg-oltp", trial_id, "")
+    with pytest.raises(NotFoundError, match="trial 99"):
+        storage.add_trial_event("pg-oltp", 99, "reoffered")
+
+
+# -- concurrency and lifecycle ----------------------------------------------------------
+def test_concurrent_add_trials_never_duplicate_ids(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    barrier = threading.Barrier(8)
+
+    def add_batches(_: int) -> list[int]:
+        barrier.wait()
+        ids: list[int] = []
+        for _ in range(10):
+            batch = [NewTrial(dict(CONFIG)) for _ in range(3)]
+            ids += [t.id for t in storage.add_trials("pg-oltp", batch)]
+        return ids
+
+    with ThreadPoolExecutor(8) as pool:
+        per_thread = list(pool.map(add_batches, range(8)))
+    all_ids = [i for ids in per_thread for i in ids]
+    assert sorted(all_ids) == list(range(1, 241))
+    assert [t.id for t in storage.list_trials("pg-oltp")] == list(range(1, 241))
+
+
+def test_closed_storage_raises_storage_error(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    storage.close()
+    storage.close()
+    with pytest.raises(StorageError, match="closed"):
+        storage.get_study("pg-oltp")

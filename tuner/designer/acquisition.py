@@ -1,0 +1,167 @@
+"""Acquisition: constrained noisy expected improvement, and its optimization on the unit box.
+
+* Once some trial is feasible, ``qLogNoisyExpectedImprovement`` (Ament et al. 2023) over the
+  objective model, with each outcome constraint (and the feasibility classifier, if any
+  configuration broke the system) entering as a smoothed indicator on posterior samples.
+* Before that, ``qLogProbabilityOfFeasibility``: the search looks for the feasible region
+  first, as Ax does, because improvement is undefined without a feasible incumbent.
+
+Pending (ACTIVE) trials are ``X_pending``: the acquisition integrates over their unknown
+outcomes, so parallel workers get different configurations. The acquisition is optimized
+with multi-start L-BFGS-B (``optimize_acqf``), or with BoTorch's alternating
+discrete/continuous local search (``optimize_acqf_mixed_alternating``) when the space has
+integer, ordinal, bool or categorical knobs; linear parameter constraints are passed to the
+optimizer as inequalities over the unit box.
+
+References:
+    Ament, Daulton, Eriksson, Balandat, Bakshy, "Unexpected improvements to expected
+    improvement for Bayesian optimization", NeurIPS 2023.
+    Gardner, Kusner, Xu, Weinberger, Cunningham, "Bayesian optimization with inequality
+    constraints", ICML 2014.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from botorch.acquisition import AcquisitionFunction
+from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabilityOfFeasibility
+from botorch.acquisition.objective import GenericMCObjective
+from botorch.models import ModelListGP
+from botorch.optim import optimize_acqf
+from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
+from botorch.sampling import SobolQMCNormalSampler
+
+from tuner.designer.model import FEASIBILITY, OutcomeData
+from tuner.designer.quasirandom import Inequality
+from tuner.encoding import UnitBoxEncoder
+from tuner.study import Goal, StudySpec
+
+MC_SAMPLES = 128
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """Effort spent optimizing the acquisition (restarts of L-BFGS-B from the best raw samples)."""
+
+    num_restarts: int = 6
+    raw_samples: int = 384
+    maxiter: int = 100
+
+
+def build_acquisition(
+    spec: StudySpec,
+    model: ModelListGP,
+    data: list[OutcomeData],
+    X_baseline: torch.Tensor,
+    X_pending: torch.Tensor | None,
+    any_feasible: bool,
+    seed: int,
+) -> AcquisitionFunction:
+    """qLogNEI with outcome constraints, or qLogPoF while no trial is feasible.
+
+    Args:
+        model: One output per entry of ``data``, in the same order (objective first).
+        X_baseline: ``n x d`` inputs of trials with an objective value.
+        X_pending: ``m x d`` inputs of pending trials, or None.
+    """
+    sampler = SobolQMCNormalSampler(sample_shape=torch.Size([MC_SAMPLES]), seed=seed)
+    constraints = outcome_constraints(spec, data)
+    if not any_feasible:
+        return qLogProbabilityOfFeasibility(
+            model=model, constraints=constraints, sampler=sampler, X_pending=X_pending
+        )
+    sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
+
+    def signed_objective(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
+        return sign * samples[..., 0]
+
+    objective = GenericMCObjective(signed_objective)
+    return qLogNoisyExpectedImprovement(
+        model=model,
+        X_baseline=X_baseline,
+        sampler=sampler,
+        objective=objective,
+        constraints=constraints or None,
+        X_pending=X_pending,
+        prune_baseline=True,
+        cache_root=None,  # BoTorch caches the baseline Cholesky where the model allows
+    )
+
+
+def outcome_constraints(
+    spec: StudySpec, data: list[OutcomeData]
+) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    """Callables on ``... x m`` posterior samples; a value ``<= 0`` means feasible."""
+    index = {outcome.name: i for i, outcome in enumerate(data)}
+    out: list[Callable[[torch.Tensor], torch.Tensor]] = []
+    for constraint in spec.outcome_constraints:
+        if constraint.metric not in index:
+            continue
+        i = index[constraint.metric]
+        bound = (
+            data[i].transform(constraint.bound) if constraint.bound > 0 or not data[i].log else None
+        )
+        if bound is None:  # a log-modelled positive metric against a bound <= 0
+            out.append(_constant(i, constraint.op == ">="))
+            continue
+        sign = 1.0 if constraint.op == "<=" else -1.0
+        out.append(_bound(i, bound, sign))
+    if FEASIBILITY in index:
+        out.append(_bound(index[FEASIBILITY], 0.5, 1.0))
+    return out
+
+
+def optimize(
+    acquisition: AcquisitionFunction,
+    encoder: UnitBoxEncoder,
+    q: int,
+    inequalities: list[Inequality],
+    settings: OptimizerSettings,
+) -> torch.Tensor:
+    """Maximize the acquisition over the unit box; returns ``q x d`` candidates."""
+    d = encoder.d
+    bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
+    discrete, categorical = encoder.discrete_dims, encoder.cat_dims
+    if discrete or categorical:
+        candidates, _ = optimize_acqf_mixed_alternating(
+            acquisition,
+            bounds=bounds,
+            discrete_dims=discrete or None,
+            cat_dims=categorical or None,
+            q=q,
+            num_restarts=settings.num_restarts,
+            raw_samples=settings.raw_samples,
+            inequality_constraints=inequalities or None,
+            options={"maxiter_alternating": 16},
+        )
+    else:
+        candidates, _ = optimize_acqf(
+            acquisition,
+            bounds=bounds,
+            q=q,
+            num_restarts=settings.num_restarts,
+            raw_samples=settings.raw_samples,
+            inequality_constraints=inequalities or None,
+            sequential=q > 1,
+            options={"maxiter": settings.maxiter},
+        )
+    return candidates.detach().reshape(q, d)
+
+
+def _bound(i: int, bound: float, sign: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    def constraint(samples: torch.Tensor) -> torch.Tensor:
+        return sign * (samples[..., i] - bound)
+
+    return constraint
+
+
+def _constant(i: int, satisfied: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    value = -1.0 if satisfied else 1.0
+
+    def constraint(samples: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(samples[..., i], value)
+
+    return constraint

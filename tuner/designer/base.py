@@ -1,0 +1,85 @@
+"""The designer contract: propose configurations from a study's stored history.
+
+After OSS Vizier's ``Designer``: ``suggest(count, completed, pending)`` sees every finished
+trial and every trial still in flight, and returns new configurations. A designer keeps no
+state of its own between calls (at most a cache that only saves time), so a server that
+crashed and restarted suggests exactly what it would have suggested.
+
+``History`` sorts the trials once into what each part of a designer needs: trials the model
+learns from, pending points, and the set of configurations that must not be suggested again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tuner.encoding import UnitBoxEncoder
+from tuner.space import Config
+from tuner.study import StudySpec
+from tuner.trial import OBSERVED, Trial, TrialStatus
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A proposed configuration and what produced it.
+
+    Attributes:
+        config: Knob name -> value, valid for the study's space and parameter constraints.
+        source: ``default``, ``sobol``, ``bo``, ``random`` or ``fallback``.
+        warning: Numerical trouble met while producing it (recorded on the trial).
+    """
+
+    config: Config
+    source: str
+    warning: str = ""
+
+
+@dataclass(frozen=True)
+class History:
+    """A study's trials, sorted for the designer.
+
+    Attributes:
+        observed: Trials the model learns from (COMPLETED, INFEASIBLE, TIMED_OUT).
+        pending: Trials handed out or queued and not finished (ACTIVE, PENDING).
+        taken: Keys of configurations never to suggest again (observed, pending, abandoned).
+            FAILED trials are not included: an infrastructure failure says nothing about the
+            configuration, so it may be tried again.
+        size: Number of trials that count toward the initial design (all but FAILED).
+    """
+
+    observed: tuple[Trial, ...]
+    pending: tuple[Trial, ...]
+    taken: frozenset[tuple[int, ...]] = field(default_factory=frozenset)
+    size: int = 0
+
+    @classmethod
+    def build(
+        cls, encoder: UnitBoxEncoder, completed: Sequence[Trial], pending: Sequence[Trial]
+    ) -> History:
+        observed = tuple(t for t in completed if t.status in OBSERVED)
+        active = tuple(t for t in pending if t.status.is_pending)
+        kept = [t for t in (*completed, *active) if t.status is not TrialStatus.FAILED]
+        taken = frozenset(encoder.key(t.config) for t in kept)
+        return cls(observed, active, taken, len(kept))
+
+
+class Designer:
+    """Base class: subclasses implement ``suggest``."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        self.encoder = UnitBoxEncoder(spec.space)
+
+    def suggest(
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+    ) -> list[Suggestion]:
+        """Propose ``count`` new configurations (fewer only when the space is exhausted)."""
+        raise NotImplementedError
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A 31-bit seed derived from the study seed and the call's context (stable across runs)."""
+    text = ":".join(str(p) for p in (seed, *parts))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big") & 0x7FFFFFFF

@@ -1,0 +1,189 @@
+"""The constrained Bayesian-optimization designer, and the quasi-random designers.
+
+One ``suggest`` call runs the whole policy over the stored history:
+
+1. the knobs' default configuration first (when the study asks for it and it is feasible);
+2. scrambled Sobol points until the initial design is complete;
+3. then model-based suggestions: fit (``model.py``) -> acquisition (``acquisition.py``) ->
+   acquisition optimization, with pending trials as ``X_pending``; a share
+   ``random_fraction`` of them is replaced by random points.
+
+Every suggestion is decoded to a valid configuration, checked against the linear parameter
+constraints, and compared with every configuration already taken; a duplicate is replaced by
+a random configuration. Numerical trouble (a Cholesky failure, NaNs, a fit that does not
+converge) never reaches the client: the designer falls back to quasi-random points and records
+a warning on the suggestion. All randomness derives from the study seed and the history size,
+so a restarted server makes the same suggestions.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import warnings
+from collections.abc import Sequence
+
+import torch
+
+from tuner.designer.acquisition import OptimizerSettings, build_acquisition, optimize
+from tuner.designer.base import Designer, History, Suggestion, derive_seed
+from tuner.designer.model import FitCache, fit_models, outcome_data
+from tuner.designer.quasirandom import FeasibleSampler
+from tuner.errors import StateError
+from tuner.space import Config
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus, is_feasible
+
+log = logging.getLogger(__name__)
+_WARNING_CHARS = 300
+
+
+class QuasiRandomDesigner(Designer):
+    """Default config, then Sobol (``algorithm = "sobol"``) or uniform random points."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        super().__init__(spec)
+        self.sampler = FeasibleSampler(spec, self.encoder)
+
+    def suggest(
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+    ) -> list[Suggestion]:
+        history = History.build(self.encoder, completed, pending)
+        out = self._default(completed, pending, count)
+        out += self._space_filling(history, out, count - len(out), self.spec.designer.algorithm)
+        return _checked(out, count, self.spec)
+
+    # -- shared policy steps -----------------------------------------------------------
+    def _default(
+        self, completed: Sequence[Trial], pending: Sequence[Trial], count: int
+    ) -> list[Suggestion]:
+        config = self.spec.space.default_config()
+        if not self.spec.designer.start_with_default or config is None or count < 1:
+            return []
+        key = self.encoder.key(config)
+        if any(self.encoder.key(t.config) == key for t in (*completed, *pending)):
+            return []
+        if not self.spec.satisfies_parameter_constraints(config):
+            log.warning(
+                "study %s: default configuration breaks a parameter constraint", self.spec.name
+            )
+            return []
+        return [Suggestion(config, "default")]
+
+    def _space_filling(
+        self, history: History, chosen: list[Suggestion], count: int, kind: str, warning: str = ""
+    ) -> list[Suggestion]:
+        if count <= 0:
+            return []
+        taken = history.taken | {self.encoder.key(s.config) for s in chosen}
+        seed = derive_seed(self.spec.designer.seed, kind)
+        if kind == "sobol":
+            configs = self.sampler.sobol(seed, count, taken)
+        elif kind == "fallback":  # a fresh scrambled sequence per history size
+            configs = self.sampler.sobol(derive_seed(seed, history.size), count, taken)
+        else:
+            seed = derive_seed(self.spec.designer.seed, kind, history.size, len(chosen))
+            configs = self.sampler.random(seed, count, taken)
+        return [Suggestion(c, kind, warning) for c in configs]
+
+
+class BODesigner(QuasiRandomDesigner):
+    """Constrained BO with an initial Sobol design (``algorithm = "bo"``)."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        cache: FitCache | None = None,
+        settings: OptimizerSettings | None = None,
+    ) -> None:
+        super().__init__(spec)
+        self.cache = cache
+        self.settings = settings or OptimizerSettings()
+
+    def suggest(
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+    ) -> list[Suggestion]:
+        history = History.build(self.encoder, completed, pending)
+        out = self._default(completed, pending, count)
+        initial = self.spec.designer.initial_size(len(self.spec.space))
+        n_sobol = max(0, min(count - len(out), initial - history.size - len(out)))
+        if not any(t.status is TrialStatus.COMPLETED for t in history.observed):
+            n_sobol = count - len(out)  # nothing to learn from yet
+        out += self._space_filling(history, out, n_sobol, "sobol")
+        if len(out) < count:
+            out += self._model_based(history, out, count - len(out))
+        return _checked(out, count, self.spec)
+
+    def _model_based(
+        self, history: History, chosen: list[Suggestion], count: int
+    ) -> list[Suggestion]:
+        seed = derive_seed(self.spec.designer.seed, "bo", history.size, len(chosen))
+        rng = random.Random(seed)
+        n_random = sum(rng.random() < self.spec.designer.random_fraction for _ in range(count))
+        try:
+            points = self._optimize(history, chosen, count - n_random, seed)
+        except Exception as err:  # numerical trouble is never the client's problem
+            log.warning(
+                "study %s: model-based suggestion failed, using quasi-random",
+                self.spec.name,
+                exc_info=True,
+            )
+            message = (
+                f"model failed ({type(err).__name__}: {err}); used a quasi-random configuration"
+            )
+            return self._space_filling(history, chosen, count, "fallback", message[:_WARNING_CHARS])
+        out = self._deduplicated(history, chosen, points)
+        return out + self._space_filling(history, chosen + out, count - len(out), "random")
+
+    def _optimize(
+        self, history: History, chosen: list[Suggestion], q: int, seed: int
+    ) -> list[Config]:
+        if q <= 0:
+            return []
+        data = outcome_data(self.spec, self.encoder, history.observed)
+        pending = [t.config for t in history.pending] + [s.config for s in chosen]
+        X_pending = self.encoder.encode_many(pending) if pending else None
+        any_feasible = any(is_feasible(self.spec, t) for t in history.observed)
+        with warnings.catch_warnings(record=True) as caught, torch.random.fork_rng():
+            warnings.simplefilter("always")
+            torch.manual_seed(seed)
+            model = fit_models(data, self.encoder, self.cache, self.spec.name)
+            acquisition = build_acquisition(
+                self.spec, model, data, data[0].X, X_pending, any_feasible, seed
+            )
+            candidates = optimize(
+                acquisition, self.encoder, q, self.sampler.inequalities, self.settings
+            )
+        for w in caught:  # jitter and optimizer notes: logged, not recorded on the trial
+            log.debug("study %s: %s: %s", self.spec.name, w.category.__name__, w.message)
+        configs = [self.encoder.decode(row.tolist()) for row in candidates]
+        return configs
+
+    def _deduplicated(
+        self, history: History, chosen: list[Suggestion], configs: list[Config]
+    ) -> list[Suggestion]:
+        taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
+        out: list[Suggestion] = []
+        for config in configs:
+            repaired = self.sampler.feasible(config)
+            if repaired is None or self.encoder.key(repaired) in taken:
+                continue
+            taken.add(self.encoder.key(repaired))
+            out.append(Suggestion(repaired, "bo"))
+        return out
+
+
+def make_designer(spec: StudySpec, cache: FitCache | None = None) -> Designer:
+    """The designer the study's settings ask for."""
+    if spec.designer.algorithm == "bo":
+        return BODesigner(spec, cache)
+    return QuasiRandomDesigner(spec)
+
+
+def _checked(out: list[Suggestion], count: int, spec: StudySpec) -> list[Suggestion]:
+    if not out and count > 0:
+        raise StateError(
+            f"study {spec.name}: the search space is exhausted; every valid configuration "
+            "has been tried or is pending"
+        )
+    return out[:count]

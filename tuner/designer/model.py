@@ -1,0 +1,180 @@
+"""Model build and fit: one Gaussian process per outcome on the unit box.
+
+Outcomes are the study's metrics (the objective and every constrained metric) and, once some
+configuration has broken the system, a *feasibility* outcome (0 = ran, 1 = INFEASIBLE or
+TIMED_OUT) whose GP acts as a soft classifier. Each GP is BoTorch's ``SingleTaskGP`` (or
+``MixedSingleTaskGP`` with a categorical kernel when the space has categorical knobs) with an
+input ``Normalize`` over the unit box and a ``Standardize`` outcome transform, trained on the
+trials that reported that outcome. Positive metrics spanning more than an order of magnitude
+(latencies, throughputs) are modelled in log space, where they are closer to Gaussian.
+
+Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last fitted
+hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
+The cache only saves time: without it the same model is fitted from the priors.
+
+References:
+    Hvarfner, Hellsten, Nardi, "Vanilla Bayesian optimization performs great in high
+    dimensions", ICML 2024 (the dimension-scaled priors of BoTorch's default GP).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import torch
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
+from botorch.models.gpytorch import GPyTorchModel
+from botorch.models.transforms.input import Normalize
+from botorch.models.transforms.outcome import Standardize
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from tuner.encoding import UnitBoxEncoder
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+FEASIBILITY = "__feasibility__"
+_LOG_SPAN = 10.0  # model positive metrics in log space when max/min exceeds this
+_WARM_KEYS = ("covar_module", "likelihood", "mean_module")
+
+
+@dataclass(frozen=True)
+class OutcomeData:
+    """Training data of one outcome.
+
+    Attributes:
+        name: Metric name, or ``FEASIBILITY``.
+        X: ``n x d`` unit-box inputs.
+        Y: ``n x 1`` targets (log-transformed when ``log``).
+        log: Whether ``Y`` holds ``log(metric)``.
+    """
+
+    name: str
+    X: torch.Tensor
+    Y: torch.Tensor
+    log: bool = False
+
+    def transform(self, value: float) -> float:
+        """Map a bound in metric units to the model's units."""
+        return math.log(value) if self.log else value
+
+
+class FitCache:
+    """Last fitted hyperparameters per (study, outcome); thread-safe, in memory only."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, str], tuple[int, dict[str, torch.Tensor]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str], d: int) -> dict[str, torch.Tensor] | None:
+        with self._lock:
+            entry = self._states.get(key)
+        return entry[1] if entry is not None and entry[0] == d else None
+
+    def put(self, key: tuple[str, str], d: int, state: dict[str, torch.Tensor]) -> None:
+        with self._lock:
+            self._states[key] = (d, state)
+
+    def forget(self, study: str) -> None:
+        with self._lock:
+            for key in [k for k in self._states if k[0] == study]:
+                del self._states[key]
+
+
+def outcome_data(
+    spec: StudySpec, encoder: UnitBoxEncoder, observed: tuple[Trial, ...]
+) -> list[OutcomeData]:
+    """Training sets for every outcome with at least one observation (objective first)."""
+    out: list[OutcomeData] = []
+    for name in spec.metric_names:
+        rows = [t for t in observed if _finite(t.metrics.get(name))]
+        if not rows:
+            continue
+        values = torch.tensor([[t.metrics[name]] for t in rows], dtype=torch.float64)
+        use_log = bool((values > 0).all()) and float(values.max() / values.min()) > _LOG_SPAN
+        out.append(
+            OutcomeData(
+                name,
+                encoder.encode_many([t.config for t in rows]),
+                values.log() if use_log else values,
+                use_log,
+            )
+        )
+    if any(t.status is not TrialStatus.COMPLETED for t in observed):
+        labels = [[0.0 if t.status is TrialStatus.COMPLETED else 1.0] for t in observed]
+        out.append(
+            OutcomeData(
+                FEASIBILITY,
+                encoder.encode_many([t.config for t in observed]),
+                torch.tensor(labels, dtype=torch.float64),
+            )
+        )
+    return out
+
+
+def fit_models(
+    data: list[OutcomeData],
+    encoder: UnitBoxEncoder,
+    cache: FitCache | None = None,
+    cache_scope: str = "",
+) -> ModelListGP:
+    """Fit the outcomes' GPs, warm-started from the cache; outputs keep ``data``'s order.
+
+    Outcomes observed on the same trials (usually all metrics) share one batched
+    multi-output GP, which makes every posterior evaluation of the acquisition a single
+    batched computation instead of one per outcome.
+    """
+    models = []
+    for group in _groups(data):
+        model = build_model(group, encoder)
+        key = (cache_scope, ",".join(o.name for o in group))
+        state = cache.get(key, encoder.d) if cache is not None else None
+        if state is not None:
+            model.load_state_dict(state, strict=False)
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        model.eval()
+        if cache is not None:
+            cache.put(key, encoder.d, _hyperparameters(model))
+        models.append(model)
+    return ModelListGP(*models)
+
+
+def build_model(group: list[OutcomeData], encoder: UnitBoxEncoder) -> GPyTorchModel:
+    """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel."""
+    d = encoder.d
+    X = group[0].X
+    Y = torch.cat([o.Y for o in group], dim=-1)
+    cat_dims = sorted(encoder.cat_dims)
+    cont = [i for i in range(d) if i not in encoder.cat_dims]
+    unit = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
+    normalize = Normalize(d=d, indices=cont or None, bounds=unit)
+    standardize = Standardize(m=len(group))
+    if cat_dims:
+        return MixedSingleTaskGP(
+            X, Y, cat_dims=cat_dims, input_transform=normalize, outcome_transform=standardize
+        )
+    return SingleTaskGP(X, Y, input_transform=normalize, outcome_transform=standardize)
+
+
+def _groups(data: list[OutcomeData]) -> list[list[OutcomeData]]:
+    """Consecutive outcomes with identical inputs, in order."""
+    groups: list[list[OutcomeData]] = []
+    for outcome in data:
+        last = groups[-1][0] if groups else None
+        if last is not None and last.X.shape == outcome.X.shape and torch.equal(last.X, outcome.X):
+            groups[-1].append(outcome)
+        else:
+            groups.append([outcome])
+    return groups
+
+
+def _hyperparameters(model: GPyTorchModel) -> dict[str, torch.Tensor]:
+    return {
+        k: v.detach().clone() for k, v in model.state_dict().items() if k.startswith(_WARM_KEYS)
+    }
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

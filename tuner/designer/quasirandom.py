@@ -1,0 +1,157 @@
+"""Space-filling configurations that honour linear parameter constraints.
+
+The initial design is a scrambled Sobol sequence (Owen scrambling, seeded by the study) read
+from its start on every call and skipping configurations already taken, so the ``i``-th
+Sobol trial of a study is the same after a restart. Points whose decoded configuration breaks
+a linear parameter constraint are rejected; when the feasible region is too small for
+rejection to fill a request, hit-and-run samples of the constraint polytope complete it
+(BoTorch ``get_polytope_samples``). Integer knobs are rounded after decoding, which can cross a
+constraint boundary, so a rounded point is repaired by trying the floor/ceiling alternatives.
+
+References:
+    Owen, "Scrambling Sobol' and Niederreiter-Xing points", J. Complexity 1998.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+
+import torch
+from botorch.utils.sampling import get_polytope_samples
+from torch.quasirandom import SobolEngine
+
+from tuner.encoding import UnitBoxEncoder
+from tuner.space import Config, FloatKnob, IntKnob
+from tuner.study import StudySpec
+
+_CHUNK = 1024
+_MAX_SOBOL = 16 * _CHUNK
+_MAX_REPAIR_DIMS = 6
+
+# BoTorch's form of a linear inequality: sum(coefficients * x[indices]) >= rhs
+Inequality = tuple[torch.Tensor, torch.Tensor, float]
+
+
+class FeasibleSampler:
+    """Draws configurations of ``spec`` that satisfy its parameter constraints."""
+
+    def __init__(self, spec: StudySpec, encoder: UnitBoxEncoder) -> None:
+        self.spec = spec
+        self.encoder = encoder
+        self.inequalities = unit_box_inequalities(spec, encoder)
+
+    def sobol(self, seed: int, count: int, taken: frozenset[tuple[int, ...]]) -> list[Config]:
+        """The first ``count`` feasible, untaken points of the study's Sobol sequence."""
+        return self._collect(self._sobol_points(seed), seed, count, taken)
+
+    def random(self, seed: int, count: int, taken: frozenset[tuple[int, ...]]) -> list[Config]:
+        """``count`` feasible, untaken uniformly random configurations."""
+        generator = torch.Generator().manual_seed(seed)
+
+        def points() -> Iterator[torch.Tensor]:
+            for _ in range(_MAX_SOBOL // _CHUNK):
+                yield from torch.rand(
+                    _CHUNK, self.encoder.d, generator=generator, dtype=torch.float64
+                )
+
+        return self._collect(points(), seed, count, taken)
+
+    def feasible(self, config: Config) -> Config | None:
+        """``config`` if it satisfies the constraints, else its nearest integer repair, or None."""
+        if self.spec.satisfies_parameter_constraints(config):
+            return config
+        return self._repair(config)
+
+    # -- private -----------------------------------------------------------------------
+    def _sobol_points(self, seed: int) -> Iterator[torch.Tensor]:
+        engine = SobolEngine(self.encoder.d, scramble=True, seed=seed)
+        for _ in range(_MAX_SOBOL // _CHUNK):
+            yield from engine.draw(_CHUNK, dtype=torch.float64)
+
+    def _collect(
+        self,
+        points: Iterator[torch.Tensor],
+        seed: int,
+        count: int,
+        taken: frozenset[tuple[int, ...]],
+    ) -> list[Config]:
+        out: list[Config] = []
+        seen = set(taken)
+        for point in itertools.chain(points, self._polytope_points(seed, count)):
+            config = self.feasible(self.encoder.decode(point.tolist()))
+            if config is None:
+                continue
+            key = self.encoder.key(config)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(config)
+            if len(out) == count:
+                break
+        return out
+
+    def _polytope_points(self, seed: int, count: int) -> Iterator[torch.Tensor]:
+        if not self.inequalities:
+            return
+        d = self.encoder.d
+        bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
+        try:
+            samples = get_polytope_samples(
+                n=max(64, 8 * count),
+                bounds=bounds,
+                inequality_constraints=self.inequalities,
+                seed=seed,
+                n_burnin=200,
+                n_thinning=4,
+            )
+        except (RuntimeError, ValueError):
+            return  # infeasible or degenerate polytope: nothing more to offer
+        yield from samples
+
+    def _repair(self, config: Config) -> Config | None:
+        names = {n for c in self.spec.parameter_constraints for n, _ in c.terms}
+        ints = [n for n in names if isinstance(self.spec.space[n], IntKnob)][:_MAX_REPAIR_DIMS]
+        if not ints:
+            return None
+        best: Config | None = None
+        best_dist = math.inf
+        for shifts in itertools.product((-1, 0, 1), repeat=len(ints)):
+            candidate = dict(config)
+            for name, shift in zip(ints, shifts, strict=True):
+                knob = self.spec.space[name]
+                assert isinstance(knob, IntKnob)
+                candidate[name] = int(min(knob.high, max(knob.low, int(config[name]) + shift)))
+            if self.spec.satisfies_parameter_constraints(candidate):
+                dist = sum(abs(s) for s in shifts)
+                if dist < best_dist:
+                    best, best_dist = candidate, dist
+        return best
+
+
+def unit_box_inequalities(spec: StudySpec, encoder: UnitBoxEncoder) -> list[Inequality]:
+    """The spec's linear constraints rewritten over unit-box coordinates, in BoTorch's form.
+
+    With ``x_i = low_i + (high_i - low_i) * u_i``, ``sum c_i x_i <= b`` becomes
+    ``sum (-c_i (high_i - low_i)) u_i >= -(b - sum c_i low_i)``.
+    """
+    index = {dim.knob.name: i for i, dim in enumerate(encoder.dims)}
+    out: list[Inequality] = []
+    for constraint in spec.parameter_constraints:
+        indices, coefficients = [], []
+        rhs = constraint.bound
+        for name, coef in constraint.terms:
+            knob = spec.space[name]
+            assert isinstance(knob, FloatKnob | IntKnob)
+            indices.append(index[name])
+            coefficients.append(-coef * (knob.high - knob.low))
+            rhs -= coef * knob.low
+        out.append(
+            (
+                torch.tensor(indices, dtype=torch.long),
+                torch.tensor(coefficients, dtype=torch.float64),
+                -rhs,
+            )
+        )
+    return out
