@@ -76,7 +76,7 @@ class OutcomeConstraint:
         return self.slack(value) >= 0.0
 
     def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.bound:g}"
+        return f"{self.metric} {self.op} {_number(self.bound)}"
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,15 @@ class LinearConstraint:
         return self.value(config) <= self.bound + tol * scale
 
     def __str__(self) -> str:
-        return self.text or " + ".join(f"{c:g}*{n}" for n, c in self.terms) + f" <= {self.bound:g}"
+        if self.text:
+            return self.text
+        terms = " + ".join(f"{_number(c)}*{n}" for n, c in self.terms)
+        return f"{terms} <= {_number(self.bound)}"
+
+
+def _number(value: float) -> str:
+    """The shortest text that parses back to exactly ``value``."""
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
 def _tokenize(text: str, field: str) -> list[tuple[str, str]]:

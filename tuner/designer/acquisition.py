@@ -8,10 +8,9 @@
 
 Pending (ACTIVE) trials are ``X_pending``: the acquisition integrates over their unknown
 outcomes, so parallel workers get different configurations. The acquisition is optimized
-with multi-start L-BFGS-B (``optimize_acqf``), or with BoTorch's alternating
-discrete/continuous local search (``optimize_acqf_mixed_alternating``) when the space has
-integer, ordinal, bool or categorical knobs; linear parameter constraints are passed to the
-optimizer as inequalities over the unit box.
+with multi-start L-BFGS-B (``optimize_acqf``) when every knob is continuous, honouring linear
+parameter constraints as inequalities over the unit box; spaces with discrete knobs use the
+batched local search of ``local_search.py``.
 
 References:
     Ament, Daulton, Eriksson, Balandat, Bakshy, "Unexpected improvements to expected
@@ -31,12 +30,10 @@ from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabil
 from botorch.acquisition.objective import GenericMCObjective
 from botorch.models import ModelListGP
 from botorch.optim import optimize_acqf
-from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
 from botorch.sampling import SobolQMCNormalSampler
 
 from tuner.designer.model import FEASIBILITY, OutcomeData
 from tuner.designer.quasirandom import Inequality
-from tuner.encoding import UnitBoxEncoder
 from tuner.study import Goal, StudySpec
 
 MC_SAMPLES = 128
@@ -114,40 +111,25 @@ def outcome_constraints(
     return out
 
 
-def optimize(
+def optimize_continuous(
     acquisition: AcquisitionFunction,
-    encoder: UnitBoxEncoder,
+    d: int,
     q: int,
     inequalities: list[Inequality],
     settings: OptimizerSettings,
 ) -> torch.Tensor:
-    """Maximize the acquisition over the unit box; returns ``q x d`` candidates."""
-    d = encoder.d
+    """Maximize the acquisition over the continuous unit box; returns ``q x d`` candidates."""
     bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
-    discrete, categorical = encoder.discrete_dims, encoder.cat_dims
-    if discrete or categorical:
-        candidates, _ = optimize_acqf_mixed_alternating(
-            acquisition,
-            bounds=bounds,
-            discrete_dims=discrete or None,
-            cat_dims=categorical or None,
-            q=q,
-            num_restarts=settings.num_restarts,
-            raw_samples=settings.raw_samples,
-            inequality_constraints=inequalities or None,
-            options={"maxiter_alternating": 16},
-        )
-    else:
-        candidates, _ = optimize_acqf(
-            acquisition,
-            bounds=bounds,
-            q=q,
-            num_restarts=settings.num_restarts,
-            raw_samples=settings.raw_samples,
-            inequality_constraints=inequalities or None,
-            sequential=q > 1,
-            options={"maxiter": settings.maxiter},
-        )
+    candidates, _ = optimize_acqf(
+        acquisition,
+        bounds=bounds,
+        q=q,
+        num_restarts=settings.num_restarts,
+        raw_samples=settings.raw_samples,
+        inequality_constraints=inequalities or None,
+        sequential=q > 1,
+        options={"maxiter": settings.maxiter},
+    )
     return candidates.detach().reshape(q, d)
 
 

@@ -1,0 +1,1 @@
+"""The versioned wire API: code generated from ``proto/`` by ``scripts/gen_proto.sh``."""

@@ -1,0 +1,202 @@
+"""Building and running the gRPC server.
+
+``build_server`` assembles an unstarted ``grpc.Server`` around a ``TuningService``: the
+``tuner.v1.TunerService`` servicer, the standard health service (``grpc.health.v1.Health``;
+the overall service ``""`` and ``tuner.v1.TunerService`` report SERVING) and server
+reflection, so ``grpcurl`` and ``grpc_cli`` can list and call the API without the proto
+file. Tests bind port 0 and read the port the kernel picked.
+
+``serve`` is the long-running process: it opens the SQLite database, serves until SIGTERM
+or SIGINT, then shuts down gracefully: health turns NOT_SERVING (load balancers stop
+routing), in-flight calls get ``grace`` seconds to finish, and only then is the storage
+closed. It binds to loopback unless told otherwise; the API has no authentication, so
+exposing it is a deliberate choice (``host="0.0.0.0"`` behind a firewall or a proxy).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from server.api.v1 import tuner_pb2_grpc as pb_grpc
+from server.service import TuningService
+from server.servicer import SERVICE_NAME, TunerServicer
+from server.storage import SQLiteStorage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 50051
+HEALTH_SERVICE_NAME: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+
+# The health servicer of each server built here, so that shutdown can mark it NOT_SERVING.
+_HEALTH: weakref.WeakKeyDictionary[grpc.Server, health.HealthServicer] = weakref.WeakKeyDictionary()
+
+
+def build_server(
+    service: TuningService,
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    max_workers: int = 16,
+) -> tuple[grpc.Server, int]:
+    """An unstarted server for ``service``, bound to ``host:port``.
+
+    Args:
+        service: What the servicer delegates to; the caller keeps ownership (and closes it
+            after stopping the server).
+        host: Interface to bind; loopback by default. IPv6 literals are accepted bare.
+        port: TCP port; 0 lets the kernel pick a free one.
+        max_workers: Threads serving calls concurrently.
+
+    Returns:
+        ``(server, port)``: the server (call ``start()``; stop it with ``stop_server``) and
+        the port it is bound to.
+
+    Raises:
+        OSError: The address cannot be bound (in use, or not an address of this host).
+    """
+    executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tuner-grpc")
+    # No SO_REUSEPORT: a second server on a busy port must fail, not share the port.
+    server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
+    pb_grpc.add_TunerServiceServicer_to_server(TunerServicer(service), server)
+
+    health_servicer = health.HealthServicer()
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    _HEALTH[server] = health_servicer
+
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = format_address(host, port)
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as error:
+        executor.shutdown(wait=False)
+        raise OSError(f"cannot listen on {address}: address in use or not local") from error
+    return server, bound
+
+
+def stop_server(server: grpc.Server, grace: float | None = 5.0) -> threading.Event:
+    """Stop ``server`` gracefully: health NOT_SERVING first, then ``server.stop(grace)``.
+
+    Args:
+        server: A server from ``build_server``.
+        grace: Seconds in-flight calls may still run; ``None`` aborts them at once.
+
+    Returns:
+        The event ``grpc.Server.stop`` returns; it is set once the server has stopped.
+    """
+    health_servicer = _HEALTH.get(server)
+    if health_servicer is not None:
+        health_servicer.enter_graceful_shutdown()
+    return server.stop(grace)
+
+
+def serve(
+    db_path: str | os.PathLike[str],
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    max_workers: int = 16,
+    grace: float = 5.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """Serve the studies in the SQLite database ``db_path`` until told to stop.
+
+    Stops on SIGTERM or SIGINT when called from the main thread (the previous handlers are
+    restored on return), or when ``stop`` is set (from another thread or a test). Shutdown
+    marks health NOT_SERVING, lets in-flight calls finish for ``grace`` seconds, then closes
+    the service and its storage.
+
+    Args:
+        db_path: The database file; created if missing.
+        host: Interface to bind; loopback by default.
+        port: TCP port; 0 picks a free one (logged).
+        max_workers: Threads serving calls concurrently.
+        grace: Seconds in-flight calls may run after a stop is requested.
+        stop: An event that ends serving when set.
+
+    Raises:
+        StorageError: The database cannot be opened.
+        OSError: The address cannot be bound.
+    """
+    stop = stop or threading.Event()
+    storage = SQLiteStorage(db_path)
+    try:
+        service = TuningService(storage)
+        try:
+            _serve_until(service, host, port, max_workers, grace, stop, db_path)
+        finally:
+            service.close()
+    finally:
+        storage.close()
+    log.info("tuner server stopped")
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port`` as gRPC wants it, with brackets around IPv6 literals."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+# -- private helpers ---------------------------------------------------------------------
+
+
+def _serve_until(
+    service: TuningService,
+    host: str,
+    port: int,
+    max_workers: int,
+    grace: float,
+    stop: threading.Event,
+    db_path: str | os.PathLike[str],
+) -> None:
+    server, bound = build_server(service, host, port, max_workers)
+    previous = _install_signal_handlers(stop)
+    try:
+        server.start()
+        log.info(
+            "tuner serving %s on %s (database %s)",
+            SERVICE_NAME,
+            format_address(host, bound),
+            os.fspath(db_path),
+        )
+        while not stop.wait(timeout=1.0):
+            pass
+        log.info("shutting down: health NOT_SERVING, %.1f s grace for in-flight calls", grace)
+        stop_server(server, grace).wait()
+    finally:
+        _restore_signal_handlers(previous)
+
+
+def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:
+    """Make SIGTERM and SIGINT set ``stop``; a no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, handle)
+    return previous
+
+
+def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)

@@ -1,0 +1,296 @@
+"""The ``tuner`` command line.
+
+::
+
+    tuner tune CONFIG [--server HOST:PORT] [--db PATH] [--trials N] [--name NAME] [--plot PNG]
+    tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051]
+    tuner studies [--server HOST:PORT | --db PATH]
+    tuner show STUDY [--json]
+    tuner best STUDY [--json]
+    tuner plot STUDY [--out PNG]
+
+``tune`` runs the study in-process on a local SQLite file unless ``--server`` names a
+running server. Read commands open the file read-only (the server stays the only writer) or
+ask the server. Exit codes: 0 success, 1 the request failed (message on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from server.config import DEFAULT_DB, load_config
+from server.plot import plot_convergence
+from server.session import SessionResult, run_session
+from server.storage import SQLiteStorage
+from targets.signals import terminate_on_sigterm
+from tuner.errors import TunerError
+from tuner.trial import Trial, best_trial
+
+out = Console()
+err = Console(stderr=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tuner`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except TunerError as exc:
+        err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+        return 1
+    except grpc.RpcError as exc:
+        err.print(f"[bold red]error:[/] server {args.server}: {exc.details()}", highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted; the study is saved and resumes where it stopped")
+        return 130
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    overrides = {"trials": args.trials, "db": args.db, "plot": args.plot, "name": args.name}
+    config = load_config(args.config, overrides)
+    spec = config.spec
+    with terminate_on_sigterm(), _api(args.server, config.db, writable=True) as api:
+        where = args.server or str(config.db)
+        out.print(
+            f"study [bold]{spec.name}[/]: {len(spec.space)} knobs, {config.trials} trials, "
+            f"target {config.target.kind}, results in {where}",
+            highlight=False,
+        )
+        out.print(f"preparing the {config.target.kind} target...")
+        with config.target as target, _progress() as progress:
+            task = progress.add_task("tuning", total=config.trials, best="-")
+
+            def on_trial(trial: Trial, finished: int) -> None:
+                best = best_trial(spec, api.list_trials(spec.name))
+                value = f"{best.metrics[spec.objective.name]:.4g}" if best else "none feasible"
+                progress.update(task, completed=finished, best=value)
+
+            result = run_session(api, target, spec, config.trials, on_trial)
+    _print_result(result)
+    path = plot_convergence(spec, result.trials, config.plot)
+    out.print(f"convergence plot: {path}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from server.app import serve
+
+    logging.getLogger().setLevel(logging.INFO)
+    serve(args.db, host=args.host, port=args.port)
+    return 0
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    with _api(args.server, args.db) as api:
+        infos = api.list_studies()
+    table = Table("study", "objective", "knobs", "trials", "best trial")
+    for info in infos:
+        spec = info.spec
+        table.add_row(
+            spec.name,
+            f"{spec.objective.goal.value} {spec.objective.name}",
+            str(len(spec.space)),
+            str(sum(info.trial_counts.values())),
+            str(info.best_trial_id or "-"),
+        )
+    out.print(table)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _api(args.server, args.db) as api:
+        spec = api.get_study(args.study).spec
+        trials = api.list_trials(args.study)
+    if args.json:
+        print(
+            json.dumps(
+                {"study": spec.to_dict(), "trials": [_trial_dict(t) for t in trials]}, indent=2
+            )
+        )
+        return 0
+    metrics = list(spec.metric_names)
+    table = Table("id", "status", "source", *metrics, *spec.space.names, "reason")
+    for t in trials:
+        table.add_row(
+            str(t.id),
+            t.status.value,
+            t.source,
+            *[_fmt(t.metrics.get(m)) for m in metrics],
+            *[_fmt(t.config[k]) for k in spec.space.names],
+            t.reason[:60],
+        )
+    out.print(table)
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    with _api(args.server, args.db) as api:
+        trial = api.get_best_trial(args.study)
+    if args.json:
+        print(json.dumps(_trial_dict(trial), indent=2))
+    else:
+        _print_trial(f"best trial of {args.study}", trial)
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    with _api(args.server, args.db) as api:
+        spec = api.get_study(args.study).spec
+        trials = api.list_trials(args.study)
+    path = plot_convergence(spec, trials, args.out or f"{args.study}.png")
+    out.print(f"wrote {path}")
+    return 0
+
+
+# -- helpers --------------------------------------------------------------------------------
+@contextmanager
+def _api(server: str | None, db: Path, writable: bool = False) -> Iterator[Any]:
+    """A ``TunerClient`` for ``server``, else a ``TuningService`` over the file ``db``."""
+    if server:
+        from server.client import TunerClient
+
+        with TunerClient(server) as client:
+            client.wait_ready(10)
+            yield client
+        return
+    from server.service import TuningService
+
+    if writable:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    elif not db.exists():
+        raise TunerError(f"no database at {db}; run `tuner tune` first or pass --db/--server")
+    storage = SQLiteStorage(db, read_only=not writable)
+    service = TuningService(storage)
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@contextmanager
+def _progress() -> Iterator[Progress]:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("best: {task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=out,
+    ) as progress:
+        yield progress
+
+
+def _print_result(result: SessionResult) -> None:
+    spec = result.spec
+    name = spec.objective.name
+    if result.default is not None:
+        _print_trial("default configuration", result.default)
+    if result.best is None:
+        out.print("[bold red]no feasible configuration found[/]")
+        return
+    _print_trial("best configuration", result.best)
+    if result.ratio is not None:
+        word = "higher" if spec.objective.goal.value == "maximize" else "lower"
+        under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
+        out.print(
+            f"[bold green]improvement: {result.ratio:.2f}x[/] ({name} {word} than the "
+            f"default's, feasible under {under})",
+            highlight=False,
+        )
+
+
+def _print_trial(title: str, trial: Trial) -> None:
+    table = Table(title=f"{title} (trial {trial.id}, {trial.status.value})", show_header=False)
+    for key, value in trial.config.items():
+        table.add_row(key, _fmt(value))
+    for key, value in trial.metrics.items():
+        table.add_row(f"[bold]{key}[/]", _fmt(value))
+    if trial.reason:
+        table.add_row("reason", trial.reason)
+    out.print(table)
+
+
+def _trial_dict(trial: Trial) -> dict[str, Any]:
+    return {
+        "id": trial.id,
+        "status": trial.status.value,
+        "config": trial.config,
+        "metrics": trial.metrics,
+        "reason": trial.reason,
+        "source": trial.source,
+        "client_id": trial.client_id,
+        "warning": trial.warning,
+    }
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tuner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, func: Any, help_: str, db: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        if db:
+            p.add_argument("--server", metavar="HOST:PORT", help="use a running tuner server")
+            p.add_argument(
+                "--db",
+                type=Path,
+                default=DEFAULT_DB,
+                help=f"local study database (default {DEFAULT_DB})",
+            )
+        return p
+
+    tune = command("tune", cmd_tune, "run a tuning session from a TOML config")
+    tune.set_defaults(db=None)
+    tune.add_argument("config", type=Path)
+    tune.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
+    tune.add_argument("--name", help="study name (overrides [study] name)")
+    tune.add_argument("--plot", type=Path, help="convergence plot PNG path")
+
+    serve = command("serve", cmd_serve, "serve studies over gRPC", db=False)
+    serve.add_argument("--db", type=Path, default=DEFAULT_DB)
+    serve.add_argument("--host", default="127.0.0.1", help="interface (default loopback)")
+    serve.add_argument("--port", type=int, default=50051)
+
+    command("studies", cmd_studies, "list studies")
+    for name, func, help_ in (
+        ("show", cmd_show, "show a study's trials"),
+        ("best", cmd_best, "show a study's best feasible trial"),
+    ):
+        p = command(name, func, help_)
+        p.add_argument("study")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+    plot = command("plot", cmd_plot, "write a study's convergence plot")
+    plot.add_argument("study")
+    plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""A small Python client for ``tuner.v1.TunerService``, speaking in domain types.
+
+``TunerClient`` mirrors ``TuningService`` method for method, so code written against the
+service runs unchanged against a remote server: it takes and returns ``StudySpec``,
+``StudyInfo`` and ``Trial``, and raises the same ``tuner.errors`` classes, rebuilt from the
+status code by the inverse of the server's error table (``server.errors.error_from_rpc``).
+Failures that are not the server's verdict (it cannot be reached, a deadline passed) stay
+``grpc.RpcError``.
+
+Example::
+
+    with TunerClient("127.0.0.1:50051") as client:
+        client.wait_ready(10)
+        info, created = client.create_study(spec)
+        (trial,) = client.suggest_trials(spec.name, 1, client_id="worker-1")
+        client.complete_trial(spec.name, trial.id, {"tps": 1234.0})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from server import convert
+from server.api.v1 import tuner_pb2 as pb
+from server.api.v1 import tuner_pb2_grpc as pb_grpc
+from server.errors import error_from_rpc
+from server.service import StudyInfo
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+_Reply = TypeVar("_Reply")
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["TunerService"].full_name
+
+
+class TunerClient:
+    """A connection to a tuner server.
+
+    Args:
+        target: The server's address, ``host:port`` (any gRPC target string).
+        timeout: Deadline in seconds of each call.
+    """
+
+    def __init__(self, target: str, timeout: float = 30.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(target)
+        self._stub = pb_grpc.TunerServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    # -- connection --------------------------------------------------------------------
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        """Block until the server's health service reports the tuner SERVING.
+
+        Raises:
+            TimeoutError: The server did not report SERVING within ``timeout`` seconds.
+        """
+        request = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
+        try:
+            reply = self._health.Check(request, timeout=timeout, wait_for_ready=True)
+        except grpc.RpcError as error:
+            raise TimeoutError(
+                f"tuner server at {self.target} not ready after {timeout} s: {_describe(error)}"
+            ) from None
+        if reply.status != health_pb2.HealthCheckResponse.SERVING:
+            status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            raise TimeoutError(f"tuner server at {self.target} is {status}")
+
+    def close(self) -> None:
+        """Close the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def __enter__(self) -> TunerClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- studies -----------------------------------------------------------------------
+    def create_study(self, spec: StudySpec) -> tuple[StudyInfo, bool]:
+        """Create ``spec``'s study, or load it when an identical one exists.
+
+        Returns:
+            ``(info, created)``; ``created`` is False when the study already existed.
+        """
+        request = pb.CreateStudyRequest(spec=convert.spec_to_proto(spec))
+        reply = self._call(self._stub.CreateStudy, request)
+        return convert.study_from_proto(reply.study), reply.created
+
+    def get_study(self, name: str) -> StudyInfo:
+        """The study named ``name`` (``NotFoundError`` if none)."""
+        reply = self._call(self._stub.GetStudy, pb.GetStudyRequest(name=name))
+        return convert.study_from_proto(reply)
+
+    def list_studies(self) -> list[StudyInfo]:
+        """Every study on the server."""
+        reply = self._call(self._stub.ListStudies, pb.ListStudiesRequest())
+        return [convert.study_from_proto(s) for s in reply.studies]
+
+    # -- trials ------------------------------------------------------------------------
+    def suggest_trials(self, study: str, count: int, client_id: str = "") -> list[Trial]:
+        """Up to ``count`` trials for ``client_id``: its ACTIVE trials first, then new ones.
+
+        An empty ``client_id`` is an anonymous worker: every call gets new trials.
+        """
+        request = pb.SuggestTrialsRequest(study=study, count=count, client_id=client_id)
+        reply = self._call(self._stub.SuggestTrials, request)
+        return [convert.trial_from_proto(t) for t in reply.trials]
+
+    def complete_trial(
+        self,
+        study: str,
+        trial_id: int,
+        metrics: Mapping[str, float] | None = None,
+        status: TrialStatus = TrialStatus.COMPLETED,
+        reason: str = "",
+    ) -> Trial:
+        """Finish an ACTIVE trial: COMPLETED with metrics, any other final status with a reason.
+
+        Raises:
+            ValidationError: ``status`` is PENDING or ACTIVE (checked before any call), or
+                the server rejected the metrics or the reason.
+            StateError: The trial is already finished.
+        """
+        request = pb.CompleteTrialRequest(
+            study=study,
+            trial_id=trial_id,
+            metrics=dict(metrics or {}),
+            status=convert.outcome_to_proto(status),
+            reason=reason,
+        )
+        return convert.trial_from_proto(self._call(self._stub.CompleteTrial, request))
+
+    def list_trials(
+        self, study: str, statuses: Collection[TrialStatus] | None = None
+    ) -> list[Trial]:
+        """The study's trials in id order, only those in ``statuses`` when given."""
+        request = pb.ListTrialsRequest(
+            study=study, statuses=[convert.status_to_proto(s) for s in statuses or ()]
+        )
+        reply = self._call(self._stub.ListTrials, request)
+        return [convert.trial_from_proto(t) for t in reply.trials]
+
+    def get_trial(self, study: str, trial_id: int) -> Trial:
+        """One trial (``NotFoundError`` if the study or the trial does not exist)."""
+        request = pb.GetTrialRequest(study=study, trial_id=trial_id)
+        return convert.trial_from_proto(self._call(self._stub.GetTrial, request))
+
+    def get_best_trial(self, study: str) -> Trial:
+        """The best feasible trial (``NotFoundError`` while there is none)."""
+        request = pb.GetBestTrialRequest(study=study)
+        return convert.trial_from_proto(self._call(self._stub.GetBestTrial, request))
+
+    # -- private -----------------------------------------------------------------------
+    def _call(self, method: Callable[..., _Reply], request: Any) -> _Reply:
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as error:
+            domain = error_from_rpc(error)
+            if domain is error:
+                raise
+            raise domain from error
+
+
+def _describe(error: grpc.RpcError) -> str:
+    code = getattr(error, "code", None)
+    details = getattr(error, "details", None)
+    if callable(code) and callable(details):
+        return f"{code().name}: {details()}"
+    return str(error)

@@ -1,0 +1,119 @@
+"""Study configs: the TOML file behind ``tuner tune CONFIG``.
+
+A config has three tables::
+
+    [study]            # StudySpec.from_dict's shape; knobs default to the target's catalog
+    name = "sqlite-oltp"
+    objectives = [{ name = "ops_per_s", goal = "maximize" }]
+    outcome_constraints = ["p95_ms <= 5"]
+    [study.designer]
+    seed = 0
+
+    [target]           # kind + the adapter's options
+    kind = "sqlite"
+    db_mb = 32
+
+    [session]          # how long to run and where results go
+    trials = 30
+
+Every error names the field (``study.objectives[0].goal``, ``target.kind``,
+``session.trials``) and what is allowed. Relative paths are resolved against the directory
+the command runs in.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from targets.base import Target
+from targets.registry import build_target
+from tuner.errors import ValidationError
+from tuner.space import knob_from_dict
+from tuner.study import StudySpec
+
+_TABLES = ("study", "target", "session")
+_SESSION_KEYS = ("trials", "db", "plot")
+DEFAULT_DB = Path("runs/tuner.db")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """A parsed config: the study, the target to build, and the session settings."""
+
+    spec: StudySpec
+    target: Target
+    trials: int
+    db: Path
+    plot: Path
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SessionConfig:
+    """Read and validate a config file; ``overrides`` replace ``[session]``/``study.name``."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValidationError("config", f"file not found: {path}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValidationError("config", f"{path} is not valid TOML: {err}") from None
+    return parse_config(data, overrides or {})
+
+
+def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConfig:
+    """Validate the tables of a config already read from TOML."""
+    unknown = set(data) - set(_TABLES)
+    if unknown:
+        raise ValidationError(sorted(unknown)[0], "unknown table", _TABLES)
+    study = dict(_table(data, "study"))
+    target_table = dict(_table(data, "target"))
+    session = dict(_table(data, "session"))
+    if overrides.get("name"):
+        study["name"] = overrides["name"]
+    kind = target_table.pop("kind", None)
+    if kind is None:
+        raise ValidationError("target.kind", "is required")
+    target = build_target(kind, target_table)
+    knobs = (
+        tuple(knob_from_dict(k, f"study.knobs[{i}]") for i, k in enumerate(study.pop("knobs")))
+        if "knobs" in study
+        else target.describe_knobs()
+    )
+    spec = StudySpec.from_dict(study, knobs=knobs)
+    _check_metrics(spec, target)
+    unknown = set(session) - set(_SESSION_KEYS)
+    if unknown:
+        raise ValidationError(f"session.{sorted(unknown)[0]}", "unknown setting", _SESSION_KEYS)
+    trials = overrides.get("trials") or session.get("trials", 30)
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= 100_000:
+        raise ValidationError("session.trials", f"got {trials!r}", "an integer in [1, 100000]")
+    db = Path(overrides.get("db") or session.get("db", DEFAULT_DB))
+    plot = Path(overrides.get("plot") or session.get("plot", db.parent / f"{spec.name}.png"))
+    return SessionConfig(spec, target, trials, db, plot)
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ValidationError(key, "must be a table")
+    return value
+
+
+def _check_metrics(spec: StudySpec, target: Target) -> None:
+    available = target.describe_metrics()
+    for i, objective in enumerate(spec.objectives):
+        if objective.name not in available:
+            raise ValidationError(
+                f"study.objectives[{i}].name",
+                f"the {target.kind} target does not report {objective.name!r}",
+                sorted(available),
+            )
+    for i, constraint in enumerate(spec.outcome_constraints):
+        if constraint.metric not in available:
+            raise ValidationError(
+                f"study.outcome_constraints[{i}]",
+                f"the {target.kind} target does not report {constraint.metric!r}",
+                sorted(available),
+            )

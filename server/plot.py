@@ -1,0 +1,87 @@
+"""Convergence plots: what a study found, trial by trial, as a PNG.
+
+Each measured trial is a dot (feasible) or a cross (it violated an outcome constraint);
+configurations that broke the system (INFEASIBLE, TIMED_OUT) are marked on the bottom edge.
+The line is the best feasible value so far, and the dashed line the default configuration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus, best_so_far, is_feasible
+
+
+def plot_convergence(spec: StudySpec, trials: list[Trial], path: str | Path) -> Path:
+    """Write the study's convergence plot to ``path`` (PNG) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = spec.objective.name
+    trials = sorted(trials, key=lambda t: t.id)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    try:
+        _draw_points(ax, spec, trials, name)
+        best = best_so_far(spec, trials)
+        xs = [t.id for t, b in zip(trials, best, strict=True) if b is not None]
+        ys = [b for b in best if b is not None]
+        if xs:
+            ax.step(xs, ys, where="post", color="tab:green", lw=2, label="best feasible so far")
+        default = next((t for t in trials if t.source == "default" and name in t.metrics), None)
+        if default is not None:
+            ax.axhline(default.metrics[name], color="grey", ls="--", lw=1, label="default config")
+        constraints = ", ".join(str(c) for c in spec.outcome_constraints) or "none"
+        ax.set_title(
+            f"{spec.name}: {spec.objective.goal.value} {name} (constraints: {constraints})"
+        )
+        ax.set_xlabel("trial")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _draw_points(ax: plt.Axes, spec: StudySpec, trials: list[Trial], name: str) -> None:
+    measured = [t for t in trials if t.status is TrialStatus.COMPLETED and name in t.metrics]
+    ok = [t for t in measured if is_feasible(spec, t)]
+    bad = [t for t in measured if not is_feasible(spec, t)]
+    if ok:
+        ax.scatter(
+            [t.id for t in ok],
+            [t.metrics[name] for t in ok],
+            s=18,
+            color="tab:blue",
+            label="feasible trial",
+            zorder=3,
+        )
+    if bad:
+        ax.scatter(
+            [t.id for t in bad],
+            [t.metrics[name] for t in bad],
+            s=22,
+            color="tab:orange",
+            marker="x",
+            label="violates a constraint",
+            zorder=3,
+        )
+    broken = [t for t in trials if t.status in (TrialStatus.INFEASIBLE, TrialStatus.TIMED_OUT)]
+    if broken:
+        ax.scatter(
+            [t.id for t in broken],
+            [0.0] * len(broken),
+            transform=ax.get_xaxis_transform(),
+            marker="v",
+            color="tab:red",
+            s=30,
+            clip_on=False,
+            label="config broke the system",
+        )

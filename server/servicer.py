@@ -1,0 +1,93 @@
+"""The gRPC servicer of ``tuner.v1.TunerService``: a thin shell over ``TuningService``.
+
+Each method converts its request (``server.convert``), calls the service, and converts the
+answer back. Nothing else happens here: validation lives in ``convert`` (wire shape) and in
+the domain and service (meaning); status codes come from the one table in ``server.errors``,
+applied by ``grpc_errors`` to every method.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from server import convert
+from server.api.v1 import tuner_pb2 as pb
+from server.api.v1 import tuner_pb2_grpc as pb_grpc
+from server.errors import grpc_errors
+from server.service import TuningService
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["TunerService"].full_name
+
+
+class TunerServicer(pb_grpc.TunerServiceServicer):
+    """Serves ``tuner.v1.TunerService`` from a ``TuningService``.
+
+    Args:
+        service: The service every call is delegated to. The servicer does not own it:
+            whoever built it closes it.
+    """
+
+    def __init__(self, service: TuningService) -> None:
+        self._service = service
+
+    @grpc_errors
+    def CreateStudy(
+        self, request: pb.CreateStudyRequest, context: grpc.ServicerContext
+    ) -> pb.CreateStudyResponse:
+        info, created = self._service.create_study(convert.spec_from_request(request))
+        return pb.CreateStudyResponse(study=convert.study_to_proto(info), created=created)
+
+    @grpc_errors
+    def GetStudy(self, request: pb.GetStudyRequest, context: grpc.ServicerContext) -> pb.Study:
+        return convert.study_to_proto(self._service.get_study(request.name))
+
+    @grpc_errors
+    def ListStudies(
+        self, request: pb.ListStudiesRequest, context: grpc.ServicerContext
+    ) -> pb.ListStudiesResponse:
+        studies = self._service.list_studies()
+        return pb.ListStudiesResponse(studies=[convert.study_to_proto(s) for s in studies])
+
+    @grpc_errors
+    def SuggestTrials(
+        self, request: pb.SuggestTrialsRequest, context: grpc.ServicerContext
+    ) -> pb.SuggestTrialsResponse:
+        trials = self._service.suggest_trials(request.study, request.count, request.client_id)
+        return pb.SuggestTrialsResponse(
+            trials=[convert.trial_to_proto(t, request.study) for t in trials]
+        )
+
+    @grpc_errors
+    def CompleteTrial(
+        self, request: pb.CompleteTrialRequest, context: grpc.ServicerContext
+    ) -> pb.Trial:
+        trial = self._service.complete_trial(
+            request.study,
+            request.trial_id,
+            metrics=convert.metrics_from_proto(request.metrics),
+            status=convert.outcome_from_proto(request.status, "status"),
+            reason=request.reason,
+        )
+        return convert.trial_to_proto(trial, request.study)
+
+    @grpc_errors
+    def ListTrials(
+        self, request: pb.ListTrialsRequest, context: grpc.ServicerContext
+    ) -> pb.ListTrialsResponse:
+        statuses = convert.statuses_from_proto(request.statuses, "statuses")
+        trials = self._service.list_trials(request.study, statuses)
+        return pb.ListTrialsResponse(
+            trials=[convert.trial_to_proto(t, request.study) for t in trials]
+        )
+
+    @grpc_errors
+    def GetTrial(self, request: pb.GetTrialRequest, context: grpc.ServicerContext) -> pb.Trial:
+        trial = self._service.get_trial(request.study, request.trial_id)
+        return convert.trial_to_proto(trial, request.study)
+
+    @grpc_errors
+    def GetBestTrial(
+        self, request: pb.GetBestTrialRequest, context: grpc.ServicerContext
+    ) -> pb.Trial:
+        trial = self._service.get_best_trial(request.study)
+        return convert.trial_to_proto(trial, request.study)
