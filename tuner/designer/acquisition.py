@@ -28,7 +28,7 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabilityOfFeasibility
 from botorch.acquisition.objective import GenericMCObjective
-from botorch.models import ModelListGP
+from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.sampling import SobolQMCNormalSampler
 
@@ -50,7 +50,7 @@ class OptimizerSettings:
 
 def build_acquisition(
     spec: StudySpec,
-    model: ModelListGP,
+    model: Model,
     data: list[OutcomeData],
     X_baseline: torch.Tensor,
     X_pending: torch.Tensor | None,

@@ -28,6 +28,7 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.gpytorch import GPyTorchModel
 from botorch.models.kernels.categorical import CategoricalKernel
+from botorch.models.model import Model
 from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
@@ -125,29 +126,39 @@ def fit_models(
     encoder: UnitBoxEncoder,
     cache: FitCache | None = None,
     cache_scope: str = "",
-) -> ModelListGP:
+) -> Model:
     """Fit the outcomes' GPs, warm-started from the cache; outputs keep ``data``'s order.
 
-    Outcomes observed on the same trials (usually all metrics) share one batched
-    multi-output GP, which makes every posterior evaluation of the acquisition a single
-    batched computation instead of one per outcome.
+    When every outcome was observed on the same trials (the usual case: all metrics of every
+    COMPLETED trial) they share one batched multi-output GP, which makes each posterior
+    evaluation of the acquisition one batched computation. Otherwise (a feasibility outcome
+    also covers INFEASIBLE trials) each outcome gets its own GP in a ``ModelListGP``.
+    A batched multi-output GP is never put inside a ``ModelListGP``: BoTorch 0.18 then lays
+    out the joint posterior's covariance wrongly (the variances of the second output show up
+    in the first output's slots for half the points), which silently breaks the acquisition.
     """
-    models = []
-    for group in _groups(data):
-        model = build_model(group, encoder)
-        key = (cache_scope, ",".join(o.name for o in group))
-        state = cache.get(key, encoder.d) if cache is not None else None
-        if state is not None:
-            model.load_state_dict(state, strict=False)
-        fit_gpytorch_mll(
-            ExactMarginalLogLikelihood(model.likelihood, model),
-            optimizer_kwargs={"options": {"maxiter": _FIT_MAXITER}},
-        )
-        model.eval()
-        if cache is not None:
-            cache.put(key, encoder.d, _hyperparameters(model))
-        models.append(model)
-    return ModelListGP(*models)
+    groups = _groups(data)
+    if len(groups) == 1:
+        return _fit(groups[0], encoder, cache, cache_scope)
+    return ModelListGP(*[_fit([o], encoder, cache, cache_scope) for o in data])
+
+
+def _fit(
+    group: list[OutcomeData], encoder: UnitBoxEncoder, cache: FitCache | None, scope: str
+) -> GPyTorchModel:
+    model = build_model(group, encoder)
+    key = (scope, ",".join(o.name for o in group))
+    state = cache.get(key, encoder.d) if cache is not None else None
+    if state is not None:
+        model.load_state_dict(state, strict=False)
+    fit_gpytorch_mll(
+        ExactMarginalLogLikelihood(model.likelihood, model),
+        optimizer_kwargs={"options": {"maxiter": _FIT_MAXITER}},
+    )
+    model.eval()
+    if cache is not None:
+        cache.put(key, encoder.d, _hyperparameters(model))
+    return model
 
 
 def build_model(group: list[OutcomeData], encoder: UnitBoxEncoder) -> GPyTorchModel:
