@@ -68,8 +68,8 @@ class DesignerSettings:
 
     Attributes:
         algorithm: ``bo`` (constrained Bayesian optimization), ``sobol`` or ``random``.
-        initial_trials: Size of the scrambled-Sobol initial design; ``None`` picks
-            ``min(10, max(5, d + 1))`` for ``d`` knobs.
+        initial_trials: Size of the scrambled-Sobol initial design (not counting the
+            default configuration); ``None`` picks ``min(10, max(5, d + 1))`` for ``d`` knobs.
         seed: Seeds the Sobol sequence and every other random choice of the study.
         start_with_default: Suggest the knobs' default configuration first.
         random_fraction: Share of model-based suggestions replaced by random ones.

@@ -1,0 +1,206 @@
+"""The ``tuner`` command line, end to end on a small real SQLite target.
+
+Sessions run for real (a 1 MiB database, 0.2 s measurements, real BoTorch fits) in-process,
+against a gRPC server on 127.0.0.1, and in a subprocess that receives SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.app import build_server, stop_server
+from server.cli import main
+from server.service import TuningService
+from server.storage import SQLiteStorage
+from tuner.trial import TrialStatus
+
+CONFIG = """
+[study]
+name = "{name}"
+objectives = [{{ name = "ops_per_s", goal = "maximize" }}]
+outcome_constraints = ["p95_ms <= 50"]
+[study.designer]
+seed = 1
+initial_trials = 3
+
+[target]
+kind = "sqlite"
+db_mb = 1
+measure_s = {measure_s}
+warmup_s = 0.05
+knobs = ["journal_mode", "synchronous", "cache_size", "locking_mode"]
+workdir = "{workdir}"
+
+[session]
+trials = {trials}
+db = "{db}"
+plot = "{plot}"
+"""
+
+
+def write_config(
+    tmp_path: Path, name: str = "cli", trials: int = 5, measure_s: float = 0.2
+) -> Path:
+    workdir = tmp_path / "work"
+    workdir.mkdir(exist_ok=True)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(
+        CONFIG.format(
+            name=name,
+            trials=trials,
+            measure_s=measure_s,
+            workdir=workdir,
+            db=tmp_path / "runs" / "tuner.db",
+            plot=tmp_path / "runs" / f"{name}.png",
+        )
+    )
+    return path
+
+
+def finished(db: Path, study: str) -> list:
+    with SQLiteStorage(db, read_only=True) as storage:
+        return [t for t in storage.list_trials(study) if t.status.is_final]
+
+
+@pytest.mark.slow
+def test_tune_runs_a_session_and_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path)
+    assert main(["tune", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "default configuration" in out and "best configuration" in out
+    assert "improvement:" in out
+    png = tmp_path / "runs" / "cli.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    trials = finished(tmp_path / "runs" / "tuner.db", "cli")
+    assert len(trials) == 5
+    assert trials[0].source == "default"
+    assert trials[0].config["journal_mode"] == "delete"
+    assert {t.source for t in trials[1:4]} == {"sobol"}
+    assert all(t.status is TrialStatus.COMPLETED for t in trials)
+    assert not list((tmp_path / "work").iterdir()), "the target left files behind"
+
+    # the same config again continues the study: the budget is already spent
+    assert main(["tune", str(config)]) == 0
+    assert len(finished(tmp_path / "runs" / "tuner.db", "cli")) == 5
+    assert main(["tune", str(config), "--trials", "6"]) == 0
+    assert len(finished(tmp_path / "runs" / "tuner.db", "cli")) == 6
+    capsys.readouterr()
+
+    db = str(tmp_path / "runs" / "tuner.db")
+    assert main(["studies", "--db", db]) == 0
+    assert "cli" in capsys.readouterr().out
+    assert main(["best", "cli", "--db", db, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert best["status"] == "COMPLETED" and best["metrics"]["p95_ms"] <= 50
+    assert main(["show", "cli", "--db", db, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [t["id"] for t in shown["trials"]] == [1, 2, 3, 4, 5, 6]
+    assert shown["study"]["name"] == "cli"
+    out_png = tmp_path / "again.png"
+    assert main(["plot", "cli", "--db", db, "--out", str(out_png)]) == 0
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.fixture
+def grpc_server(tmp_path: Path) -> Iterator[tuple[str, SQLiteStorage]]:
+    storage = SQLiteStorage(tmp_path / "server.db")
+    service = TuningService(storage)
+    server, port = build_server(service, "127.0.0.1", 0)
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}", storage
+    finally:
+        stop_server(server, 1).wait()
+        storage.close()
+
+
+@pytest.mark.slow
+def test_tune_against_a_server(
+    tmp_path: Path, grpc_server: tuple[str, SQLiteStorage], capsys: pytest.CaptureFixture[str]
+) -> None:
+    address, storage = grpc_server
+    config = write_config(tmp_path, name="remote", trials=4)
+    assert main(["tune", str(config), "--server", address]) == 0
+    assert "best configuration" in capsys.readouterr().out
+    trials = storage.list_trials("remote")
+    assert [t.status for t in trials] == [TrialStatus.COMPLETED] * 4
+    assert not (tmp_path / "runs" / "tuner.db").exists(), "remote sessions keep no local file"
+    assert main(["best", "remote", "--server", address]) == 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (('kind = "sqlite"', 'kind = "oracle"'), "target.kind"),
+        (('name = "ops_per_s"', 'name = "tps"'), "study.objectives[0].name"),
+        (('goal = "maximize"', 'goal = "up"'), "goal"),
+        (("p95_ms <= 50", "p95_ms << 50"), "outcome_constraints"),
+        (("db_mb = 1", "db_mb = -1"), "target.db_mb"),
+        (("initial_trials = 3", "initial_trials = 0"), "designer.initial_trials"),
+    ],
+)
+def test_bad_config_exits_1_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str], fragment: str
+) -> None:
+    config = write_config(tmp_path)
+    config.write_text(config.read_text().replace(*edit))
+    assert main(["tune", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "ValidationError" in err and fragment in err
+
+
+def test_read_commands_without_a_database_fail_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["studies", "--db", str(tmp_path / "none.db")]) == 1
+    assert "no database" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_session_cleans_up_and_the_rerun_resumes(tmp_path: Path) -> None:
+    config = write_config(tmp_path, name="term", trials=3, measure_s=30.0)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "tune", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    output: list[bytes] = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout or []), daemon=True)
+    reader.start()
+    work = tmp_path / "work"
+    deadline = time.monotonic() + 120
+    while not any(work.glob("tuner-sqlite-*/trial-*.db")):  # a trial is being measured
+        assert time.monotonic() < deadline, b"".join(output).decode()
+        assert proc.poll() is None, b"".join(output).decode()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    reader.join(timeout=10)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert not list(work.iterdir()), "temporary database left behind after SIGTERM"
+    db = tmp_path / "runs" / "tuner.db"
+    with SQLiteStorage(db, read_only=True) as storage:
+        [trial] = storage.list_trials("term")
+    assert trial.status is TrialStatus.ACTIVE and trial.source == "default"
+
+    config.write_text(config.read_text().replace("measure_s = 30.0", "measure_s = 0.1"))
+    assert main(["tune", str(config)]) == 0
+    with SQLiteStorage(db, read_only=True) as storage:
+        trials = storage.list_trials("term")
+    assert [t.id for t in trials] == [1, 2, 3]
+    assert trials[0].status is TrialStatus.COMPLETED, "the interrupted trial was resumed"
