@@ -249,7 +249,11 @@ def _fmt(value: object) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tuner", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="tuner",
+        description="Bayesian-optimization tuning of systems knobs: run sessions, serve studies "
+        "over gRPC, and inspect results.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -21,7 +21,8 @@ _TOKEN = re.compile(
     r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)"
     r"|(?P<op><=|>=)|(?P<sym>[+\-*]))"
 )
-_METRIC = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+#: Names of metrics (objectives and constrained outcomes).
+METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class OutcomeConstraint:
     bound: float
 
     def __post_init__(self) -> None:
-        if not isinstance(self.metric, str) or not _METRIC.match(self.metric):
+        if not isinstance(self.metric, str) or not METRIC_NAME.match(self.metric):
             raise ValidationError(
                 "outcome_constraints.metric", f"invalid metric name {self.metric!r}"
             )
@@ -94,7 +95,7 @@ class LinearConstraint:
         """Parse e.g. ``"a + 2*b <= 10"`` or ``"x1 >= x2"`` against ``space``."""
         if not isinstance(text, str):
             raise ValidationError(field, f"must be a string like 'a + 2*b <= 10', got {text!r}")
-        tokens = _tokenize(text, field)
+        tokens = _split_hyphens(_tokenize(text, field), space)
         ops = [i for i, (kind, _) in enumerate(tokens) if kind == "op"]
         if len(ops) != 1:
             raise ValidationError(field, f"{text!r} needs exactly one of <=, >=", OPERATORS)
@@ -155,6 +156,34 @@ def _tokenize(text: str, field: str) -> list[tuple[str, str]]:
     if not tokens:
         raise ValidationError(field, "is empty")
     return tokens
+
+
+def _split_hyphens(tokens: list[tuple[str, str]], space: SearchSpace) -> list[tuple[str, str]]:
+    """Read ``a-b`` as ``a - b`` when ``a-b`` is not a knob but its parts are knobs or numbers."""
+    out: list[tuple[str, str]] = []
+    for kind, value in tokens:
+        parts = value.split("-")
+        if (
+            kind != "name"
+            or value in space
+            or len(parts) < 2
+            or not all(p in space or _is_number(p) for p in parts)
+        ):
+            out.append((kind, value))
+            continue
+        for i, part in enumerate(parts):
+            if i:
+                out.append(("sym", "-"))
+            out.append(("num" if _is_number(part) else "name", part))
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _linear_terms(

@@ -11,8 +11,9 @@ The BO core only ever sees the unit box. Each knob becomes one coordinate:
 * categorical knobs: *categorical*, choice ``i`` at ``i / (n - 1)``; the model compares these
   coordinates only for equality, so their order carries no meaning.
 
-``decode(encode(c)) == c`` for every valid configuration ``c``; ``snap`` maps any point of the
-box onto the nearest representable configuration.
+``decode(encode(c)) == c`` for every valid configuration ``c`` (float values up to the last
+bits of rounding; bounds exactly); ``snap`` maps any point of the box onto the nearest
+representable configuration.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ from tuner.space import (
     Knob,
     SearchSpace,
     _ChoiceKnob,
+    value_key,
 )
 
 MAX_LISTED_LEVELS = 64
 CONTINUOUS, DISCRETE, CATEGORICAL = "continuous", "discrete", "categorical"
-_KEY_GRID = 1e6  # two configurations closer than 1e-6 of every knob's range are duplicates
+_KEY_GRID = 1e9  # float values closer than 1e-9 of the knob's range are the same value
+#: Identity of a configuration for de-duplication (see ``UnitBoxEncoder.key``).
+ConfigKey = tuple[object, ...]
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,18 @@ class UnitBoxEncoder:
         """``n x d`` points -> the encodings of their decoded configurations (``n x d``)."""
         return self.encode_many([self.decode(row.tolist()) for row in points])
 
-    def key(self, config: Config) -> tuple[int, ...]:
-        """A hashable identity of a configuration, used to detect duplicates."""
-        return tuple(round(u * _KEY_GRID) for u in self.encode(config))
+    def key(self, config: Config) -> ConfigKey:
+        """A hashable identity of a configuration, used to detect duplicates.
+
+        Discrete values compare exactly; float knobs compare on a grid of 1e-9 of their
+        (possibly log-scaled) range, so values that differ only by rounding noise coincide.
+        """
+        return tuple(
+            round(_encode_value(dim.knob, config[dim.knob.name]) * _KEY_GRID)
+            if isinstance(dim.knob, FloatKnob)
+            else value_key(config[dim.knob.name])
+            for dim in self.dims
+        )
 
 
 def _layout(knob: Knob) -> Dim:
@@ -123,6 +136,8 @@ def _encode_value(knob: Knob, value: object) -> float:
 
 def _decode_value(knob: Knob, u: float) -> float | int | str | bool:
     if isinstance(knob, FloatKnob):
+        if u in (0.0, 1.0):  # the bounds exactly, without exp/log rounding
+            return knob.high if u else knob.low
         if knob.log:
             value = math.exp(math.log(knob.low) + u * (math.log(knob.high) - math.log(knob.low)))
         else:

@@ -228,20 +228,20 @@ class _ChoiceKnob(Knob):
                     f"knobs.{self.name}.choices",
                     f"value {value!r} is not a string, number or bool",
                 )
-        if len(set(map(_key, choices))) != len(choices):
+        if len(set(map(value_key, choices))) != len(choices):
             raise ValidationError(f"knobs.{self.name}.choices", "values must be distinct")
         object.__setattr__(self, "choices", choices)
 
     def validate(self, value: Any, field_: str | None = None) -> Scalar:
-        key = _key(value) if _is_scalar(value) else None
+        key = value_key(value) if _is_scalar(value) else None
         for choice in self.choices:
-            if _key(choice) == key:
+            if value_key(choice) == key:
                 return choice
         raise self._bad(value, field_)
 
     def index(self, value: Scalar) -> int:
-        key = _key(value)
-        return next(i for i, c in enumerate(self.choices) if _key(c) == key)
+        key = value_key(value)
+        return next(i for i, c in enumerate(self.choices) if value_key(c) == key)
 
     def describe_domain(self) -> str:
         return ", ".join(repr(c) if isinstance(c, str) else str(c) for c in self.choices)
@@ -249,10 +249,12 @@ class _ChoiceKnob(Knob):
     def safe(self) -> Knob:
         if not self.unsafe_values:
             return self
-        unsafe = {_key(v) for v in self.unsafe_values}
-        kept = tuple(c for c in self.choices if _key(c) not in unsafe)
-        default = self.default if self.default is None or _key(self.default) not in unsafe else None
-        specials = tuple(v for v in self.special_values if _key(v) not in unsafe)
+        unsafe = {value_key(v) for v in self.unsafe_values}
+        kept = tuple(c for c in self.choices if value_key(c) not in unsafe)
+        default = (
+            self.default if self.default is None or value_key(self.default) not in unsafe else None
+        )
+        specials = tuple(v for v in self.special_values if value_key(v) not in unsafe)
         return replace(
             self, choices=kept, default=default, special_values=specials, unsafe_values=()
         )
@@ -296,6 +298,17 @@ class BoolKnob(_ChoiceKnob):
 
     def describe_domain(self) -> str:
         return "true, false"
+
+    def safe(self) -> Knob:
+        """A bool knob with an unsafe value has one safe value left: it cannot be tuned."""
+        if not self.unsafe_values:
+            return self
+        raise ValidationError(
+            f"knobs.{self.name}.unsafe_values",
+            f"without its unsafe value {self.unsafe_values[0]!r} the bool knob {self.name!r} "
+            "has a single value left and cannot be tuned",
+            "leave the knob out of the study, or set allow_unsafe = true",
+        )
 
     def _domain_dict(self) -> dict[str, Any]:
         return {}
@@ -423,7 +436,7 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, str | int | bool)
 
 
-def _key(value: Scalar) -> tuple[str, Any]:
+def value_key(value: Scalar) -> tuple[str, Any]:
     """Equality key that keeps True apart from 1 and 1 together with 1.0."""
     if isinstance(value, bool):
         return ("bool", value)

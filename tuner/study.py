@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from tuner.constraints import LinearConstraint, OutcomeConstraint
+from tuner.constraints import METRIC_NAME, LinearConstraint, OutcomeConstraint
 from tuner.errors import ValidationError
 from tuner.space import Knob, SearchSpace, knob_from_dict
 
@@ -46,8 +46,12 @@ class Objective:
     goal: Goal = Goal.MAXIMIZE
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _STUDY_NAME.match(self.name.lstrip("_")):
-            raise ValidationError("objectives.name", f"invalid metric name {self.name!r}")
+        if not isinstance(self.name, str) or not METRIC_NAME.match(self.name):
+            raise ValidationError(
+                "objectives.name",
+                f"invalid metric name {self.name!r}",
+                "a letter or '_' then up to 127 letters, digits, '_', '.', '-'",
+            )
         try:
             object.__setattr__(self, "goal", Goal(self.goal))
         except ValueError:

@@ -4,10 +4,11 @@ A trial is one configuration of a study and what happened to it. Its status owns
 allowed transitions::
 
     PENDING ──> ACTIVE ──> COMPLETED     measured; metrics recorded
-       │          ├──────> INFEASIBLE    the configuration broke the system (reason recorded)
-       │          ├──────> FAILED        infrastructure failure, not the config's fault
-       │          ├──────> TIMED_OUT     the measurement ran past its time limit
-       └──────────┴──────> ABANDONED     given up by the client (never re-suggested)
+       │           ├─────> INFEASIBLE    the configuration broke the system (reason recorded)
+       │           ├─────> FAILED        infrastructure failure, not the config's fault
+       │           ├─────> TIMED_OUT     the measurement ran past its time limit
+       │           └─────> ABANDONED     given up by the client (never re-suggested)
+       └─────────────────> any of the five (a queued trial measured elsewhere)
 
 ``COMPLETED`` trials whose metrics violate an outcome constraint are *infeasible by
 measurement*; ``best_trial`` ranks only trials that satisfy every constraint.
@@ -63,7 +64,7 @@ _FINAL = {
     TrialStatus.ABANDONED,
 }
 _TRANSITIONS: dict[TrialStatus, set[TrialStatus]] = {
-    TrialStatus.PENDING: {TrialStatus.ACTIVE, TrialStatus.ABANDONED},
+    TrialStatus.PENDING: {TrialStatus.ACTIVE, *_FINAL},
     TrialStatus.ACTIVE: set(_FINAL),
     **{s: set() for s in _FINAL},
 }
@@ -114,7 +115,7 @@ def best_trial(spec: StudySpec, trials: Iterable[Trial]) -> Trial | None:
     """The feasible trial with the best objective value (earliest wins ties); None if none."""
     objective = spec.objective
     best: Trial | None = None
-    for trial in trials:
+    for trial in sorted(trials, key=lambda t: t.id):
         if not is_feasible(spec, trial):
             continue
         if best is None or objective.better(

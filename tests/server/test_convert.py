@@ -103,7 +103,11 @@ def test_knob_round_trip_keeps_value_types(knob: Knob) -> None:
 
 
 def test_spec_round_trip_with_default_designer_and_safe_space() -> None:
-    spec = make_spec(designer=DesignerSettings(), allow_unsafe=False, parameter_constraints=())
+    # a bool knob with an unsafe value cannot be tuned safely (one value left): left out here
+    safe_space = SearchSpace(tuple(k for k in KNOBS if k.name != "fsync"))
+    spec = make_spec(
+        space=safe_space, designer=DesignerSettings(), allow_unsafe=False, parameter_constraints=()
+    )
     back = round_trip(spec)
     assert back == spec
     assert back.designer.initial_trials is None

@@ -276,14 +276,18 @@ def test_finishing_a_finished_trial_raises_state_error(storage: Storage) -> None
     assert len(storage.trial_events("pg-oltp", trial_id)) == 2
 
 
-def test_pending_trial_must_become_active_before_completing(storage: Storage) -> None:
+def test_pending_trial_can_start_or_finish_directly(storage: Storage) -> None:
     storage.create_study(make_spec())
-    trial_id = add_one(storage, status=TrialStatus.PENDING)
-    with pytest.raises(StateError, match="is PENDING and cannot become COMPLETED"):
-        storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0})
-    storage.finish_trial("pg-oltp", trial_id, TrialStatus.ACTIVE, {})
-    done = storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0})
+    queued = add_one(storage, status=TrialStatus.PENDING)
+    started = add_one(storage, status=TrialStatus.PENDING)
+    # a queued trial measured elsewhere is completed without ever being ACTIVE
+    done = storage.finish_trial("pg-oltp", queued, TrialStatus.COMPLETED, {"tps": 1.0})
     assert done.status is TrialStatus.COMPLETED
+    storage.finish_trial("pg-oltp", started, TrialStatus.ACTIVE, {})
+    done = storage.finish_trial("pg-oltp", started, TrialStatus.COMPLETED, {"tps": 2.0})
+    assert done.status is TrialStatus.COMPLETED
+    with pytest.raises(StateError, match="is COMPLETED and cannot become ACTIVE"):
+        storage.finish_trial("pg-oltp", started, TrialStatus.ACTIVE, {})
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,11 @@
 
 After OSS Vizier's ``Designer``: ``suggest(count, completed, pending)`` sees every finished
 trial and every trial still in flight, and returns new configurations. A designer keeps no
-state of its own between calls (at most a cache that only saves time), so a server that
-crashed and restarted suggests exactly what it would have suggested.
+state of its own between calls, so a server that crashed and restarted loses nothing and
+continues from the stored history. Without a fit cache, the same history always gives the
+same suggestions (every random choice derives from the study seed and the history size);
+with one, model fits start from the previous step's hyperparameters, which can move a
+suggestion by a rounding-sized amount but never changes what is stored or replayed.
 
 ``History`` sorts the trials once into what each part of a designer needs: trials the model
 learns from, pending points, and the set of configurations that must not be suggested again.
@@ -15,7 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tuner.encoding import UnitBoxEncoder
+from tuner.encoding import ConfigKey, UnitBoxEncoder
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import OBSERVED, Trial, TrialStatus
@@ -51,7 +54,7 @@ class History:
 
     observed: tuple[Trial, ...]
     pending: tuple[Trial, ...]
-    taken: frozenset[tuple[int, ...]] = field(default_factory=frozenset)
+    taken: frozenset[ConfigKey] = field(default_factory=frozenset)
     size: int = 0
 
     @classmethod

@@ -56,19 +56,20 @@ class QuasiRandomDesigner(Designer):
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
-        out = self._default(completed, pending, count)
+        out = self._default(history, count)
         out += self._space_filling(history, out, count - len(out), self.spec.designer.algorithm)
         return _checked(out, count, self.spec)
 
     # -- shared policy steps -----------------------------------------------------------
-    def _default(
-        self, completed: Sequence[Trial], pending: Sequence[Trial], count: int
-    ) -> list[Suggestion]:
+    def _default(self, history: History, count: int) -> list[Suggestion]:
+        """The default configuration, unless it was measured, is pending, or was abandoned.
+
+        Like any configuration, a default whose trial FAILED (infrastructure) is tried again.
+        """
         config = self.spec.space.default_config()
         if not self.spec.designer.start_with_default or config is None or count < 1:
             return []
-        key = self.encoder.key(config)
-        if any(self.encoder.key(t.config) == key for t in (*completed, *pending)):
+        if self.encoder.key(config) in history.taken:
             return []
         if not self.spec.satisfies_parameter_constraints(config):
             log.warning(
@@ -111,10 +112,13 @@ class BODesigner(QuasiRandomDesigner):
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
-        out = self._default(completed, pending, count)
+        out = self._default(history, count)
         initial = self.spec.designer.initial_size(len(self.spec.space))
         # the default configuration, if measured, comes on top of the Sobol design
-        designed = history.size - sum(t.source == "default" for t in (*completed, *pending))
+        designed = history.size - sum(
+            t.source == "default" and t.status is not TrialStatus.FAILED
+            for t in (*completed, *pending)
+        )
         n_sobol = max(0, min(count - len(out), initial - designed))
         if not any(t.status is TrialStatus.COMPLETED for t in history.observed):
             n_sobol = count - len(out)  # nothing to learn from yet

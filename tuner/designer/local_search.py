@@ -32,7 +32,7 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from torch.quasirandom import SobolEngine
 
-from tuner.encoding import CATEGORICAL, CONTINUOUS, UnitBoxEncoder
+from tuner.encoding import CATEGORICAL, CONTINUOUS, ConfigKey, UnitBoxEncoder
 from tuner.space import Config
 
 _CONTINUOUS_STEPS = (1 / 64, 1 / 16, 1 / 4)
@@ -53,7 +53,7 @@ class LocalSearch:
         self,
         encoder: UnitBoxEncoder,
         is_valid: Callable[[Config], bool],
-        taken: set[tuple[int, ...]],
+        taken: set[ConfigKey],
     ) -> None:
         self.encoder = encoder
         self.is_valid = is_valid
@@ -156,7 +156,7 @@ class LocalSearch:
             keep.append(k)
         return points[keep]
 
-    def _key(self, point: torch.Tensor) -> tuple[int, ...]:
+    def _key(self, point: torch.Tensor) -> ConfigKey:
         return self.encoder.key(self.encoder.decode(point.tolist()))
 
 

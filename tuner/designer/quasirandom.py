@@ -22,7 +22,7 @@ import torch
 from botorch.utils.sampling import get_polytope_samples
 from torch.quasirandom import SobolEngine
 
-from tuner.encoding import UnitBoxEncoder
+from tuner.encoding import ConfigKey, UnitBoxEncoder
 from tuner.space import Config, FloatKnob, IntKnob
 from tuner.study import StudySpec
 
@@ -42,11 +42,11 @@ class FeasibleSampler:
         self.encoder = encoder
         self.inequalities = unit_box_inequalities(spec, encoder)
 
-    def sobol(self, seed: int, count: int, taken: frozenset[tuple[int, ...]]) -> list[Config]:
+    def sobol(self, seed: int, count: int, taken: frozenset[ConfigKey]) -> list[Config]:
         """The first ``count`` feasible, untaken points of the study's Sobol sequence."""
         return self._collect(self._sobol_points(seed), seed, count, taken)
 
-    def random(self, seed: int, count: int, taken: frozenset[tuple[int, ...]]) -> list[Config]:
+    def random(self, seed: int, count: int, taken: frozenset[ConfigKey]) -> list[Config]:
         """``count`` feasible, untaken uniformly random configurations."""
         generator = torch.Generator().manual_seed(seed)
 
@@ -75,7 +75,7 @@ class FeasibleSampler:
         points: Iterator[torch.Tensor],
         seed: int,
         count: int,
-        taken: frozenset[tuple[int, ...]],
+        taken: frozenset[ConfigKey],
     ) -> list[Config]:
         out: list[Config] = []
         seen = set(taken)

@@ -1,0 +1,430 @@
+"""Tests for the BO designer (tuner.designer.bo): policy, constraints, dedup, fallback.
+
+BO suggestions cost seconds each on a busy two-core machine, so these tests use a small
+acquisition-optimizer budget and share one short study run (``run`` below) between tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import tuner.designer.bo as bo
+from tuner.designer import (
+    BODesigner,
+    History,
+    QuasiRandomDesigner,
+    Suggestion,
+    make_designer,
+)
+from tuner.designer.acquisition import OptimizerSettings
+from tuner.encoding import UnitBoxEncoder
+from tuner.errors import StateError
+from tuner.space import Config
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+S = TrialStatus
+FAST = OptimizerSettings(num_restarts=2, raw_samples=64, maxiter=30)
+CONSTRAINED: list[dict[str, Any]] = [
+    {"name": "a", "kind": "int", "low": 0, "high": 10},
+    {"name": "b", "kind": "float", "low": 0.0, "high": 10.0},
+]
+MIXED: list[dict[str, Any]] = [
+    {"name": "x", "kind": "float", "low": -1.0, "high": 1.0},
+    {"name": "n", "kind": "int", "low": 1, "high": 16},
+    {"name": "big", "kind": "int", "low": 1, "high": 100_000, "log": True},
+    {"name": "mode", "kind": "categorical", "choices": ["wal", "delete", "off"]},
+    {"name": "page", "kind": "ordinal", "choices": [1024, 4096, 16384]},
+    {"name": "flag", "kind": "bool"},
+]
+
+
+def _spec(
+    knobs: list[dict[str, Any]] | None = None,
+    constraints: Sequence[str] = (),
+    outcome: Sequence[str] = (),
+    **designer: Any,
+) -> StudySpec:
+    return StudySpec.from_dict(
+        {
+            "name": "bo-test",
+            "knobs": knobs or CONSTRAINED,
+            "objectives": [{"name": "y", "goal": "maximize"}],
+            "outcome_constraints": list(outcome),
+            "parameter_constraints": list(constraints),
+            "designer": {"initial_trials": 3, "seed": 0, **designer},
+        }
+    )
+
+
+def _y(config: dict[str, Any]) -> float:
+    """A smooth objective of every knob kind (maximum near a=5, b=2.5 for CONSTRAINED)."""
+    value = 0.0
+    for name, v in config.items():
+        if isinstance(v, bool):
+            value += 0.5 * v
+        elif isinstance(v, str):
+            value += {"wal": 1.0, "delete": 0.2}.get(v, 0.0)
+        else:
+            value -= 0.05 * (float(v) - 5.0) ** 2 if name in ("a", "n") else 0.0
+            value -= (float(v) - 2.5) ** 2 if name == "b" else 0.0
+            value -= (float(v) - 0.3) ** 2 if name == "x" else 0.0
+    return value
+
+
+def _complete(id_: int, suggestion: Suggestion, **metrics: float) -> Trial:
+    return Trial(
+        id_,
+        suggestion.config,
+        S.COMPLETED,
+        metrics or {"y": _y(suggestion.config)},
+        source=suggestion.source,
+    )
+
+
+def _keys(spec: StudySpec, configs: Sequence[dict[str, Any]]) -> list[tuple[int, ...]]:
+    encoder = UnitBoxEncoder(spec.space)
+    return [encoder.key(c) for c in configs]
+
+
+# -- one short constrained study, shared -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    spec: StudySpec
+    initial: list[Suggestion]  # default + Sobol
+    completed: list[Trial]
+    first: Suggestion  # model-based, sequential
+    parallel: list[Suggestion]  # count=3 with `first` pending
+    repeated: list[Suggestion]  # count=2 with `first` and `parallel` pending
+
+
+@pytest.fixture(scope="module")
+def run() -> Run:
+    knobs: list[dict[str, Any]] = [
+        dict(CONSTRAINED[0], default=2),
+        dict(CONSTRAINED[1], default=1.0),
+    ]
+    spec = _spec(knobs, ["a + 2*b <= 10"])
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(4, [], [])  # the default comes on top of initial_trials=3
+    completed = [_complete(i + 1, s) for i, s in enumerate(initial)]
+    (first,) = designer.suggest(1, completed, [])
+    pending = [Trial(5, first.config, S.ACTIVE)]
+    parallel = designer.suggest(3, completed, pending)
+    pending += [Trial(6 + i, s.config, S.ACTIVE) for i, s in enumerate(parallel)]
+    repeated = designer.suggest(2, completed, pending)
+    return Run(spec, initial, completed, first, parallel, repeated)
+
+
+def test_initial_design_is_default_then_sobol(run: Run) -> None:
+    assert [s.source for s in run.initial] == ["default", "sobol", "sobol", "sobol"]
+    assert run.initial[0].config == {"a": 2, "b": 1.0}
+
+
+def test_model_based_suggestions_come_after_the_initial_design(run: Run) -> None:
+    assert run.first.source == "bo" and run.first.warning == ""
+    assert len(run.parallel) == 3 and len(run.repeated) == 2
+    assert {s.source for s in run.parallel + run.repeated} <= {"bo", "random"}
+    assert sum(s.source == "bo" for s in run.parallel + run.repeated) >= 3
+
+
+def test_every_suggestion_satisfies_the_linear_constraint_with_an_int_knob(run: Run) -> None:
+    for s in [*run.initial, run.first, *run.parallel, *run.repeated]:
+        config: dict[str, Any] = run.spec.space.validate_config(s.config)
+        assert isinstance(config["a"], int) and not isinstance(config["a"], bool)
+        assert config["a"] + 2 * config["b"] <= 10 + 1e-9, s
+        assert run.spec.satisfies_parameter_constraints(config)
+
+
+def test_parallel_suggestions_are_distinct_from_each_other_and_from_pending(run: Run) -> None:
+    configs = [*(t.config for t in run.completed), run.first.config]
+    configs += [s.config for s in run.parallel + run.repeated]
+    keys = _keys(run.spec, configs)
+    assert len(set(keys)) == len(keys) == 10
+
+
+def test_the_designer_is_stateless(run: Run) -> None:
+    fresh = BODesigner(run.spec, settings=FAST)
+    assert fresh.suggest(4, [], []) == run.initial
+    assert fresh.suggest(1, run.completed, []) == [run.first]
+
+
+# -- other spaces and policies ------------------------------------------------------------
+
+
+def test_mixed_space_gets_valid_values_from_the_model() -> None:
+    spec = _spec(MIXED)
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(3, [], [])
+    assert [s.source for s in initial] == ["sobol"] * 3  # no defaults
+    completed = [_complete(i + 1, s) for i, s in enumerate(initial)]
+    suggestions = designer.suggest(2, completed, [])
+    assert len(suggestions) == 2 and suggestions[0].source == "bo"
+    for s in suggestions:
+        config = spec.space.validate_config(s.config)
+        assert config == s.config
+        assert type(config["n"]) is int and type(config["big"]) is int
+        assert config["mode"] in ("wal", "delete", "off")
+        assert config["page"] in (1024, 4096, 16384) and type(config["page"]) is int
+        assert type(config["flag"]) is bool
+    assert (
+        len(set(_keys(spec, [*(t.config for t in completed), *(s.config for s in suggestions)])))
+        == 5
+    )
+
+
+def test_infeasible_trials_without_metrics_are_learned_from() -> None:
+    spec = _spec(outcome=["y >= -100"])
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(4, [], [])
+    trials = [_complete(1, initial[0]), _complete(2, initial[1])]
+    trials += [
+        Trial(3 + i, s.config, S.INFEASIBLE, reason="OOM") for i, s in enumerate(initial[2:])
+    ]
+    (suggestion,) = designer.suggest(1, trials, [])
+    assert suggestion.source == "bo" and suggestion.warning == ""
+    assert suggestion.config not in [t.config for t in trials]
+
+
+def test_only_infeasible_trials_keep_the_sobol_design_going() -> None:
+    spec = _spec()
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(5, [], [])
+    trials = [Trial(i + 1, s.config, S.INFEASIBLE) for i, s in enumerate(initial)]
+    more = designer.suggest(2, trials, [])
+    assert [s.source for s in more] == ["sobol", "sobol"]
+    assert more == QuasiRandomDesigner(_spec(algorithm="sobol")).suggest(7, [], [])[5:]
+
+
+def test_random_fraction_one_replaces_model_suggestions(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fit(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model must not be fitted")
+
+    monkeypatch.setattr(bo, "fit_models", no_fit)
+    spec = _spec(random_fraction=1.0)
+    designer = BODesigner(spec, settings=FAST)
+    completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
+    suggestions = designer.suggest(2, completed, [])
+    assert [s.source for s in suggestions] == ["random", "random"]
+
+
+def test_failed_trials_do_not_count_toward_the_initial_design() -> None:
+    spec = _spec()
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(3, [], [])
+    trials = [_complete(1, initial[0])] + [
+        Trial(2 + i, s.config, S.FAILED) for i, s in enumerate(initial[1:])
+    ]
+    again = designer.suggest(2, trials, [])
+    assert [s.source for s in again] == ["sobol", "sobol"]
+    assert [s.config for s in again] == [s.config for s in initial[1:]]  # re-suggested
+
+
+# -- numerical trouble ------------------------------------------------------------------------
+
+
+def _fail(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("cholesky")
+
+
+def test_numerical_failure_falls_back_to_quasi_random(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bo, "fit_models", _fail)
+    spec = _spec(constraints=["a + 2*b <= 10"])
+    designer = BODesigner(spec, settings=FAST)
+    completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
+    pending = [Trial(4, designer.suggest(4, [], [])[3].config, S.ACTIVE)]
+    suggestions = designer.suggest(3, completed, pending)
+    assert len(suggestions) == 3
+    for s in suggestions:
+        assert s.source == "fallback"
+        assert "RuntimeError: cholesky" in s.warning
+        assert "quasi-random" in s.warning
+        assert spec.satisfies_parameter_constraints(s.config)
+    taken = _keys(spec, [*(t.config for t in completed), pending[0].config])
+    keys = _keys(spec, [s.config for s in suggestions])
+    assert len(set(keys)) == 3 and not set(keys) & set(taken)
+
+
+def test_fallback_warning_is_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
+    def long_failure(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("x" * 1000)
+
+    monkeypatch.setattr(bo, "fit_models", long_failure)
+    designer = BODesigner(_spec(), settings=FAST)
+    completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
+    (suggestion,) = designer.suggest(1, completed, [])
+    assert suggestion.source == "fallback"
+    assert 0 < len(suggestion.warning) <= 300
+
+
+def test_failure_inside_the_acquisition_optimizer_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Broken(BODesigner):
+        def _optimize(self, *args: Any, **kwargs: Any) -> Any:
+            raise ValueError("NaN in the posterior")
+
+    designer = Broken(_spec(), settings=FAST)
+    completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
+    (suggestion,) = designer.suggest(1, completed, [])
+    assert suggestion.source == "fallback"
+    assert "ValueError: NaN in the posterior" in suggestion.warning
+
+
+# -- history, dedup, exhaustion ---------------------------------------------------------------
+
+
+def test_history_sorts_trials_for_the_designer() -> None:
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    configs: list[Config] = [{"a": i, "b": float(i)} for i in range(8)]
+    statuses = [S.COMPLETED, S.INFEASIBLE, S.TIMED_OUT, S.FAILED, S.ABANDONED]
+    finished = [Trial(i + 1, configs[i], status) for i, status in enumerate(statuses)]
+    pending = [Trial(6, configs[5], S.ACTIVE), Trial(7, configs[6], S.PENDING)]
+    history = History.build(encoder, finished, pending)
+    assert [t.id for t in history.observed] == [1, 2, 3]
+    assert [t.id for t in history.pending] == [6, 7]
+    assert history.taken == {encoder.key(configs[i]) for i in (0, 1, 2, 4, 5, 6)}
+    assert history.size == 6
+
+
+def test_abandoned_configs_are_not_suggested_again() -> None:
+    spec = _spec(algorithm="sobol")
+    designer = make_designer(spec)
+    first = designer.suggest(2, [], [])
+    abandoned = [Trial(i + 1, s.config, S.ABANDONED) for i, s in enumerate(first)]
+    again = designer.suggest(2, abandoned, [])
+    assert not set(_keys(spec, [s.config for s in again])) & set(
+        _keys(spec, [s.config for s in first])
+    )
+
+
+def test_small_discrete_space_is_exhausted() -> None:
+    knobs: list[dict[str, Any]] = [
+        {"name": "flag", "kind": "bool"},
+        {"name": "level", "kind": "ordinal", "choices": [1, 2]},
+    ]
+    spec = _spec(knobs, initial_trials=2)
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(2, [], [])
+    completed = [_complete(i + 1, s, y=float(i)) for i, s in enumerate(initial)]
+    rest = designer.suggest(5, completed, [])
+    assert len(rest) == 2  # only two configurations are left
+    assert rest[0].source == "bo"
+    all_four = [*(t.config for t in completed), *(s.config for s in rest)]
+    assert len(set(_keys(spec, all_four))) == 4
+    completed += [_complete(3 + i, s, y=0.5) for i, s in enumerate(rest)]
+    with pytest.raises(StateError, match=r"search space is exhausted"):
+        designer.suggest(1, completed, [])
+
+
+def test_make_designer_picks_bo() -> None:
+    assert type(make_designer(_spec())) is BODesigner
+
+
+def test_bo_skips_a_default_that_breaks_a_parameter_constraint() -> None:
+    knobs: list[dict[str, Any]] = [
+        dict(CONSTRAINED[0], default=8),
+        dict(CONSTRAINED[1], default=2.0),
+    ]  # 8 + 4 > 10
+    spec = _spec(knobs, ["a + 2*b <= 10"])
+    suggestions = BODesigner(spec, settings=FAST).suggest(2, [], [])
+    assert [s.source for s in suggestions] == ["sobol", "sobol"]
+    assert all(spec.satisfies_parameter_constraints(s.config) for s in suggestions)
+    with_room = _spec(knobs, ["a + 2*b <= 12"])
+    assert BODesigner(with_room, settings=FAST).suggest(1, [], [])[0].source == "default"
+
+
+def test_probability_of_feasibility_until_a_trial_is_feasible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[str] = []
+    original = bo.build_acquisition
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        acquisition = original(*args, **kwargs)
+        built.append(type(acquisition).__name__)
+        return acquisition
+
+    monkeypatch.setattr(bo, "build_acquisition", spy)
+    spec = _spec(outcome=["y >= 0"], start_with_default=False)  # _y <= 0: only y == 0 passes
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(3, [], [])
+    trials = [_complete(1, initial[0], y=-1.0), _complete(2, initial[1], y=-2.0)]
+    trials.append(Trial(3, initial[2].config, S.INFEASIBLE, reason="crashed"))
+    (first,) = designer.suggest(1, trials, [])
+    assert first.source == "bo"
+    trials.append(_complete(4, first, y=0.5))  # now one trial is feasible
+    (second,) = designer.suggest(1, trials, [])
+    assert second.source == "bo"
+    assert built == ["qLogProbabilityOfFeasibility", "qLogNoisyExpectedImprovement"]
+
+
+def _gramacy(config: dict[str, Any]) -> dict[str, float]:
+    """Gramacy's constrained problem (see test_designer_gramacy.py)."""
+    x1, x2 = float(config["x1"]), float(config["x2"])
+    c1 = 1.5 - x1 - 2.0 * x2 - 0.5 * math.sin(2.0 * math.pi * (x1**2 - 2.0 * x2))
+    return {"f": x1 + x2, "c1": c1, "c2": x1**2 + x2**2 - 1.5}
+
+
+def test_without_a_cache_the_same_history_gives_the_same_suggestions() -> None:
+    # base.py: without a fit cache a designer is a pure function of the stored history and
+    # the study seed, so two servers (or one before and after a restart) agree exactly.
+    spec = StudySpec.from_dict(
+        {
+            "name": "warm",
+            "knobs": [
+                {"name": "x1", "kind": "float", "low": 0.0, "high": 1.0},
+                {"name": "x2", "kind": "float", "low": 0.0, "high": 1.0},
+            ],
+            "objectives": [{"name": "f", "goal": "minimize"}],
+            "outcome_constraints": ["c1 <= 0", "c2 <= 0"],
+            "designer": {"seed": 0},
+        }
+    )
+    first = BODesigner(spec)
+    trials: list[Trial] = []
+    for i in range(10):
+        (suggestion,) = first.suggest(1, trials, [])
+        (restarted,) = BODesigner(spec).suggest(1, trials, [])
+        assert restarted == suggestion, f"suggestion {i + 1} differs after a restart"
+        metrics = _gramacy(suggestion.config)
+        trials.append(Trial(i + 1, suggestion.config, S.COMPLETED, metrics))
+
+
+def test_the_default_comes_on_top_of_the_initial_design() -> None:
+    knobs = [dict(CONSTRAINED[0], default=2), dict(CONSTRAINED[1], default=1.0)]
+    spec = _spec(knobs, initial_trials=2)
+    designer = BODesigner(spec, settings=FAST)
+    (default,) = designer.suggest(1, [], [])
+    assert default.source == "default"
+    trials = [_complete(1, default)]
+    sobol = designer.suggest(2, trials, [])
+    assert [s.source for s in sobol] == ["sobol", "sobol"]
+    trials += [_complete(2 + i, s) for i, s in enumerate(sobol)]
+    (model_based,) = designer.suggest(1, trials, [])
+    assert model_based.source == "bo"
+
+
+def test_a_failed_default_does_not_shrink_the_initial_design() -> None:
+    # initial_trials=2 Sobol points were measured; the default trial FAILED (infrastructure).
+    # Two designed trials exist, so the next suggestion is model-based, not a third Sobol point.
+    knobs = [dict(CONSTRAINED[0], default=2), dict(CONSTRAINED[1], default=1.0)]
+    spec = _spec(knobs, initial_trials=2)
+    designer = BODesigner(spec, settings=FAST)
+    default, first, second = designer.suggest(3, [], [])
+    trials = [
+        Trial(1, default.config, S.FAILED, source="default"),
+        _complete(2, first),
+        _complete(3, second),
+    ]
+    retried, suggestion = designer.suggest(2, trials, [])
+    assert (retried.source, retried.config) == ("default", default.config)
+    assert suggestion.source == "bo"

@@ -1,0 +1,262 @@
+"""Tests for tuner.designer.model and tuner.designer.acquisition (small, fast fits)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabilityOfFeasibility
+from botorch.models import ModelListGP, SingleTaskGP
+from botorch.models.kernels.categorical import CategoricalKernel
+
+from tuner.designer.acquisition import build_acquisition, outcome_constraints
+from tuner.designer.model import (
+    FEASIBILITY,
+    FitCache,
+    OutcomeData,
+    build_model,
+    fit_models,
+    outcome_data,
+)
+from tuner.encoding import UnitBoxEncoder
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+S = TrialStatus
+# linear_operator touches deprecated torch storage APIs when evaluating batched posteriors
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:TypedStorage is deprecated:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning"),
+    pytest.mark.filterwarnings("ignore:torch.sparse.SparseTensor:UserWarning"),
+    # Cholesky jitter on tiny data sets (the designer logs these; see bo.py)
+    pytest.mark.filterwarnings("ignore::linear_operator.utils.warnings.NumericalWarning"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Iterator[None]:
+    """Small GPs are overhead-bound: extra threads only contend on a busy two-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _spec(knobs: list[dict[str, Any]] | None = None, goal: str = "maximize") -> StudySpec:
+    return StudySpec.from_dict(
+        {
+            "name": "m",
+            "knobs": knobs
+            or [{"name": "x", "kind": "float"}, {"name": "n", "kind": "int", "low": 0, "high": 4}],
+            "objectives": [{"name": "tps", "goal": goal}],
+            "outcome_constraints": ["p95 <= 20", "hit >= 0.5"],
+        }
+    )
+
+
+def _trial(id_: int, x: float, status: TrialStatus = S.COMPLETED, **metrics: float) -> Trial:
+    return Trial(id_, {"x": x, "n": id_ % 5}, status, dict(metrics))
+
+
+def _history() -> tuple[Trial, ...]:
+    return (
+        _trial(1, 0.1, tps=100.0, p95=30.0, hit=0.6),
+        _trial(2, 0.4, tps=150.0, p95=25.0, hit=0.7),
+        _trial(3, 0.6, S.INFEASIBLE),  # broke the system: no metrics
+        _trial(4, 0.8, tps=120.0, p95=21.0, hit=0.8),
+        _trial(5, 0.9, S.TIMED_OUT, tps=10.0),
+    )
+
+
+# -- training data ----------------------------------------------------------------------
+
+
+def test_outcome_data_one_entry_per_observed_metric_objective_first() -> None:
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    data = outcome_data(spec, encoder, _history())
+    assert [d.name for d in data] == ["tps", "p95", "hit", FEASIBILITY]
+    tps, p95, hit, feasibility = data
+    assert tps.X.shape == (4, 2) and tps.Y.shape == (4, 1)  # the TIMED_OUT trial reported tps
+    assert p95.X.shape == (3, 2) and torch.equal(p95.X, hit.X)
+    assert p95.Y.flatten().tolist() == [30.0, 25.0, 21.0]
+    assert feasibility.X.shape == (5, 2)
+    assert feasibility.Y.flatten().tolist() == [0.0, 0.0, 1.0, 0.0, 1.0]
+    assert all(d.X.dtype == torch.float64 and d.Y.dtype == torch.float64 for d in data)
+
+
+def test_no_feasibility_outcome_while_everything_completed() -> None:
+    spec = _spec()
+    trials = [t for t in _history() if t.status is S.COMPLETED]
+    data = outcome_data(spec, UnitBoxEncoder(spec.space), tuple(trials))
+    assert FEASIBILITY not in [d.name for d in data]
+
+
+def test_metrics_without_finite_values_are_left_out() -> None:
+    spec = _spec()
+    trials = (
+        _trial(1, 0.2, tps=1.0, p95=math.nan),
+        _trial(2, 0.3, tps=2.0, p95=math.inf),
+    )
+    data = outcome_data(spec, UnitBoxEncoder(spec.space), trials)
+    assert [d.name for d in data] == ["tps"]
+
+
+def test_wide_positive_metrics_are_modelled_in_log_space() -> None:
+    spec = _spec()
+    trials = (
+        _trial(1, 0.2, tps=10.0, p95=1.0, hit=0.1),
+        _trial(2, 0.3, tps=20.0, p95=100.0, hit=-0.1),
+    )
+    tps, p95, hit = outcome_data(spec, UnitBoxEncoder(spec.space), trials)
+    assert not tps.log and tps.Y.flatten().tolist() == [10.0, 20.0]  # span 2: linear
+    assert p95.log and p95.Y.flatten().tolist() == pytest.approx([0.0, math.log(100.0)])
+    assert not hit.log  # not all positive
+    assert p95.transform(20.0) == pytest.approx(math.log(20.0))
+    assert tps.transform(20.0) == 20.0
+
+
+# -- constraints on posterior samples ---------------------------------------------------
+
+
+def _data(name: str, log: bool = False) -> OutcomeData:
+    return OutcomeData(name, torch.zeros(1, 1, dtype=torch.float64), torch.zeros(1, 1), log)
+
+
+def test_outcome_constraints_are_non_positive_when_satisfied() -> None:
+    spec = _spec()
+    data = [_data("tps"), _data("p95"), _data("hit")]
+    upper, lower = outcome_constraints(spec, data)
+    samples = torch.tensor([[0.0, 19.0, 0.9], [0.0, 21.0, 0.1]])
+    assert upper(samples).tolist() == [-1.0, 1.0]
+    assert lower(samples).tolist() == pytest.approx([-0.4, 0.4])
+
+
+def test_outcome_constraints_use_the_log_scale_and_the_feasibility_classifier() -> None:
+    spec = _spec()
+    data = [_data("tps"), _data("p95", log=True), _data(FEASIBILITY)]
+    p95, feasible = outcome_constraints(spec, data)  # 'hit' unobserved: no constraint
+    samples = torch.tensor([[0.0, math.log(10.0), 0.2], [0.0, math.log(40.0), 0.9]])
+    assert p95(samples)[0] < 0 < p95(samples)[1]
+    assert feasible(samples).tolist() == pytest.approx([-0.3, 0.4])
+
+
+def test_log_metric_against_a_non_positive_bound_is_constant() -> None:
+    spec = StudySpec.from_dict(
+        {
+            "name": "m",
+            "knobs": [{"name": "x", "kind": "float"}],
+            "objectives": [{"name": "y"}],
+            "outcome_constraints": ["lat <= 0", "mem >= -1"],
+        }
+    )
+    never, always = outcome_constraints(spec, [_data("y"), _data("lat", True), _data("mem", True)])
+    samples = torch.randn(4, 3)
+    assert bool((never(samples) > 0).all())
+    assert bool((always(samples) <= 0).all())
+
+
+# -- fitting and acquisition ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[StudySpec, list[OutcomeData], Any, FitCache]:
+    """One fit of the history's three GPs, shared by the tests below (fits are slow)."""
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    trials = (*_history(), _trial(6, 0.3, tps=130.0, p95=10.0, hit=0.9))  # one feasible
+    data = outcome_data(spec, encoder, trials)
+    cache = FitCache()
+    return spec, data, fit_models(data, encoder, cache, "study-a"), cache
+
+
+def test_outcomes_observed_on_different_trials_get_one_gp_each(fitted: Any) -> None:
+    _, _, model, _ = fitted
+    assert isinstance(model, ModelListGP)
+    models: list[Any] = list(model.models)
+    # tps (5 trials), p95 and hit (4 trials), feasibility (6 trials): one GP per outcome
+    assert [m.num_outputs for m in models] == [1, 1, 1, 1]
+    assert all(isinstance(m, SingleTaskGP) for m in models)
+    assert [m.train_inputs[0].shape[-2] for m in models] == [5, 4, 4, 6]
+    X = torch.rand(6, 2, dtype=torch.float64)
+    posterior = model.posterior(X)
+    assert posterior.mean.shape == (6, 4)
+    for i, single in enumerate(models):  # the joint posterior keeps each output's slots
+        alone = single.posterior(X)
+        assert torch.allclose(posterior.mean[:, i], alone.mean[:, 0])
+        assert torch.allclose(posterior.variance[:, i], alone.variance[:, 0])
+
+
+def test_outcomes_observed_together_share_one_batched_gp() -> None:
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    trials = tuple(
+        _trial(i + 1, i / 5, tps=100.0 + i, p95=10.0 + i % 3, hit=0.5 + i / 20) for i in range(5)
+    )
+    data = outcome_data(spec, encoder, trials)
+    model: Any = fit_models(data, encoder)
+    assert not isinstance(model, ModelListGP)
+    assert model.num_outputs == 3
+    assert model.posterior(torch.rand(4, 2, dtype=torch.float64)).mean.shape == (4, 3)
+
+
+def test_categorical_knobs_get_a_categorical_kernel() -> None:
+    knobs: list[dict[str, Any]] = [
+        {"name": "x", "kind": "float"},
+        {"name": "c", "kind": "categorical", "choices": ["a", "b", "c"]},
+    ]
+    spec = _spec(knobs)
+    encoder = UnitBoxEncoder(spec.space)
+    trials = tuple(
+        Trial(i + 1, {"x": i / 4, "c": "abc"[i % 3]}, S.COMPLETED, {"tps": float(i)})
+        for i in range(4)
+    )
+    (data,) = outcome_data(spec, encoder, trials)
+    mixed: Any = build_model([data], encoder)
+    assert any(isinstance(k, CategoricalKernel) for k in mixed.covar_module.modules())
+    plain: Any = build_model([data], UnitBoxEncoder(_spec().space))
+    assert not any(isinstance(k, CategoricalKernel) for k in plain.covar_module.modules())
+
+
+def test_fit_cache_stores_and_forgets_hyperparameters(fitted: Any) -> None:
+    _, data, _, cache = fitted
+    keys = [("study-a", outcome.name) for outcome in data]
+    for key in keys:
+        state = cache.get(key, 2)
+        assert state and all(isinstance(v, torch.Tensor) for v in state.values())
+        assert cache.get(key, 3) is None  # another dimension: no warm start
+    copy = FitCache()
+    for key in keys:
+        copy.put(key, 2, cache.get(key, 2))  # type: ignore[arg-type]
+    copy.put(("study-b", "tps"), 2, {})
+    copy.forget("study-a")
+    assert all(copy.get(key, 2) is None for key in keys)
+    assert copy.get(("study-b", "tps"), 2) == {}
+
+
+def test_a_warm_started_fit_gives_the_same_kind_of_model(fitted: Any) -> None:
+    _, data, _, cache = fitted
+    encoder = UnitBoxEncoder(_spec().space)
+    again = fit_models(data, encoder, cache, "study-a")
+    assert isinstance(again, ModelListGP) and again.num_outputs == 4
+
+
+def test_probability_of_feasibility_before_any_feasible_trial(fitted: Any) -> None:
+    spec, data, model, _ = fitted
+    X_pending = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    acquisition = build_acquisition(spec, model, data, data[0].X, X_pending, False, seed=1)
+    assert isinstance(acquisition, qLogProbabilityOfFeasibility)
+    assert acquisition.X_pending is not None and acquisition.X_pending.shape == (1, 2)
+    value = acquisition(torch.rand(3, 1, 2, dtype=torch.float64))
+    assert value.shape == (3,) and bool(torch.isfinite(value).all())
+
+
+def test_noisy_expected_improvement_once_a_trial_is_feasible(fitted: Any) -> None:
+    spec, data, model, _ = fitted
+    acquisition = build_acquisition(spec, model, data, data[0].X, None, True, seed=1)
+    assert isinstance(acquisition, qLogNoisyExpectedImprovement)
+    value = acquisition(torch.rand(3, 1, 2, dtype=torch.float64))
+    assert value.shape == (3,) and bool(torch.isfinite(value).all())
