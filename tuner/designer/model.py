@@ -2,11 +2,18 @@
 
 Outcomes are the study's metrics (the objective and every constrained metric) and, once some
 configuration has broken the system, a *feasibility* outcome (0 = ran, 1 = INFEASIBLE or
-TIMED_OUT) whose GP acts as a soft classifier. Each GP is BoTorch's ``SingleTaskGP`` (or
-with a product of an RBF and a categorical kernel when the space has categorical knobs) with an
-input ``Normalize`` over the unit box and a ``Standardize`` outcome transform, trained on the
-trials that reported that outcome. Positive metrics spanning more than an order of magnitude
-(latencies, throughputs) are modelled in log space, where they are closer to Gaussian.
+TIMED_OUT) whose GP acts as a soft classifier. Each GP is BoTorch's ``SingleTaskGP`` (with
+a product of an RBF and a categorical kernel when the space has categorical knobs) with a
+``Standardize`` outcome transform, trained on the trials that reported that outcome.
+
+Inputs are normalized by construction: ``UnitBoxEncoder`` maps every knob's known range onto
+``[0, 1]`` (log-scaled where the knob is), which is exactly what BoTorch's ``Normalize``
+input transform would do with those bounds. The model therefore takes the encoded points as
+they are; an identity ``Normalize`` cost about 15 % of a suggestion in profiles (it runs on
+every posterior and likelihood evaluation).
+
+Positive metrics spanning more than an order of magnitude (latencies, throughputs) are
+modelled in log space, where they are closer to Gaussian.
 
 Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last fitted
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
@@ -29,7 +36,6 @@ from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.gpytorch import GPyTorchModel
 from botorch.models.kernels.categorical import CategoricalKernel
 from botorch.models.model import Model
-from botorch.models.transforms.input import Normalize
 from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from gpytorch.constraints import Interval
@@ -46,8 +52,11 @@ _WARM_KEYS = ("covar_module", "likelihood", "mean_module")
 _CAT_LENGTHSCALE = (0.01, 20.0)
 _FIT_MAXITER = 200  # L-BFGS-B steps of a fit from the priors
 # A warm-started fit continues from the last step's hyperparameters, which one new
-# observation moves only a little; its remaining steps are amortized over the next fits.
+# observation moves only a little; its remaining steps are amortized over the next fits,
+# and every _FULL_FIT_EVERY-th observation gets a fit run to convergence (from the warm
+# start), so the hyperparameters cannot lag behind the data for long.
 _WARM_MAXITER = 25
+_FULL_FIT_EVERY = 5
 
 
 @dataclass(frozen=True)
@@ -154,7 +163,8 @@ def _fit(
     state = cache.get(key, encoder.d) if cache is not None else None
     if state is not None:
         model.load_state_dict(state, strict=False)
-    maxiter = _FIT_MAXITER if state is None else _WARM_MAXITER
+    full = state is None or group[0].X.shape[0] % _FULL_FIT_EVERY == 0
+    maxiter = _FIT_MAXITER if full else _WARM_MAXITER
     fit_gpytorch_mll(
         ExactMarginalLogLikelihood(model.likelihood, model),
         optimizer_kwargs={"options": {"maxiter": maxiter}},
@@ -172,13 +182,10 @@ def build_model(group: list[OutcomeData], encoder: UnitBoxEncoder) -> GPyTorchMo
     Y = torch.cat([o.Y for o in group], dim=-1)
     cat_dims = sorted(encoder.cat_dims)
     other = [i for i in range(d) if i not in encoder.cat_dims]
-    unit = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
-    normalize = Normalize(d=d, indices=other or None, bounds=unit)
     return SingleTaskGP(
-        X,
+        X,  # already normalized: the unit-box encoding of the knobs' ranges
         Y,
         covar_module=_kernel(other, cat_dims, torch.Size([len(group)]) if len(group) > 1 else None),
-        input_transform=normalize,
         outcome_transform=Standardize(m=len(group)),
     )
 
