@@ -103,17 +103,13 @@ def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _check_metrics(spec: StudySpec, target: Target) -> None:
     available = target.describe_metrics()
-    for i, objective in enumerate(spec.objectives):
-        if objective.name not in available:
+    wanted = [(f"study.objectives[{i}].name", o.name) for i, o in enumerate(spec.objectives)]
+    wanted += [
+        (f"study.outcome_constraints[{i}]", c.metric)
+        for i, c in enumerate(spec.outcome_constraints)
+    ]
+    for field_, metric in wanted:
+        if metric not in available:
             raise ValidationError(
-                f"study.objectives[{i}].name",
-                f"the {target.kind} target does not report {objective.name!r}",
-                sorted(available),
-            )
-    for i, constraint in enumerate(spec.outcome_constraints):
-        if constraint.metric not in available:
-            raise ValidationError(
-                f"study.outcome_constraints[{i}]",
-                f"the {target.kind} target does not report {constraint.metric!r}",
-                sorted(available),
+                field_, f"the {target.kind} target does not report {metric!r}", sorted(available)
             )

@@ -49,13 +49,16 @@ class History:
         taken: Keys of configurations never to suggest again (observed, pending, abandoned).
             FAILED trials are not included: an infrastructure failure says nothing about the
             configuration, so it may be tried again.
-        size: Number of trials that count toward the initial design (all but FAILED).
+        size: Number of trials that are not FAILED (seeds derive from it).
+        designed: Of those, the ones that count toward the initial design: all but the
+            default configuration, which comes on top of the design.
     """
 
     observed: tuple[Trial, ...]
     pending: tuple[Trial, ...]
     taken: frozenset[ConfigKey] = field(default_factory=frozenset)
     size: int = 0
+    designed: int = 0
 
     @classmethod
     def build(
@@ -65,7 +68,8 @@ class History:
         active = tuple(t for t in pending if t.status.is_pending)
         kept = [t for t in (*completed, *active) if t.status is not TrialStatus.FAILED]
         taken = frozenset(encoder.key(t.config) for t in kept)
-        return cls(observed, active, taken, len(kept))
+        designed = sum(t.source != "default" for t in kept)
+        return cls(observed, active, taken, len(kept), designed)
 
 
 class Designer:

@@ -114,12 +114,7 @@ class BODesigner(QuasiRandomDesigner):
         history = History.build(self.encoder, completed, pending)
         out = self._default(history, count)
         initial = self.spec.designer.initial_size(len(self.spec.space))
-        # the default configuration, if measured, comes on top of the Sobol design
-        designed = history.size - sum(
-            t.source == "default" and t.status is not TrialStatus.FAILED
-            for t in (*completed, *pending)
-        )
-        n_sobol = max(0, min(count - len(out), initial - designed))
+        n_sobol = max(0, min(count - len(out), initial - history.designed))
         if not any(t.status is TrialStatus.COMPLETED for t in history.observed):
             n_sobol = count - len(out)  # nothing to learn from yet
         out += self._space_filling(history, out, n_sobol, "sobol")
