@@ -41,6 +41,10 @@ class Knob:
     unit: str = ""
     description: str = ""
     restart: bool = False
+    # Expert prior: where documentation or tuning guides say good values lie. For range
+    # knobs ``(low, high)`` inside the domain; for choice knobs the recommended choices.
+    recommended: tuple[Scalar, ...] = ()
+    recommended_source: str = ""
 
     kind: ClassVar[str] = ""
 
@@ -61,6 +65,32 @@ class Knob:
         object.__setattr__(
             self, "unsafe_values", self._validate_all(self.unsafe_values, "unsafe_values")
         )
+        object.__setattr__(self, "recommended", self._validate_all(self.recommended, "recommended"))
+        self._check_recommended()
+
+    def _check_recommended(self) -> None:
+        field_ = f"knobs.{self.name}.recommended"
+        if not self.recommended:
+            if self.recommended_source:
+                raise ValidationError(
+                    f"knobs.{self.name}.recommended_source", "given without recommended values"
+                )
+            return
+        if not self.recommended_source.strip():
+            raise ValidationError(
+                f"knobs.{self.name}.recommended_source",
+                "is required with recommended values: say where the recommendation comes from",
+            )
+        if isinstance(self, _RangeKnob):
+            low, high = (
+                (float(v) for v in self.recommended) if len(self.recommended) == 2 else (1, 0)
+            )
+            if len(self.recommended) != 2 or low > high:
+                raise ValidationError(
+                    field_,
+                    "must be [low, high] with low <= high inside the knob's range",
+                    self.describe_domain(),
+                )
 
     # -- to be provided by kinds -------------------------------------------------------
     def _check_domain(self) -> None:
@@ -89,10 +119,10 @@ class Knob:
         out.update(self._domain_dict())
         if self.default is not None:
             out["default"] = self.default
-        for key in ("special_values", "unsafe_values"):
+        for key in ("special_values", "unsafe_values", "recommended"):
             if getattr(self, key):
                 out[key] = list(getattr(self, key))
-        for key in ("unit", "description"):
+        for key in ("unit", "description", "recommended_source"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         if self.restart:
@@ -255,8 +285,15 @@ class _ChoiceKnob(Knob):
             self.default if self.default is None or value_key(self.default) not in unsafe else None
         )
         specials = tuple(v for v in self.special_values if value_key(v) not in unsafe)
+        recommended = tuple(v for v in self.recommended if value_key(v) not in unsafe)
         return replace(
-            self, choices=kept, default=default, special_values=specials, unsafe_values=()
+            self,
+            choices=kept,
+            default=default,
+            special_values=specials,
+            unsafe_values=(),
+            recommended=recommended,
+            recommended_source=self.recommended_source if recommended else "",
         )
 
     def _domain_dict(self) -> dict[str, Any]:
@@ -337,6 +374,8 @@ _COMMON_FIELDS = {
     "unit",
     "description",
     "restart",
+    "recommended",
+    "recommended_source",
 }
 
 
@@ -355,12 +394,18 @@ def knob_from_dict(data: Any, where: str = "knob") -> Knob:
             sorted(_COMMON_FIELDS | _FIELDS_BY_KIND[kind]),
         )
     kwargs = {k: v for k, v in data.items() if k != "kind"}
-    for key in ("choices", "special_values", "unsafe_values"):
+    for key in ("choices", "special_values", "unsafe_values", "recommended"):
         if key in kwargs and isinstance(kwargs[key], list):
             kwargs[key] = tuple(kwargs[key])
     if "name" not in kwargs:
         raise ValidationError(f"{where}.name", "is required")
-    for key, typ in (("log", bool), ("restart", bool), ("unit", str), ("description", str)):
+    for key, typ in (
+        ("log", bool),
+        ("restart", bool),
+        ("unit", str),
+        ("description", str),
+        ("recommended_source", str),
+    ):
         if key in kwargs and not isinstance(kwargs[key], typ):
             raise ValidationError(f"{where}.{key}", f"must be a {typ.__name__}")
     return KNOB_CLASSES[kind](**kwargs)

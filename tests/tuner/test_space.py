@@ -459,3 +459,40 @@ def test_default_config() -> None:
     assert _space().default_config() == {"threads": 4, "flag": False, "mode": "a"}
     partial = SearchSpace((IntKnob("a", low=0, high=3, default=1), FloatKnob("b")))
     assert partial.default_config() is None
+
+
+def test_recommended_region_is_validated_and_round_trips() -> None:
+    knob = knob_from_dict(
+        {"name": "a", "kind": "int", "low": 0, "high": 10, "recommended": [2, 5],
+         "recommended_source": "the manual, section 1"}
+    )  # fmt: skip
+    assert knob.recommended == (2, 5)
+    assert knob_from_dict(knob.to_dict()) == knob
+    choice = knob_from_dict(
+        {"name": "m", "kind": "categorical", "choices": ["x", "y", "z"], "recommended": ["y"],
+         "recommended_source": "a guide"}
+    )  # fmt: skip
+    assert choice.recommended == ("y",)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"recommended": [5, 2], "recommended_source": "d"}, "knobs.a.recommended"),
+        ({"recommended": [2, 50], "recommended_source": "d"}, "knobs.a.recommended"),
+        ({"recommended": [2]}, "knobs.a.recommended_source"),
+        ({"recommended_source": "d"}, "knobs.a.recommended_source"),
+    ],
+)
+def test_bad_recommended_region_names_its_field(extra: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        knob_from_dict({"name": "a", "kind": "int", "low": 0, "high": 10, **extra})
+    assert err.value.field == field
+
+
+def test_safe_drops_unsafe_recommended_choices() -> None:
+    knob = knob_from_dict(
+        {"name": "m", "kind": "categorical", "choices": ["x", "y", "z"], "unsafe_values": ["z"],
+         "recommended": ["y", "z"], "recommended_source": "a guide"}
+    )  # fmt: skip
+    assert knob.safe().recommended == ("y",)
