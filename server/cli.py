@@ -237,6 +237,7 @@ def _trial_dict(trial: Trial) -> dict[str, Any]:
         "source": trial.source,
         "client_id": trial.client_id,
         "warning": trial.warning,
+        **({"embedded": list(trial.embedded)} if trial.embedded else {}),
     }
 
 

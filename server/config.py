@@ -8,6 +8,9 @@ A config has three tables::
     outcome_constraints = ["p95_ms <= 5"]
     [study.designer]
     seed = 0
+    [study.embedding]  # optional: search a LlamaTune embedding of many knobs
+    kind = "llamatune"
+    dims = 16
 
     [target]           # kind + the adapter's options
     kind = "sqlite"

@@ -34,7 +34,7 @@ from tuner.space import (
     Scalar,
     knob_from_dict,
 )
-from tuner.study import Goal, StudySpec
+from tuner.study import EmbeddingSettings, Goal, StudySpec
 from tuner.trial import Trial, TrialStatus
 
 KNOB_KINDS = ("float_range", "int_range", "categorical", "ordinal", "bool_knob")
@@ -73,7 +73,30 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
             random_fraction=designer.random_fraction,
         ),
         allow_unsafe=spec.allow_unsafe,
+        embedding=_embedding_to_proto(spec.embedding),
     )
+
+
+def _embedding_to_proto(embedding: EmbeddingSettings | None) -> pb.Embedding | None:
+    if embedding is None:
+        return None
+    return pb.Embedding(
+        kind=embedding.kind,
+        dims=embedding.dims,
+        special_bias=embedding.special_bias,
+        buckets=embedding.buckets,
+        seed=embedding.seed,
+    )
+
+
+def _embedding_from_proto(message: pb.Embedding) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if message.kind:
+        data["kind"] = message.kind
+    for key in ("dims", "special_bias", "buckets", "seed"):
+        if message.HasField(key):
+            data[key] = getattr(message, key)
+    return data
 
 
 def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
@@ -100,6 +123,8 @@ def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
         }
         if message.HasField("designer"):
             data["designer"] = _designer_from_proto(message.designer)
+        if message.HasField("embedding"):
+            data["embedding"] = _embedding_from_proto(message.embedding)
         return StudySpec.from_dict(data, knobs=knobs)
     except ValidationError as error:
         raise _under(path, error) from None
@@ -151,6 +176,8 @@ def knob_to_proto(knob: Knob) -> pb.Knob:
         unit=knob.unit,
         description=knob.description,
         restart=knob.restart,
+        recommended=[value_to_proto(v) for v in knob.recommended],
+        recommended_source=knob.recommended_source,
     )
     if knob.default is not None:
         message.default_value.CopyFrom(value_to_proto(knob.default))
@@ -226,6 +253,7 @@ def trial_to_proto(trial: Trial, study: str) -> pb.Trial:
         client_id=trial.client_id,
         source=trial.source,
         warning=trial.warning,
+        embedded_point=list(trial.embedded),
         created_at=_timestamp_to_proto(trial.created_at),
         updated_at=_timestamp_to_proto(trial.updated_at),
     )
@@ -242,6 +270,7 @@ def trial_from_proto(message: pb.Trial) -> Trial:
         client_id=message.client_id,
         source=message.source,
         warning=message.warning,
+        embedded=tuple(message.embedded_point),
         created_at=_timestamp_from_proto(message, "created_at"),
         updated_at=_timestamp_from_proto(message, "updated_at"),
     )
@@ -312,10 +341,10 @@ def _knob_from_proto(message: pb.Knob, path: str) -> Knob:
         data["kind"] = "bool"
     if message.HasField("default_value"):
         data["default"] = value_from_proto(message.default_value, f"{path}.default_value")
-    for key in ("special_values", "unsafe_values"):
+    for key in ("special_values", "unsafe_values", "recommended"):
         values = getattr(message, key)
         data[key] = [value_from_proto(v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
-    for key in ("unit", "description"):
+    for key in ("unit", "description", "recommended_source"):
         if getattr(message, key):
             data[key] = getattr(message, key)
     return knob_from_dict(data, path)

@@ -119,7 +119,10 @@ class TuningService:
             suggestions = designer.suggest(count - len(mine), completed, pending)
             new = self.storage.add_trials(
                 study,
-                [NewTrial(s.config, client_id, s.source, s.warning) for s in suggestions],
+                [
+                    NewTrial(s.config, client_id, s.source, s.warning, embedded=s.embedded)
+                    for s in suggestions
+                ],
             )
         for trial in new:
             if trial.warning:

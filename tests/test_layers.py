@@ -29,7 +29,9 @@ def imported_top_levels(path: Path) -> set[str]:
 
 
 def modules(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+    """The package's own modules: not those of a virtual environment kept inside it."""
+    found = (ROOT / package).rglob("*.py")
+    return sorted(p for p in found if not any(part.startswith(".") for part in p.parts))
 
 
 @pytest.mark.parametrize("package", LAYERS)

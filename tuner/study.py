@@ -22,6 +22,7 @@ from tuner.space import Knob, SearchSpace, knob_from_dict
 
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 ALGORITHMS = ("bo", "sobol", "random")
+EMBEDDINGS = ("llamatune",)
 _SPEC_FIELDS = (
     "name",
     "knobs",
@@ -30,7 +31,10 @@ _SPEC_FIELDS = (
     "parameter_constraints",
     "designer",
     "allow_unsafe",
+    "embedding",
 )
+_EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed")
+DEFAULT_EMBEDDING_DIMS = 16
 
 
 class Goal(StrEnum):
@@ -135,6 +139,78 @@ class DesignerSettings:
 
 
 @dataclass(frozen=True)
+class EmbeddingSettings:
+    """The LlamaTune search-space reduction (Kanellis et al., PVLDB 2022), per study.
+
+    The optimizer searches a ``dims``-dimensional box; each suggestion is projected onto the
+    knobs by a HeSBO count sketch (``tuner/embedding.py``).
+
+    Attributes:
+        kind: ``llamatune`` (HeSBO projection + special-value biasing + bucketization).
+        dims: Dimensions of the searched box; ``None`` picks ``min(16, knobs - 1)`` when the
+            study is created. At most the number of knobs minus one.
+        special_bias: Share of a numeric knob's projected axis given to each of its special
+            values (LlamaTune: 0.2), so that "off" or "auto" values are actually tried.
+        buckets: Distinct values per low-dimensional coordinate, hence at most that many
+            distinct values per knob (LlamaTune: 10,000).
+        seed: Seeds the projection; ``None`` takes the designer seed when the study is
+            created. Stored with the study, so a restarted server rebuilds the same embedding.
+    """
+
+    kind: str = "llamatune"
+    dims: int | None = None
+    special_bias: float = 0.2
+    buckets: int = 10_000
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in EMBEDDINGS:
+            raise ValidationError("embedding.kind", f"unknown embedding {self.kind!r}", EMBEDDINGS)
+        if self.dims is not None and (
+            isinstance(self.dims, bool) or not isinstance(self.dims, int) or self.dims < 1
+        ):
+            raise ValidationError(
+                "embedding.dims", f"got {self.dims!r}", "an integer >= 1 and < the number of knobs"
+            )
+        if (
+            isinstance(self.special_bias, bool)
+            or not isinstance(self.special_bias, int | float)
+            or not 0.0 <= self.special_bias < 0.5
+        ):
+            raise ValidationError(
+                "embedding.special_bias", f"got {self.special_bias!r}", "a number in [0, 0.5)"
+            )
+        if (
+            isinstance(self.buckets, bool)
+            or not isinstance(self.buckets, int)
+            or not 2 <= self.buckets <= 1_000_000_000
+        ):
+            raise ValidationError(
+                "embedding.buckets", f"got {self.buckets!r}", "an integer in [2, 1000000000]"
+            )
+        if self.seed is not None and (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 2**31
+        ):
+            raise ValidationError(
+                "embedding.seed", f"got {self.seed!r}", "an integer in [0, 2**31)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "special_bias": float(self.special_bias),
+            "buckets": self.buckets,
+        }
+        if self.dims is not None:
+            out["dims"] = self.dims
+        if self.seed is not None:
+            out["seed"] = self.seed
+        return out
+
+
+@dataclass(frozen=True)
 class StudySpec:
     """Everything that defines a study; immutable once the study exists."""
 
@@ -145,6 +221,7 @@ class StudySpec:
     parameter_constraints: tuple[LinearConstraint, ...] = ()
     designer: DesignerSettings = field(default_factory=DesignerSettings)
     allow_unsafe: bool = False
+    embedding: EmbeddingSettings | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _STUDY_NAME.match(self.name):
@@ -177,6 +254,33 @@ class StudySpec:
                         f"{constraint} names unknown knob {name!r}",
                         self.space.names,
                     )
+        if self.embedding is not None:
+            object.__setattr__(self, "embedding", self._resolved_embedding(self.embedding))
+
+    def _resolved_embedding(self, embedding: EmbeddingSettings) -> EmbeddingSettings:
+        """Fill in ``dims`` and ``seed`` so the stored spec pins the projection down."""
+        n = len(self.space)
+        if n < 2:
+            raise ValidationError(
+                "embedding", f"needs at least 2 knobs to reduce, the study has {n}", ">= 2 knobs"
+            )
+        dims = embedding.dims if embedding.dims is not None else min(DEFAULT_EMBEDDING_DIMS, n - 1)
+        if dims > n - 1:
+            raise ValidationError(
+                "embedding.dims",
+                f"{dims} dimensions for {n} knobs: an embedding must reduce the space",
+                f"an integer in [1, {n - 1}]",
+            )
+        most = max((len(k.special_values) for k in self.space.knobs), default=0)
+        if most * embedding.special_bias >= 1.0:
+            raise ValidationError(
+                "embedding.special_bias",
+                f"{embedding.special_bias} x {most} special values of one knob leaves no room "
+                "for its other values",
+                f"a number below {1.0 / most:.3g}",
+            )
+        seed = embedding.seed if embedding.seed is not None else self.designer.seed
+        return replace(embedding, dims=dims, seed=seed)
 
     @property
     def objective(self) -> Objective:
@@ -206,6 +310,8 @@ class StudySpec:
             "parameter_constraints": [str(c) for c in self.parameter_constraints],
             "designer": self.designer.to_dict(),
             "allow_unsafe": self.allow_unsafe,
+            # only when set: specs without an embedding keep their fingerprints
+            **({"embedding": self.embedding.to_dict()} if self.embedding else {}),
         }
 
     def fingerprint(self) -> str:
@@ -244,6 +350,7 @@ class StudySpec:
             ),
             designer=_designer(data.get("designer", {})),
             allow_unsafe=allow_unsafe,
+            embedding=_embedding(data.get("embedding")),
         )
 
 
@@ -260,6 +367,19 @@ def _objective(data: Any, i: int) -> Objective:
             f"objectives[{i}]", "must be a table with 'name' and 'goal'", ["name", "goal"]
         )
     return Objective(data["name"], data.get("goal", Goal.MAXIMIZE.value))
+
+
+def _embedding(data: Any) -> EmbeddingSettings | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ValidationError("embedding", "must be a table/object", _EMBEDDING_FIELDS)
+    unknown = set(data) - set(_EMBEDDING_FIELDS)
+    if unknown:
+        raise ValidationError(
+            f"embedding.{sorted(unknown)[0]}", "unknown embedding setting", _EMBEDDING_FIELDS
+        )
+    return EmbeddingSettings(**data)
 
 
 def _designer(data: Any) -> DesignerSettings:

@@ -86,6 +86,9 @@ class Trial:
         client_id: The worker the trial was handed to.
         source: What produced the configuration: default, sobol, bo, random, fallback, user.
         warning: Numerical trouble met while suggesting it (e.g. a fallback to Sobol).
+        embedded: For a study searched in an embedding, the low-dimensional point the
+            configuration was projected from (empty otherwise, and for the default
+            configuration, which is evaluated outside the embedding).
     """
 
     id: int
@@ -96,6 +99,7 @@ class Trial:
     client_id: str = ""
     source: str = ""
     warning: str = ""
+    embedded: tuple[float, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
 

@@ -81,6 +81,7 @@ class NewTrial:
         source: What produced the configuration: default, sobol, bo, random, fallback, user.
         warning: Numerical trouble met while suggesting it.
         status: ``PENDING`` (queued) or ``ACTIVE`` (handed out).
+        embedded: The low-dimensional point of a study searched in an embedding, else empty.
     """
 
     config: Config
@@ -88,9 +89,11 @@ class NewTrial:
     source: str = ""
     warning: str = ""
     status: TrialStatus = TrialStatus.ACTIVE
+    embedded: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
+        object.__setattr__(self, "embedded", check_point(self.embedded, "trial.embedded"))
         for key in ("client_id", "source", "warning"):
             check_text(getattr(self, key), f"trial.{key}")
         status = check_status(self.status, "trial.status")
@@ -282,6 +285,19 @@ def check_text(value: Any, field_: str, *, required: bool = False) -> str:
         wanted = "a non-empty string" if required else "a string"
         raise ValidationError(field_, f"must be {wanted}, got {value!r}")
     return value
+
+
+def check_point(value: Any, field_: str) -> tuple[float, ...]:
+    """``value`` as a tuple of finite floats; else ``ValidationError``."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ValidationError(field_, f"must be a list of numbers, got {value!r}")
+    out = []
+    for i, item in enumerate(value):
+        number = _finite_float(item)
+        if number is None:
+            raise ValidationError(f"{field_}[{i}]", f"must be a finite number, got {item!r}")
+        out.append(number)
+    return tuple(out)
 
 
 def check_trial_id(trial_id: Any) -> int:

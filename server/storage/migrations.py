@@ -102,7 +102,15 @@ def v1_initial_schema(db: Database) -> None:
         db.execute(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (v1_initial_schema,)
+def v2_embedded_points(db: Database) -> None:
+    """Trials of studies searched in an embedding (LlamaTune) keep their low-dimensional point.
+
+    A JSON list of floats; ``[]`` for every other trial, including all trials written before.
+    """
+    db.execute("ALTER TABLE trials ADD COLUMN embedded_json TEXT NOT NULL DEFAULT '[]'")
+
+
+MIGRATIONS: tuple[Migration, ...] = (v1_initial_schema, v2_embedded_points)
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -338,6 +338,7 @@ def _trial_row(study_id: int, trial_id: int, trial: NewTrial, now: float) -> dic
         "client_id": trial.client_id,
         "source": trial.source,
         "warning": trial.warning,
+        "embedded_json": json.dumps(list(trial.embedded)),
         "reason": "",
         "created_at": now,
         "updated_at": now,
@@ -368,6 +369,7 @@ def _load_trials(db: Database, study_id: int, where: str, params: Sequence[Any])
             config=configs.get(row["trial_id"], {}),
             status=TrialStatus(row["status"]),
             metrics=metrics.get(row["trial_id"], {}),
+            embedded=tuple(float(v) for v in json.loads(row["embedded_json"])),
             **{key: row[key] for key in _TRIAL_COLUMNS},
         )
         for row in rows

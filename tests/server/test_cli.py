@@ -113,6 +113,25 @@ def test_tune_runs_a_session_and_reports(
     assert out_png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_tune_searches_a_llamatune_embedding_when_the_config_asks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, name="llama", trials=4, measure_s=0.1)
+    text = config.read_text().replace(
+        "[target]", '[study.embedding]\nkind = "llamatune"\ndims = 2\n\n[target]'
+    )
+    config.write_text(text)
+    assert main(["tune", str(config)]) == 0
+    capsys.readouterr()
+    db = str(tmp_path / "runs" / "tuner.db")
+    assert main(["show", "llama", "--db", db, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["study"]["embedding"]["dims"] == 2
+    trials = shown["trials"]
+    assert trials[0]["source"] == "default" and "embedded" not in trials[0]
+    assert all(len(t["embedded"]) == 2 for t in trials[1:]) and len(trials) == 4
+
+
 @pytest.fixture
 def grpc_server(tmp_path: Path) -> Iterator[tuple[str, SQLiteStorage]]:
     storage = SQLiteStorage(tmp_path / "server.db")

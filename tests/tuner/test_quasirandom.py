@@ -233,3 +233,29 @@ def test_small_space_returns_fewer_then_is_exhausted() -> None:
 
 def test_zero_count_gives_nothing() -> None:
     assert QuasiRandomDesigner(_spec(DEFAULTS)).suggest(0, [], []) == []
+
+
+def test_nearest_feasible_projects_onto_the_constraints_and_keeps_other_knobs() -> None:
+    knobs = [
+        {"name": "x", "kind": "float", "low": 0.0, "high": 1.0},
+        {"name": "y", "kind": "float", "low": 0.0, "high": 1.0},
+        {"name": "z", "kind": "float", "low": 0.0, "high": 1.0},
+    ]
+    spec = _spec(knobs, ("x + y <= 1",))
+    sampler = FeasibleSampler(spec, UnitBoxEncoder(spec.space))
+    repaired = sampler.nearest_feasible({"x": 0.8, "y": 0.6, "z": 0.9})
+    assert repaired is not None
+    assert repaired["x"] == pytest.approx(0.6, abs=1e-6)
+    assert repaired["y"] == pytest.approx(0.4, abs=1e-6)
+    assert repaired["z"] == 0.9
+    assert spec.satisfies_parameter_constraints(repaired)
+    feasible = {"x": 0.1, "y": 0.2, "z": 0.3}
+    assert sampler.nearest_feasible(feasible) == feasible
+
+
+def test_nearest_feasible_rounds_integers_back_inside() -> None:
+    spec = _spec(constraints=("a + b <= 4.5",))
+    sampler = FeasibleSampler(spec, UnitBoxEncoder(spec.space))
+    repaired = sampler.nearest_feasible({"a": 9, "b": 9.0})
+    assert repaired is not None and spec.satisfies_parameter_constraints(repaired)
+    assert repaired["a"] + repaired["b"] == pytest.approx(4.5, abs=0.6)

@@ -32,11 +32,14 @@ class Suggestion:
         config: Knob name -> value, valid for the study's space and parameter constraints.
         source: ``default``, ``sobol``, ``bo``, ``random`` or ``fallback``.
         warning: Numerical trouble met while producing it (recorded on the trial).
+        embedded: The low-dimensional point it was projected from, for studies searched in
+            an embedding (stored with the trial so the history replays exactly); else empty.
     """
 
     config: Config
     source: str
     warning: str = ""
+    embedded: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

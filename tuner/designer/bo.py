@@ -56,12 +56,12 @@ class QuasiRandomDesigner(Designer):
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
-        out = self._default(history, count)
+        out = self.default_suggestion(history, count)
         out += self._space_filling(history, out, count - len(out), self.spec.designer.algorithm)
-        return _checked(out, count, self.spec)
+        return checked(out, count, self.spec)
 
     # -- shared policy steps -----------------------------------------------------------
-    def _default(self, history: History, count: int) -> list[Suggestion]:
+    def default_suggestion(self, history: History, count: int) -> list[Suggestion]:
         """The default configuration, unless it was measured, is pending, or was abandoned.
 
         Like any configuration, a default whose trial FAILED (infrastructure) is tried again.
@@ -112,7 +112,7 @@ class BODesigner(QuasiRandomDesigner):
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
-        out = self._default(history, count)
+        out = self.default_suggestion(history, count)
         initial = self.spec.designer.initial_size(len(self.spec.space))
         n_sobol = max(0, min(count - len(out), initial - history.designed))
         if not any(t.status is TrialStatus.COMPLETED for t in history.observed):
@@ -120,7 +120,7 @@ class BODesigner(QuasiRandomDesigner):
         out += self._space_filling(history, out, n_sobol, "sobol")
         if len(out) < count:
             out += self._model_based(history, out, count - len(out))
-        return _checked(out, count, self.spec)
+        return checked(out, count, self.spec)
 
     def _model_based(
         self, history: History, chosen: list[Suggestion], count: int
@@ -209,6 +209,10 @@ class BODesigner(QuasiRandomDesigner):
 
 def make_designer(spec: StudySpec, cache: FitCache | None = None) -> Designer:
     """The designer the study's settings ask for."""
+    if spec.embedding is not None:
+        from tuner.designer.embedded import EmbeddedDesigner  # it builds on this module
+
+        return EmbeddedDesigner(spec, cache)
     if spec.designer.algorithm == "bo":
         return BODesigner(spec, cache)
     return QuasiRandomDesigner(spec)
@@ -237,7 +241,7 @@ def _leaders(spec: StudySpec, observed: tuple[Trial, ...], k: int = 5) -> list[C
     return [t.config for t in ranked[:k]]
 
 
-def _checked(out: list[Suggestion], count: int, spec: StudySpec) -> list[Suggestion]:
+def checked(out: list[Suggestion], count: int, spec: StudySpec) -> list[Suggestion]:
     if not out and count > 0:
         raise StateError(
             f"study {spec.name}: the search space is exhausted; every valid configuration "

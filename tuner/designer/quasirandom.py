@@ -18,8 +18,10 @@ import itertools
 import math
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 from botorch.utils.sampling import get_polytope_samples
+from scipy.optimize import minimize
 from torch.quasirandom import SobolEngine
 
 from tuner.encoding import ConfigKey, UnitBoxEncoder
@@ -63,6 +65,45 @@ class FeasibleSampler:
         if self.spec.satisfies_parameter_constraints(config):
             return config
         return self._repair(config)
+
+    def nearest_feasible(self, config: Config) -> Config | None:
+        """``config`` if feasible, else the nearest configuration that satisfies the constraints.
+
+        Nearest in the unit-box encoding: the knobs named by constraints move as little as
+        possible (a least-squares projection onto the constraint polytope, SLSQP); every
+        other knob keeps its value. None when no feasible configuration is found.
+        """
+        repaired = self.feasible(config)
+        if repaired is not None or not self.inequalities:
+            return repaired
+        names = sorted({n for c in self.spec.parameter_constraints for n, _ in c.terms})
+        index = {dim.knob.name: i for i, dim in enumerate(self.encoder.dims)}
+        moved = [index[n] for n in names]
+        start = np.array(self.encoder.encode(config), dtype=np.float64)
+        rows = []
+        for indices, coefficients, rhs in self.inequalities:
+            row = np.zeros(len(start))
+            row[indices.numpy()] = coefficients.numpy()
+            rows.append((row[moved], float(rhs), float(row @ start - row[moved] @ start[moved])))
+
+        def point(u: np.ndarray) -> list[float]:
+            full = start.copy()
+            full[moved] = u
+            return full.tolist()
+
+        result = minimize(
+            lambda u: float(np.sum((u - start[moved]) ** 2)),
+            start[moved],
+            jac=lambda u: 2.0 * (u - start[moved]),
+            method="SLSQP",
+            bounds=[(0.0, 1.0)] * len(moved),
+            constraints=[
+                # BoTorch form: row . u >= rhs; keep a margin so rounding stays inside
+                {"type": "ineq", "fun": lambda u, r=r, b=b, c=c: r @ u + c - b - 1e-9}
+                for r, b, c in rows
+            ],
+        )
+        return self.feasible(self.encoder.decode(point(np.clip(result.x, 0.0, 1.0))))
 
     # -- private -----------------------------------------------------------------------
     def _sobol_points(self, seed: int) -> Iterator[torch.Tensor]:

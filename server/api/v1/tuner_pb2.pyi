@@ -97,7 +97,7 @@ class BoolKnob(_message.Message):
     def __init__(self) -> None: ...
 
 class Knob(_message.Message):
-    __slots__ = ("name", "float_range", "int_range", "categorical", "ordinal", "bool_knob", "default_value", "special_values", "unsafe_values", "unit", "description", "restart")
+    __slots__ = ("name", "float_range", "int_range", "categorical", "ordinal", "bool_knob", "default_value", "special_values", "unsafe_values", "unit", "description", "restart", "recommended", "recommended_source")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FLOAT_RANGE_FIELD_NUMBER: _ClassVar[int]
     INT_RANGE_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,8 @@ class Knob(_message.Message):
     UNIT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     RESTART_FIELD_NUMBER: _ClassVar[int]
+    RECOMMENDED_FIELD_NUMBER: _ClassVar[int]
+    RECOMMENDED_SOURCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     float_range: FloatRange
     int_range: IntRange
@@ -122,7 +124,9 @@ class Knob(_message.Message):
     unit: str
     description: str
     restart: bool
-    def __init__(self, name: _Optional[str] = ..., float_range: _Optional[_Union[FloatRange, _Mapping]] = ..., int_range: _Optional[_Union[IntRange, _Mapping]] = ..., categorical: _Optional[_Union[Choices, _Mapping]] = ..., ordinal: _Optional[_Union[Choices, _Mapping]] = ..., bool_knob: _Optional[_Union[BoolKnob, _Mapping]] = ..., default_value: _Optional[_Union[Value, _Mapping]] = ..., special_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unsafe_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unit: _Optional[str] = ..., description: _Optional[str] = ..., restart: _Optional[bool] = ...) -> None: ...
+    recommended: _containers.RepeatedCompositeFieldContainer[Value]
+    recommended_source: str
+    def __init__(self, name: _Optional[str] = ..., float_range: _Optional[_Union[FloatRange, _Mapping]] = ..., int_range: _Optional[_Union[IntRange, _Mapping]] = ..., categorical: _Optional[_Union[Choices, _Mapping]] = ..., ordinal: _Optional[_Union[Choices, _Mapping]] = ..., bool_knob: _Optional[_Union[BoolKnob, _Mapping]] = ..., default_value: _Optional[_Union[Value, _Mapping]] = ..., special_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unsafe_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unit: _Optional[str] = ..., description: _Optional[str] = ..., restart: _Optional[bool] = ..., recommended: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., recommended_source: _Optional[str] = ...) -> None: ...
 
 class Objective(_message.Message):
     __slots__ = ("name", "goal")
@@ -146,8 +150,22 @@ class DesignerSettings(_message.Message):
     random_fraction: float
     def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ...) -> None: ...
 
+class Embedding(_message.Message):
+    __slots__ = ("kind", "dims", "special_bias", "buckets", "seed")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DIMS_FIELD_NUMBER: _ClassVar[int]
+    SPECIAL_BIAS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    dims: int
+    special_bias: float
+    buckets: int
+    seed: int
+    def __init__(self, kind: _Optional[str] = ..., dims: _Optional[int] = ..., special_bias: _Optional[float] = ..., buckets: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+
 class StudySpec(_message.Message):
-    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe")
+    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KNOBS_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVES_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +173,7 @@ class StudySpec(_message.Message):
     PARAMETER_CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     DESIGNER_FIELD_NUMBER: _ClassVar[int]
     ALLOW_UNSAFE_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     name: str
     knobs: _containers.RepeatedCompositeFieldContainer[Knob]
     objectives: _containers.RepeatedCompositeFieldContainer[Objective]
@@ -162,7 +181,8 @@ class StudySpec(_message.Message):
     parameter_constraints: _containers.RepeatedScalarFieldContainer[str]
     designer: DesignerSettings
     allow_unsafe: bool
-    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ...) -> None: ...
+    embedding: Embedding
+    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ...) -> None: ...
 
 class TrialCount(_message.Message):
     __slots__ = ("status", "count")
@@ -193,7 +213,7 @@ class Parameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Trial(_message.Message):
-    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at")
+    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +232,7 @@ class Trial(_message.Message):
     WARNING_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDED_POINT_FIELD_NUMBER: _ClassVar[int]
     id: int
     study: str
     config: _containers.RepeatedCompositeFieldContainer[Parameter]
@@ -223,7 +244,8 @@ class Trial(_message.Message):
     warning: str
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    embedded_point: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec",)

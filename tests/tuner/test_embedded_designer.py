@@ -1,0 +1,157 @@
+"""The LlamaTune designer: default first, then BO/Sobol in the embedding, projected back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tuner.designer import Suggestion, make_designer
+from tuner.designer.acquisition import OptimizerSettings
+from tuner.designer.embedded import EmbeddedDesigner
+from tuner.errors import StateError
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+FAST = OptimizerSettings(num_restarts=2, raw_samples=64, maxiter=30)
+# 20 knobs of which two matter: the many-knob situation LlamaTune is for
+KNOBS: list[dict[str, Any]] = [
+    {"name": f"k{i:02d}", "kind": "float", "low": 0.0, "high": 1.0, "default": 0.5}
+    for i in range(18)
+] + [
+    {"name": "mode", "kind": "categorical", "choices": ["a", "b", "c"], "default": "a"},
+    {"name": "off", "kind": "int", "low": 0, "high": 1000, "special_values": [0], "default": 0},
+]
+
+
+def make_spec(
+    knobs: list[dict[str, Any]] | None = None,
+    constraints: Sequence[str] = (),
+    outcome: Sequence[str] = (),
+    dims: int = 4,
+    **designer: Any,
+) -> StudySpec:
+    return StudySpec.from_dict(
+        {
+            "name": "llama",
+            "knobs": knobs or KNOBS,
+            "objectives": [{"name": "y", "goal": "maximize"}],
+            "outcome_constraints": list(outcome),
+            "parameter_constraints": list(constraints),
+            "designer": {"initial_trials": 5, "seed": 3, **designer},
+            "embedding": {"kind": "llamatune", "dims": dims},
+        }
+    )
+
+
+def y_of(config: dict[str, Any]) -> float:
+    return (
+        -((config["k00"] - 0.8) ** 2) - (config["k01"] - 0.2) ** 2 + 0.1 * (config["mode"] == "b")
+    )
+
+
+def completed(id_: int, s: Suggestion, **metrics: float) -> Trial:
+    values = metrics or {"y": y_of(s.config)}
+    return Trial(id_, s.config, TrialStatus.COMPLETED, values, source=s.source, embedded=s.embedded)
+
+
+def run(designer: EmbeddedDesigner, n: int, **extra: Any) -> list[Trial]:
+    trials: list[Trial] = []
+    for _ in range(n):
+        (s,) = designer.suggest(1, trials, [])
+        metrics = {"y": y_of(s.config), **{k: f(s.config) for k, f in extra.items()}}
+        trials.append(completed(len(trials) + 1, s, **metrics))
+    return trials
+
+
+@pytest.fixture(scope="module")
+def study_run() -> list[Trial]:
+    return run(EmbeddedDesigner(make_spec(), settings=FAST), 14)
+
+
+def test_make_designer_uses_the_embedding() -> None:
+    assert isinstance(make_designer(make_spec()), EmbeddedDesigner)
+    assert isinstance(make_designer(make_spec(algorithm="sobol")), EmbeddedDesigner)
+
+
+def test_default_first_outside_the_embedding_then_projected_points(
+    study_run: list[Trial],
+) -> None:
+    spec = make_spec()
+    designer = EmbeddedDesigner(spec)
+    first = study_run[0]
+    assert first.source == "default" and first.embedded == ()
+    assert first.config == spec.space.default_config()
+    assert [t.source for t in study_run[1:6]] == ["sobol"] * 5
+    assert {t.source for t in study_run[6:]} == {"bo"}
+    for trial in study_run[1:]:
+        assert len(trial.embedded) == 4 and all(-1.0 <= v <= 1.0 for v in trial.embedded)
+        assert designer.embedding.bucketize(trial.embedded) == trial.embedded
+        assert designer.embedding.project(trial.embedded) == trial.config
+
+
+def test_bo_in_the_embedding_improves_on_the_initial_design(study_run: list[Trial]) -> None:
+    initial = max(t.metrics["y"] for t in study_run[:6])
+    assert max(t.metrics["y"] for t in study_run[6:]) > initial
+
+
+def test_same_history_gives_the_same_suggestions_after_a_restart(
+    study_run: list[Trial],
+) -> None:
+    history = study_run[:9]
+    one = EmbeddedDesigner(make_spec(), settings=FAST).suggest(2, history, [])
+    two = EmbeddedDesigner(make_spec(), settings=FAST).suggest(2, history, [])
+    assert one == two and len(one) == 2
+
+
+def test_pending_points_make_parallel_suggestions_differ(study_run: list[Trial]) -> None:
+    designer = EmbeddedDesigner(make_spec(), settings=FAST)
+    batch = designer.suggest(3, study_run[:8], [])
+    assert len({s.embedded for s in batch}) == 3
+    assert len({tuple(sorted(s.config.items())) for s in batch}) == 3
+    pending = [Trial(100, batch[0].config, TrialStatus.ACTIVE, embedded=batch[0].embedded)]
+    (alone,) = designer.suggest(1, study_run[:8], pending)
+    assert alone.config != batch[0].config
+
+
+def test_linear_constraints_on_the_original_knobs_hold_for_every_suggestion() -> None:
+    spec = make_spec(constraints=["k00 + k01 <= 0.6", "k02 - k03 >= 0.1"])
+    trials = run(EmbeddedDesigner(spec, settings=FAST), 9)
+    for trial in trials[1:]:  # the default breaks the second one and is skipped
+        assert trial.config["k00"] + trial.config["k01"] <= 0.6 + 1e-9
+        assert trial.config["k02"] - trial.config["k03"] >= 0.1 - 1e-9
+    assert trials[0].source != "default"
+
+
+def test_outcome_constraints_reach_the_inner_model() -> None:
+    spec = make_spec(outcome=["cost <= 0.5"])
+    designer = EmbeddedDesigner(spec, settings=FAST)
+    assert designer.low_spec.outcome_constraints == spec.outcome_constraints
+    trials = run(designer, 8, cost=lambda c: c["k02"])
+    assert trials[-1].source == "bo"
+
+
+def test_trials_without_a_point_are_taken_but_not_modelled(study_run: list[Trial]) -> None:
+    designer = EmbeddedDesigner(make_spec(), settings=FAST)
+    imported = Trial(99, study_run[3].config, TrialStatus.COMPLETED, {"y": 5.0}, source="user")
+    assert designer.low_trial(imported) is None
+    assert designer.low_trial(study_run[3]) is not None
+    suggestions = designer.suggest(2, [*study_run[:8], imported], [])
+    assert all(s.config != imported.config for s in suggestions)
+
+
+def test_choice_only_space_never_repeats_and_reports_exhaustion() -> None:
+    bools = [{"name": f"b{i}", "kind": "bool", "default": False} for i in range(4)]
+    designer = EmbeddedDesigner(make_spec(bools, dims=1, algorithm="sobol"))
+    trials: list[Trial] = []
+    seen = set()
+    with pytest.raises(StateError, match="exhausted"):
+        for _ in range(10):
+            (s,) = designer.suggest(1, trials, [])
+            key = tuple(sorted(s.config.items()))
+            assert key not in seen
+            seen.add(key)
+            trials.append(completed(len(trials) + 1, s, y=0.0))
+    # one coordinate drives 4 bools: the default plus the two sign patterns it can express
+    assert len(seen) == 3

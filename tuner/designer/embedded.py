@@ -1,0 +1,137 @@
+"""The LlamaTune designer: any designer, run in a low-dimensional embedding of the knobs.
+
+A study with ``embedding = {kind = "llamatune"}`` is searched in ``[-1, 1]^d`` (``d = 16`` by
+default) and each point is projected onto the knobs by ``tuner.embedding.HeSBOEmbedding``.
+The policy, over the stored history:
+
+1. the knobs' default configuration first, outside the embedding (the projection cannot
+   generally express it), as LlamaTune evaluates it as iteration 0;
+2. every other suggestion comes from an inner designer (constrained BO, Sobol or random, as
+   the study's designer settings say) working on a *low-dimensional study*: ``d`` knobs
+   ``z0 .. z{d-1}``, each the bucket index ``0 .. buckets - 1`` of one coordinate (integer
+   knobs, so the inner designer rounds to the bucket grid and recognizes its own points),
+   the same objective and outcome constraints. It learns from the trials'
+   stored low-dimensional points, sees pending trials' points as pending, and knows nothing
+   of the original knobs;
+3. each low-dimensional suggestion is bucketized, projected, and checked against the linear
+   parameter constraints on the original knobs (a violating projection is repaired to the
+   nearest feasible integer configuration where the constraint allows, otherwise rejected)
+   and against every configuration already taken. A rejected or duplicate projection (two
+   low-dimensional points can project onto one configuration when a coordinate only drives
+   choice knobs) is replaced by the projection of a random low-dimensional point.
+
+Trials without a stored point (the default configuration, imported trials) count for the
+best trial and for duplicates but are not shown to the model, as in LlamaTune: the point the
+model would see for them is only an approximation (``HeSBOEmbedding.inverse``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+
+from tuner.designer.acquisition import OptimizerSettings
+from tuner.designer.base import Designer, History, Suggestion, derive_seed
+from tuner.designer.bo import BODesigner, QuasiRandomDesigner, checked
+from tuner.designer.model import FitCache
+from tuner.embedding import HeSBOEmbedding, low_point_is_valid
+from tuner.encoding import ConfigKey
+from tuner.space import IntKnob, SearchSpace
+from tuner.study import StudySpec
+from tuner.trial import Trial
+
+_RANDOM_TRIES = 200
+
+
+def low_dimensional_spec(spec: StudySpec, embedding: HeSBOEmbedding) -> StudySpec:
+    """The study the inner designer works on: the bucket index of each coordinate."""
+    top = embedding.settings.buckets - 1
+    knobs = tuple(IntKnob(name, low=0, high=top) for name in embedding.low_names)
+    return StudySpec(
+        name=spec.name,
+        space=SearchSpace(knobs),
+        objectives=spec.objectives,
+        outcome_constraints=spec.outcome_constraints,
+        designer=replace(spec.designer, start_with_default=False),
+        allow_unsafe=True,
+    )
+
+
+class EmbeddedDesigner(Designer):
+    """LlamaTune: default first, then an inner designer in the HeSBO embedding."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        cache: FitCache | None = None,
+        settings: OptimizerSettings | None = None,
+    ) -> None:
+        if spec.embedding is None:
+            raise ValueError(f"study {spec.name} has no embedding")
+        super().__init__(spec)
+        self.embedding = HeSBOEmbedding(spec.space, spec.embedding)
+        self.low_spec = low_dimensional_spec(spec, self.embedding)
+        self.outer = QuasiRandomDesigner(spec)  # the default configuration and repairs
+        self.inner: Designer = (
+            BODesigner(self.low_spec, cache, settings)
+            if spec.designer.algorithm == "bo"
+            else QuasiRandomDesigner(self.low_spec)
+        )
+
+    def suggest(
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+    ) -> list[Suggestion]:
+        history = History.build(self.encoder, completed, pending)
+        out = self.outer.default_suggestion(history, count)
+        if len(out) < count:
+            low = self.inner.suggest(
+                count - len(out), self._low_trials(completed), self._low_trials(pending)
+            )
+            out += self._projected(history, out, low)
+        return checked(out, count, self.spec)
+
+    def low_trial(self, trial: Trial) -> Trial | None:
+        """``trial`` as the inner designer sees it, or None when it has no valid point."""
+        if not low_point_is_valid(trial.embedded, self.embedding.d):
+            return None
+        levels = self.embedding.levels(trial.embedded)
+        config = dict(zip(self.embedding.low_names, levels, strict=True))
+        return replace(trial, config=config)  # type: ignore[arg-type]
+
+    def _low_trials(self, trials: Sequence[Trial]) -> list[Trial]:
+        return [low for t in trials if (low := self.low_trial(t)) is not None]
+
+    def _projected(
+        self, history: History, chosen: list[Suggestion], low: list[Suggestion]
+    ) -> list[Suggestion]:
+        taken: set[ConfigKey] = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
+        out: list[Suggestion] = []
+        for suggestion in low:
+            point = self.embedding.point(
+                [int(suggestion.config[name]) for name in self.embedding.low_names]
+            )
+            config = self.outer.sampler.nearest_feasible(self.embedding.project(point))
+            if config is not None and self.encoder.key(config) not in taken:
+                made = Suggestion(config, suggestion.source, suggestion.warning, point)
+            else:
+                seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(out))
+                replacement = self._random(taken, seed)
+                if replacement is None:
+                    continue
+                made = replacement
+            taken.add(self.encoder.key(made.config))
+            out.append(made)
+        return out
+
+    def _random(self, taken: set[ConfigKey], seed: int) -> Suggestion | None:
+        """The projection of a random low-dimensional point that is feasible and new."""
+        rng = random.Random(seed)
+        for _ in range(_RANDOM_TRIES):
+            point = self.embedding.bucketize(
+                [rng.uniform(-1.0, 1.0) for _ in range(self.embedding.d)]
+            )
+            config = self.outer.sampler.nearest_feasible(self.embedding.project(point))
+            if config is not None and self.encoder.key(config) not in taken:
+                return Suggestion(config, "random", "", point)
+        return None
