@@ -71,6 +71,7 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
             seed=designer.seed,
             start_with_default=designer.start_with_default,
             random_fraction=designer.random_fraction,
+            expert_priors=designer.expert_priors,
         ),
         allow_unsafe=spec.allow_unsafe,
         embedding=_embedding_to_proto(spec.embedding),
@@ -351,7 +352,11 @@ def _knob_from_proto(message: pb.Knob, path: str) -> Knob:
 
 
 def _designer_from_proto(message: pb.DesignerSettings) -> dict[str, Any]:
-    data: dict[str, Any] = {"seed": message.seed, "random_fraction": message.random_fraction}
+    data: dict[str, Any] = {
+        "seed": message.seed,
+        "random_fraction": message.random_fraction,
+        "expert_priors": message.expert_priors,
+    }
     if message.algorithm:
         data["algorithm"] = message.algorithm
     if message.HasField("initial_trials"):

@@ -81,6 +81,8 @@ class DesignerSettings:
         seed: Seeds the Sobol sequence and every other random choice of the study.
         start_with_default: Suggest the knobs' default configuration first.
         random_fraction: Share of model-based suggestions replaced by random ones.
+        expert_priors: Search the knobs' recommended regions first (coarse-to-fine, see
+            ``tuner/designer/priors.py``); off by default.
     """
 
     algorithm: str = "bo"
@@ -88,6 +90,7 @@ class DesignerSettings:
     seed: int = 0
     start_with_default: bool = True
     random_fraction: float = 0.0
+    expert_priors: bool = False
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -112,6 +115,8 @@ class DesignerSettings:
             raise ValidationError("designer.seed", f"got {self.seed!r}", "an integer in [0, 2**31)")
         if not isinstance(self.start_with_default, bool):
             raise ValidationError("designer.start_with_default", "must be true or false")
+        if not isinstance(self.expert_priors, bool):
+            raise ValidationError("designer.expert_priors", "must be true or false")
         if (
             isinstance(self.random_fraction, bool)
             or not isinstance(self.random_fraction, int | float)
@@ -135,6 +140,8 @@ class DesignerSettings:
         }
         if self.initial_trials is not None:
             out["initial_trials"] = self.initial_trials
+        if self.expert_priors:  # only when set: older specs keep their fingerprints
+            out["expert_priors"] = True
         return out
 
 
@@ -385,7 +392,14 @@ def _embedding(data: Any) -> EmbeddingSettings | None:
 def _designer(data: Any) -> DesignerSettings:
     if not isinstance(data, dict):
         raise ValidationError("designer", "must be a table/object")
-    allowed = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction")
+    allowed = (
+        "algorithm",
+        "initial_trials",
+        "seed",
+        "start_with_default",
+        "random_fraction",
+        "expert_priors",
+    )
     unknown = set(data) - set(allowed)
     if unknown:
         raise ValidationError(f"designer.{sorted(unknown)[0]}", "unknown designer setting", allowed)

@@ -121,9 +121,12 @@ def optimize_continuous(
     q: int,
     inequalities: list[Inequality],
     settings: OptimizerSettings,
+    bounds: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Maximize the acquisition over the continuous unit box; returns ``q x d`` candidates."""
-    bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
+    """Maximize the acquisition over the continuous unit box (or the ``2 x d`` ``bounds``
+    inside it); returns ``q x d`` candidates."""
+    if bounds is None:
+        bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
     candidates, _ = optimize_acqf(
         acquisition,
         bounds=bounds,

@@ -8,6 +8,9 @@ One ``suggest`` call runs the whole policy over the stored history:
    acquisition optimization, with pending trials as ``X_pending``; a share
    ``random_fraction`` of them is replaced by random points.
 
+With ``expert_priors`` the initial design and the first as many model-based suggestions stay
+inside the knobs' recommended region, then the search widens (``priors.py``).
+
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
 constraints, and compared with every configuration already taken; a duplicate is replaced by
 a random configuration. Numerical trouble (a Cholesky failure, NaNs, a fit that does not
@@ -31,6 +34,7 @@ from tuner.designer.acquisition import OptimizerSettings, build_acquisition, opt
 from tuner.designer.base import Designer, History, Suggestion, derive_seed
 from tuner.designer.local_search import LocalSearch
 from tuner.designer.model import FitCache, fit_models, outcome_data
+from tuner.designer.priors import PriorRegion
 from tuner.designer.quasirandom import FeasibleSampler
 from tuner.errors import StateError
 from tuner.space import Config
@@ -51,6 +55,7 @@ class QuasiRandomDesigner(Designer):
     def __init__(self, spec: StudySpec) -> None:
         super().__init__(spec)
         self.sampler = FeasibleSampler(spec, self.encoder)
+        self.region = PriorRegion.of(self.encoder) if spec.designer.expert_priors else None
 
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
@@ -86,7 +91,7 @@ class QuasiRandomDesigner(Designer):
         taken = history.taken | {self.encoder.key(s.config) for s in chosen}
         seed = derive_seed(self.spec.designer.seed, kind)
         if kind == "sobol":
-            configs = self.sampler.sobol(seed, count, taken)
+            configs = self.sampler.sobol(seed, count, taken, self.region)
         elif kind == "fallback":  # a fresh scrambled sequence per history size
             configs = self.sampler.sobol(derive_seed(seed, history.size), count, taken)
         else:
@@ -119,17 +124,20 @@ class BODesigner(QuasiRandomDesigner):
             n_sobol = count - len(out)  # nothing to learn from yet
         out += self._space_filling(history, out, n_sobol, "sobol")
         if len(out) < count:
-            out += self._model_based(history, out, count - len(out))
+            # coarse-to-fine: as many model-based trials inside the prior region as the design
+            designed = history.designed + sum(s.source != "default" for s in out)
+            coarse = self.region is not None and designed < 2 * initial
+            out += self._model_based(history, out, count - len(out), coarse)
         return checked(out, count, self.spec)
 
     def _model_based(
-        self, history: History, chosen: list[Suggestion], count: int
+        self, history: History, chosen: list[Suggestion], count: int, coarse: bool = False
     ) -> list[Suggestion]:
         seed = derive_seed(self.spec.designer.seed, "bo", history.size, len(chosen))
         rng = random.Random(seed)
         n_random = sum(rng.random() < self.spec.designer.random_fraction for _ in range(count))
         try:
-            points = self._optimize(history, chosen, count - n_random, seed)
+            points = self._optimize(history, chosen, count - n_random, seed, coarse)
         except Exception as err:  # numerical trouble is never the client's problem
             log.warning(
                 "study %s: model-based suggestion failed, using quasi-random",
@@ -144,7 +152,7 @@ class BODesigner(QuasiRandomDesigner):
         return out + self._space_filling(history, chosen + out, count - len(out), "random")
 
     def _optimize(
-        self, history: History, chosen: list[Suggestion], q: int, seed: int
+        self, history: History, chosen: list[Suggestion], q: int, seed: int, coarse: bool
     ) -> list[Config]:
         if q <= 0:
             return []
@@ -163,7 +171,7 @@ class BODesigner(QuasiRandomDesigner):
             acquisition = build_acquisition(
                 self.spec, model, data, data[0].X, X_pending, any_feasible, seed
             )
-            candidates = self._maximize(acquisition, history, chosen, q, seed)
+            candidates = self._maximize(acquisition, history, chosen, q, seed, coarse)
         for w in caught:  # jitter and optimizer notes: logged, not recorded on the trial
             log.debug("study %s: %s: %s", self.spec.name, w.category.__name__, w.message)
         configs = [self.encoder.decode(row.tolist()) for row in candidates]
@@ -176,14 +184,20 @@ class BODesigner(QuasiRandomDesigner):
         chosen: list[Suggestion],
         q: int,
         seed: int,
+        coarse: bool,
     ) -> torch.Tensor:
-        """``q x d`` maximizers: L-BFGS-B on continuous spaces, local search otherwise."""
+        """``q x d`` maximizers: L-BFGS-B on continuous spaces, local search otherwise.
+
+        ``coarse``: only inside the prior region (expert priors, first phase).
+        """
+        region = self.region if coarse else None
         if not (self.encoder.discrete_dims or self.encoder.cat_dims):
+            bounds = region.bounds() if region is not None else None
             return optimize_continuous(
-                acquisition, self.encoder.d, q, self.sampler.inequalities, self.settings
+                acquisition, self.encoder.d, q, self.sampler.inequalities, self.settings, bounds
             )
         taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
-        search = LocalSearch(self.encoder, self.spec.satisfies_parameter_constraints, taken)
+        search = LocalSearch(self.encoder, self.spec.satisfies_parameter_constraints, taken, region)
         return search.optimize(
             acquisition,
             q,

@@ -20,6 +20,9 @@ The policy, over the stored history:
    low-dimensional points can project onto one configuration when a coordinate only drives
    choice knobs) is replaced by the projection of a random low-dimensional point.
 
+With ``designer.expert_priors`` the initial design is drawn from the knobs' recommended
+region (``priors.py``) and mapped into the embedding.
+
 Trials without a stored point (the default configuration, imported trials) count for the
 best trial and for duplicates but are not shown to the model, as in LlamaTune: the point the
 model would see for them is only an approximation (``HeSBOEmbedding.inverse``).
@@ -37,9 +40,9 @@ from tuner.designer.bo import BODesigner, QuasiRandomDesigner, checked
 from tuner.designer.model import FitCache
 from tuner.embedding import HeSBOEmbedding, low_point_is_valid
 from tuner.encoding import ConfigKey
-from tuner.space import IntKnob, SearchSpace
+from tuner.space import Config, IntKnob, SearchSpace
 from tuner.study import StudySpec
-from tuner.trial import Trial
+from tuner.trial import Trial, TrialStatus
 
 _RANDOM_TRIES = 200
 
@@ -84,20 +87,57 @@ class EmbeddedDesigner(Designer):
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
         out = self.outer.default_suggestion(history, count)
+        low_completed, low_pending = self._low_trials(completed), self._low_trials(pending)
+        out += self._prior_seeds(history, out, count - len(out), low_completed, low_pending)
         if len(out) < count:
-            low = self.inner.suggest(
-                count - len(out), self._low_trials(completed), self._low_trials(pending)
-            )
+            seeded = [
+                Trial(-i, self._low_config(s.embedded), TrialStatus.ACTIVE, embedded=s.embedded)
+                for i, s in enumerate(out, start=1)
+                if s.embedded
+            ]
+            low = self.inner.suggest(count - len(out), low_completed, low_pending + seeded)
             out += self._projected(history, out, low)
         return checked(out, count, self.spec)
+
+    def _prior_seeds(
+        self,
+        history: History,
+        chosen: list[Suggestion],
+        count: int,
+        low_completed: list[Trial],
+        low_pending: list[Trial],
+    ) -> list[Suggestion]:
+        """With expert priors, the initial design: Sobol points of the recommended region
+        mapped into the embedding (``inverse``) and projected back.
+
+        In an embedding the prior seeds the initial design only: the region of the original
+        knobs is not a box of the low-dimensional space, so the model-based search that
+        follows is not confined to it.
+        """
+        region = self.outer.region
+        if region is None or count <= 0:
+            return []
+        done = History.build(self.inner.encoder, low_completed, low_pending).designed
+        initial = self.low_spec.designer.initial_size(self.embedding.d)
+        n = min(count, initial - done)
+        if n <= 0:
+            return []
+        seed = derive_seed(self.spec.designer.seed, "prior")
+        samples = self.outer.sampler.sobol(seed, done + n, frozenset(), region)[done:]
+        low = [
+            Suggestion(self._low_config(point), "sobol", "", point)
+            for point in (self.embedding.inverse(config) for config in samples)
+        ]
+        return self._projected(history, chosen, low)
+
+    def _low_config(self, point: tuple[float, ...]) -> Config:
+        return dict(zip(self.embedding.low_names, self.embedding.levels(point), strict=True))
 
     def low_trial(self, trial: Trial) -> Trial | None:
         """``trial`` as the inner designer sees it, or None when it has no valid point."""
         if not low_point_is_valid(trial.embedded, self.embedding.d):
             return None
-        levels = self.embedding.levels(trial.embedded)
-        config = dict(zip(self.embedding.low_names, levels, strict=True))
-        return replace(trial, config=config)  # type: ignore[arg-type]
+        return replace(trial, config=self._low_config(trial.embedded))
 
     def _low_trials(self, trials: Sequence[Trial]) -> list[Trial]:
         return [low for t in trials if (low := self.low_trial(t)) is not None]

@@ -32,6 +32,7 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from torch.quasirandom import SobolEngine
 
+from tuner.designer.priors import PriorRegion
 from tuner.encoding import CATEGORICAL, CONTINUOUS, ConfigKey, UnitBoxEncoder
 from tuner.space import Config
 
@@ -47,6 +48,7 @@ class LocalSearch:
         encoder: The space's unit-box encoder.
         is_valid: Whether a configuration satisfies the parameter constraints.
         taken: Keys (``encoder.key``) of configurations never to return.
+        region: Search only inside this recommended region (expert priors).
     """
 
     def __init__(
@@ -54,9 +56,17 @@ class LocalSearch:
         encoder: UnitBoxEncoder,
         is_valid: Callable[[Config], bool],
         taken: set[ConfigKey],
+        region: PriorRegion | None = None,
     ) -> None:
         self.encoder = encoder
+        self.region = region
         self.is_valid = is_valid
+        if region is not None:  # search only inside the recommended region
+
+            def is_valid_here(config: Config) -> bool:
+                return region.contains(encoder, config) and is_valid(config)
+
+            self.is_valid = is_valid_here
         self.taken = set(taken)
 
     def optimize(
@@ -98,6 +108,8 @@ class LocalSearch:
         sobol = SobolEngine(self.encoder.d, scramble=True, seed=seed).draw(
             raw_samples, dtype=torch.float64
         )
+        if self.region is not None:
+            sobol = self.region.squeeze(sobol)
         around = [self._neighbours(a) for a in self.encoder.snap(anchors)] if len(anchors) else []
         return self._admissible(torch.cat([*around, self.encoder.snap(sobol)]))
 

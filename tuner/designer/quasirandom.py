@@ -24,6 +24,7 @@ from botorch.utils.sampling import get_polytope_samples
 from scipy.optimize import minimize
 from torch.quasirandom import SobolEngine
 
+from tuner.designer.priors import PriorRegion
 from tuner.encoding import ConfigKey, UnitBoxEncoder
 from tuner.space import Config, FloatKnob, IntKnob
 from tuner.study import StudySpec
@@ -44,9 +45,21 @@ class FeasibleSampler:
         self.encoder = encoder
         self.inequalities = unit_box_inequalities(spec, encoder)
 
-    def sobol(self, seed: int, count: int, taken: frozenset[ConfigKey]) -> list[Config]:
-        """The first ``count`` feasible, untaken points of the study's Sobol sequence."""
-        return self._collect(self._sobol_points(seed), seed, count, taken)
+    def sobol(
+        self,
+        seed: int,
+        count: int,
+        taken: frozenset[ConfigKey],
+        region: PriorRegion | None = None,
+    ) -> list[Config]:
+        """The first ``count`` feasible, untaken points of the study's Sobol sequence.
+
+        With ``region``, the sequence is squeezed into the recommended region first.
+        """
+        points = self._sobol_points(seed)
+        if region is not None:
+            points = (region.squeeze(p.unsqueeze(0))[0] for p in points)
+        return self._collect(points, seed, count, taken)
 
     def random(self, seed: int, count: int, taken: frozenset[ConfigKey]) -> list[Config]:
         """``count`` feasible, untaken uniformly random configurations."""

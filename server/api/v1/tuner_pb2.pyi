@@ -137,18 +137,20 @@ class Objective(_message.Message):
     def __init__(self, name: _Optional[str] = ..., goal: _Optional[_Union[Goal, str]] = ...) -> None: ...
 
 class DesignerSettings(_message.Message):
-    __slots__ = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction")
+    __slots__ = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction", "expert_priors")
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     INITIAL_TRIALS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     START_WITH_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     RANDOM_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    EXPERT_PRIORS_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     initial_trials: int
     seed: int
     start_with_default: bool
     random_fraction: float
-    def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ...) -> None: ...
+    expert_priors: bool
+    def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ..., expert_priors: _Optional[bool] = ...) -> None: ...
 
 class Embedding(_message.Message):
     __slots__ = ("kind", "dims", "special_bias", "buckets", "seed")
