@@ -34,7 +34,7 @@ from typing import Any
 from targets.base import Target
 from targets.registry import build_target
 from tuner.errors import ValidationError
-from tuner.space import knob_from_dict
+from tuner.space import BoolKnob, Knob, knob_from_dict
 from tuner.study import StudySpec
 
 _TABLES = ("study", "target", "session")
@@ -78,11 +78,12 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
     kind = target_table.pop("kind", None)
     if kind is None:
         raise ValidationError("target.kind", "is required")
+    named = target_table.get("knobs")
     target = build_target(kind, target_table)
     knobs = (
         tuple(knob_from_dict(k, f"study.knobs[{i}]") for i, k in enumerate(study.pop("knobs")))
         if "knobs" in study
-        else target.describe_knobs()
+        else _tunable(target.describe_knobs(), study.get("allow_unsafe", False), named)
     )
     spec = StudySpec.from_dict(study, knobs=knobs)
     _check_metrics(spec, target)
@@ -95,6 +96,21 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
     db = Path(overrides.get("db") or session.get("db", DEFAULT_DB))
     plot = Path(overrides.get("plot") or session.get("plot", db.parent / f"{spec.name}.png"))
     return SessionConfig(spec, target, trials, db, plot)
+
+
+def _tunable(knobs: tuple[Knob, ...], allow_unsafe: object, named: object) -> tuple[Knob, ...]:
+    """The catalog's knobs, less the bool knobs a safe study cannot tune.
+
+    A bool knob with an unsafe value (PostgreSQL's ``full_page_writes = off``) has one safe
+    value left. Taking "every catalog knob" leaves such knobs at their default; naming one in
+    ``target.knobs`` without ``allow_unsafe = true`` is an error (raised by the spec).
+    """
+    if allow_unsafe is True:
+        return knobs
+    listed = set(named) if isinstance(named, list) else set()
+    return tuple(
+        k for k in knobs if not (isinstance(k, BoolKnob) and k.unsafe_values) or k.name in listed
+    )
 
 
 def _table(data: dict[str, Any], key: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from tuner.errors import TargetError, ValidationError
 
 _ADAPTERS: dict[str, str] = {
     "sqlite": "targets.sqlite:SqliteTarget",
+    "postgres": "targets.postgres:PostgresTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 
