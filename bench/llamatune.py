@@ -1,0 +1,793 @@
+"""LlamaTune benchmark: ours with the LlamaTune embedding against mlos-core and other peers.
+
+Run as ``python -m bench.llamatune [--quick] [--seeds N] [--problems ...] [--methods ...]``.
+
+Problems (read from ``../shared/benchdata`` at run time; ``--data`` overrides):
+
+* ``sysbench-20`` / ``job-5``: MySQL knob tuning on random-forest surrogates of KnobsTuningEA's
+  measurements (``bench/dbsurrogate.py``): 20 knobs, maximize tps; 5 knobs, minimize latency;
+  100 trials (LlamaTune's budget).
+* ``branin-d100`` (50 evaluations), ``hartmann6-d100`` and ``hartmann6-d1000`` (200): ALEBO's
+  embedded problems exactly as defined in its benchmarks (``bench/hdbo.py``), so that our
+  numbers sit next to the published ALEBO, HeSBO, REMBO, TuRBO, SMAC, CMA-ES and Sobol curves.
+
+Methods, every one evaluating the same ``KnobProblem.evaluate`` in this process, seeds
+``0 .. N-1``:
+
+* ``ours``: our designer on a study with ``"embedding": {"kind": "llamatune", "dims": d,
+  "special_bias": 0.2, "buckets": 10000}`` (``d`` = 16, or 4 on the 5-knob problem), built by
+  ``make_designer(spec, FitCache())`` as the server does (the LlamaTune designer around
+  ``BODesigner``) and driven as ``bench/methods.py`` drives ours: one ``suggest(1, completed,
+  [])`` per trial, each trial storing its low-dimensional point. Where the checkout's
+  ``StudySpec`` does not accept the key, ours runs on the full space and the output says so.
+* ``ours-full``: the same designer without the embedding (by default only on problems of at
+  most 20 knobs).
+* ``mlos``: mlos-core 0.6.2 ``LlamaTuneAdapter`` (same ``d``, 20 % special-value bias,
+  10,000 buckets) + SMAC with ``n_random_init=10``, seed ``seed + 1`` (its wrapper turns 0
+  into a random seed), in ``bench/.venv-mlos`` behind ``bench/mlos_peer.py``; its
+  special-value bug is monkeypatched in the child (``--mlos-special off`` drops the special
+  values instead). Skipped with a message when the environment is missing.
+* ``skopt``: ``gp_minimize`` (defaults, ``n_initial_points=10``, ``random_state=seed``); by
+  default not on the 200-evaluation problems, where one run takes hours (``--all-methods``).
+* ``optuna``: ``TPESampler(seed=seed, n_startup_trials=10)``, ask/tell.
+* ``random``: uniform over each knob's values (numpy ``default_rng(seed)``).
+
+Reported: mean best (std) at 25, 50, 100 trials and at the budget; **trials to reach the
+best value mlos-core reaches in 100 trials** (the mean over its seeds of its best at
+``min(100, budget)``), divided by that number of trials, per method: the mean over seeds
+(a seed that never reaches it counts as the whole budget, shown ``>=``) and how many seeds
+reached it; ALEBO's published mean best at the same evaluations; seconds per run; goals
+with PASS/FAIL. Results: ``bench/results/llamatune.json`` and ``llamatune.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from bench import dbsurrogate, hdbo, mlos_peer
+from bench.common import (
+    RESULTS_DIR,
+    completed_trial,
+    console,
+    limit_threads,
+    load_note,
+    machine_info,
+    show,
+    write_json,
+)
+from bench.hdbo import KnobProblem, PublishedCurve
+from bench.methods import RunResult
+from tuner.designer import FitCache, make_designer
+from tuner.errors import ValidationError
+from tuner.space import Scalar
+from tuner.study import StudySpec
+from tuner.trial import Trial
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "benchdata"
+METHODS = ("ours", "ours-full", "mlos", "skopt", "optuna", "random")
+PROBLEMS = ("sysbench-20", "job-5", "branin-d100", "hartmann6-d100", "hartmann6-d1000")
+FULL_SEEDS, QUICK_SEEDS = 10, 2
+REF_TRIALS = 100
+CHECKPOINTS = (25, 50, 100)
+N_INITIAL = 10  # random/initial points of skopt and optuna, as mlos's n_random_init
+FULL_SPACE_MAX_DIM = 20  # ours-full only where a full-space GP is the sensible baseline
+# skopt refits an ARD GP on every step: measured here 27 s per step at 100 points on
+# sysbench-20, 65-208 s at 199 points on the Hartmann6 problems (hours per 200-trial run).
+SKOPT_MAX_BUDGET = 100
+GOAL_RATIO = 0.5
+ALEBO_BRANIN_AT_50 = 0.749  # published mean best; replaced by the CSV's value when it is read
+EMBEDDING = {"kind": "llamatune", "special_bias": 0.2, "buckets": 10_000}
+
+OnEval = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the methods run (the same for every problem and seed).
+
+    Attributes:
+        embedding: Whether ``StudySpec`` accepts the ``embedding`` key (else ours = full).
+        dims: Override of every problem's embedding dimension (ours and mlos).
+        mlos_python: The peer environment's interpreter.
+        mlos_special: ``patch`` (monkeypatched special values) or ``off`` (none).
+        threads: Threads for torch/BLAS here and for the peer's libraries.
+    """
+
+    embedding: bool = True
+    dims: int | None = None
+    mlos_python: Path = mlos_peer.DEFAULT_PYTHON
+    mlos_special: str = "patch"
+    threads: int | None = None
+
+    def embed_dims(self, problem: KnobProblem) -> int:
+        return min(self.dims or problem.embed_dims, problem.dim - 1)
+
+
+def build_problems(names: list[str], data_dir: Path) -> tuple[list[KnobProblem], dict[str, str]]:
+    """The named problems, and ``name -> reason`` for those that cannot be built here."""
+    alebo = hdbo.alebo_problems()
+    problems, skipped = [], {}
+    for name in names:
+        if name in alebo:
+            problems.append(alebo[name])
+        elif name in dbsurrogate.SAMPLE_SETS:
+            if not (data_dir / dbsurrogate.FOLDER).is_dir():
+                skipped[name] = f"{data_dir / dbsurrogate.FOLDER} not found (use --data)"
+                continue
+            problems.append(dbsurrogate.surrogate_problem(data_dir, name))
+        else:
+            raise ValueError(f"unknown problem {name!r}; expected one of {PROBLEMS}")
+    return problems, skipped
+
+
+def not_run(method: str, problem: KnobProblem, budget: int) -> str | None:
+    """Why ``method`` is left out on ``problem`` by default (``--all-methods`` runs it)."""
+    if method == "ours-full" and problem.dim > FULL_SPACE_MAX_DIM:
+        return f"ours-full runs on problems of at most {FULL_SPACE_MAX_DIM} knobs"
+    if method == "skopt" and budget > SKOPT_MAX_BUDGET:
+        return f"skopt runs on budgets of at most {SKOPT_MAX_BUDGET} (hours per run beyond)"
+    return None
+
+
+def run_method(
+    method: str,
+    problem: KnobProblem,
+    seed: int,
+    budget: int,
+    settings: Settings,
+    on_eval: OnEval | None = None,
+) -> RunResult:
+    """One run of ``method``: ``budget`` evaluations, best value after each."""
+    start = time.perf_counter()
+    notes: dict[str, int] = {}
+    if method in ("ours", "ours-full"):
+        embed = method == "ours" and settings.embedding
+        dims = settings.embed_dims(problem) if embed else None
+        values, notes = _run_ours(problem, seed, budget, dims, on_eval)
+    elif method == "mlos":
+        peer = (settings.mlos_python, settings.mlos_special, settings.threads)
+        values = mlos_peer.run(problem, seed, budget, settings.embed_dims(problem), *peer, on_eval)
+    elif method == "skopt":
+        values = _run_skopt(problem, seed, budget, on_eval)
+    elif method == "optuna":
+        values = _run_optuna(problem, seed, budget, on_eval)
+    elif method == "random":
+        values = _run_random(problem, seed, budget, on_eval)
+    else:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    seconds = time.perf_counter() - start
+    best: list[float | None] = list(best_so_far(problem, values))
+    return RunResult(method, problem.name, seed, best, seconds, notes)
+
+
+def study_spec(problem: KnobProblem, seed: int, dims: int | None) -> StudySpec:
+    """The problem as our study; ``dims`` adds the LlamaTune ``embedding`` key."""
+    data: dict[str, Any] = {
+        "name": problem.name,
+        "knobs": [dict(k) for k in problem.knobs],
+        "objectives": [{"name": problem.metric, "goal": problem.goal}],
+        "designer": {"algorithm": "bo", "seed": seed},
+    }
+    if dims is not None:
+        data["embedding"] = {**EMBEDDING, "dims": dims}
+    return StudySpec.from_dict(data)
+
+
+def embedding_support() -> str | None:
+    """None when ``StudySpec`` accepts the ``embedding`` key; otherwise why not."""
+    knobs = hdbo.branin_problem().knobs[:4]
+    probe = KnobProblem("probe", knobs, lambda config: 0.0, "f", "minimize", 1, 1, 2)
+    try:
+        study_spec(probe, 0, 2)
+    except ValidationError as err:
+        if err.field == "embedding":
+            return f"this checkout's StudySpec does not accept 'embedding' yet ({err})"
+        raise
+    return None
+
+
+def best_so_far(problem: KnobProblem, values: list[float]) -> list[float]:
+    """Best value after each evaluation, in the problem's direction."""
+    out: list[float] = []
+    for value in values:
+        out.append(value if not out or problem.better(value, out[-1]) else out[-1])
+    return out
+
+
+def trials_to_reach(problem: KnobProblem, best: list[float], target: float) -> int | None:
+    """First evaluation (1-based) whose best is at least as good as ``target``, or None."""
+    for i, value in enumerate(best):
+        if not problem.better(target, value):
+            return i + 1
+    return None
+
+
+def time_to_target(
+    problem: KnobProblem, curves: list[list[float]], target: float, ref: int
+) -> dict[str, Any]:
+    """Trials to reach ``target`` over ``ref`` per seed; unreached seeds count the budget."""
+    trials = [trials_to_reach(problem, curve, target) for curve in curves]
+    ratios = [(len(c) if t is None else t) / ref for t, c in zip(trials, curves, strict=True)]
+    return {
+        "trials": trials,
+        "mean_ratio": statistics.fmean(ratios),
+        "reached": sum(t is not None for t in trials),
+        "seeds": len(trials),
+    }
+
+
+def summarize(
+    problem: KnobProblem,
+    runs: list[RunResult],
+    budget: int,
+    published: Mapping[str, PublishedCurve] | None = None,
+) -> dict[str, Any]:
+    """Checkpoint statistics, mean curves, time-to-target and published values of a problem."""
+    checkpoints = [c for c in sorted({*CHECKPOINTS, budget}) if c <= budget]
+    curves = {m: [_floats(r.best) for r in runs if r.method == m] for m in METHODS}
+    curves = {m: c for m, c in curves.items() if c}
+    methods = {}
+    for method, group in curves.items():
+        seconds = [r.seconds for r in runs if r.method == method]
+        methods[method] = {
+            "runs": len(group),
+            "mean_curve": [statistics.fmean(col) for col in zip(*group, strict=True)],
+            "checkpoints": {str(c): _stats([g[c - 1] for g in group]) for c in checkpoints},
+            "seconds_per_run": statistics.fmean(seconds),
+        }
+    ref = min(REF_TRIALS, budget)
+    target = None
+    ratios: dict[str, Any] = {}
+    if "mlos" in curves:
+        target = statistics.fmean(c[ref - 1] for c in curves["mlos"])
+        ratios = {m: time_to_target(problem, g, target, ref) for m, g in curves.items()}
+    return {
+        "metric": problem.metric,
+        "goal": problem.goal,
+        "dim": problem.dim,
+        "optimum": problem.optimum,
+        "budget": budget,
+        "checkpoints": checkpoints,
+        "methods": methods,
+        "target": {"ref_trials": ref, "value": target},
+        "time_to_target": ratios,
+        "published": hdbo.published_summary(published, checkpoints),
+        "source": problem.source,
+    }
+
+
+def goals(summaries: Mapping[str, Mapping[str, Any]], alebo_at_50: float) -> list[dict[str, Any]]:
+    """The issue's goals: ratio <= 0.5 per problem; Branin D=100 mean best at 50 below ALEBO."""
+    out = []
+    for name, summary in summaries.items():
+        ratio = summary["time_to_target"].get("ours")
+        ref = summary["target"]["ref_trials"]
+        if ratio is not None:
+            out.append(
+                {
+                    "goal": f"{name}: ours trials to reach mlos's best / {ref} <= {GOAL_RATIO}",
+                    "value": ratio["mean_ratio"],
+                    "passed": ratio["mean_ratio"] <= GOAL_RATIO,
+                }
+            )
+    branin = summaries.get("branin-d100", {}).get("methods", {}).get("ours")
+    if branin is not None and "50" in branin["checkpoints"]:
+        value = branin["checkpoints"]["50"]["mean"]
+        out.append(
+            {
+                "goal": f"branin-d100: ours mean best at 50 < ALEBO's {alebo_at_50:.4g}",
+                "value": value,
+                "passed": value < alebo_at_50,
+            }
+        )
+    return out
+
+
+def quality_table(summaries: Mapping[str, Mapping[str, Any]], seeds: int) -> Table:
+    """Mean best (std) per checkpoint and method."""
+    table = Table(title=f"Best value: mean (std) over {seeds} seeds")
+    for name in ("problem", "evals"):
+        table.add_column(name, justify="left" if name == "problem" else "right")
+    methods = _present(summaries)
+    for method in methods:
+        table.add_column(method, justify="right")
+    for problem, summary in summaries.items():
+        arrow = "max" if summary["goal"] == "maximize" else "min"
+        for i, c in enumerate(summary["checkpoints"]):
+            label = f"{problem} ({summary['metric']}, {arrow})" if i == 0 else ""
+            cells = [
+                summary["methods"].get(m, {}).get("checkpoints", {}).get(str(c)) for m in methods
+            ]
+            table.add_row(label, str(c), *(_cell(s) for s in cells))
+    return table
+
+
+def ratio_table(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
+    """Trials to reach mlos-core's mean best at 100 trials, as a fraction of 100."""
+    table = Table(
+        title="Trials to reach mlos LlamaTune+SMAC's mean best at min(100, budget), "
+        "/ that many trials (mean over seeds; seeds that reached it)"
+    )
+    table.add_column("problem")
+    table.add_column("target", justify="right")
+    methods = _present(summaries)
+    for method in methods:
+        table.add_column(method, justify="right")
+    for problem, summary in summaries.items():
+        target = summary["target"]
+        if target["value"] is None:
+            continue
+        cells = []
+        for method in methods:
+            ratio = summary["time_to_target"].get(method)
+            cells.append("-" if ratio is None else _ratio_cell(ratio))
+        table.add_row(f"{problem} (@{target['ref_trials']})", f"{target['value']:.4g}", *cells)
+    return table
+
+
+def published_table(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
+    """Our methods' mean best next to ALEBO's published curves at the same evaluations."""
+    table = Table(title="ALEBO problems: mean best here vs published (ALEBO repository)")
+    shown = {name: s for name, s in summaries.items() if s["published"]}
+    evals = sorted({c for s in shown.values() for c in s["checkpoints"]})
+    for name in ("problem", "method", "source", *(f"@{c}" for c in evals)):
+        table.add_column(name, justify="right" if name.startswith("@") else "left")
+    for problem, summary in shown.items():
+        first = True
+        for method, data in summary["methods"].items():
+            values = {c: s["mean"] for c, s in data["checkpoints"].items()}
+            source = f"here, {data['runs']} seeds"
+            table.add_row(problem if first else "", method, source, *_at(values, evals))
+            first = False
+        for method, data in summary["published"].items():
+            source = f"published, {data['reps']} reps"
+            table.add_row("", method, source, *_at(data["at"], evals))
+    return table
+
+
+def time_table(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
+    """Mean wall time of one run per method (optimizer plus evaluations)."""
+    table = Table(title="Seconds per run (one seed)")
+    table.add_column("problem")
+    table.add_column("budget", justify="right")
+    methods = _present(summaries)
+    for method in methods:
+        table.add_column(method, justify="right")
+    for problem, summary in summaries.items():
+        cells = [summary["methods"].get(m, {}).get("seconds_per_run") for m in methods]
+        table.add_row(
+            problem, str(summary["budget"]), *("-" if s is None else f"{s:.1f}" for s in cells)
+        )
+    return table
+
+
+def plot(summaries: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
+    """Mean best so far against evaluations per problem (regret, log scale, where known)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(summaries)
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
+    for ax, (problem, summary) in zip(axes[0], summaries.items(), strict=True):
+        optimum = summary["optimum"]
+
+        def shown(curve: list[float], optimum: float | None = optimum) -> list[float]:
+            return curve if optimum is None else [max(v - optimum, 1e-6) for v in curve]
+
+        for method, data in summary["methods"].items():
+            curve = shown(data["mean_curve"])
+            ax.plot(range(1, len(curve) + 1), curve, label=f"{method} ({data['runs']})")
+        for method, data in summary["published"].items():
+            curve = shown(data["mean_curve"][: summary["budget"]])
+            ax.plot(
+                range(1, len(curve) + 1), curve, "--", lw=1, alpha=0.7, label=f"{method} (pub.)"
+            )
+        if optimum is not None:
+            ax.set_yscale("log")
+        ax.set_title(problem)
+        ax.set_xlabel("evaluations")
+        what = f"mean best {summary['metric']}"
+        ax.set_ylabel(what if optimum is None else f"{what} − optimum")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.report is not None:
+        _print_report(json.loads(args.report.read_text()), args.markdown)
+        return 0
+    seeds = args.seeds or (QUICK_SEEDS if args.quick else FULL_SEEDS)
+    limit_threads(args.threads)
+    problems, skipped = build_problems(args.problems.split(","), args.data)
+    methods, skipped_methods = _available_methods(args)
+    settings = _settings(args, methods)
+    skipped = {**skipped, **skipped_methods, **_left_out(problems, methods, args)}
+    for name, reason in skipped.items():
+        console.print(f"[yellow]skipping {name}: {reason}[/yellow]")
+    meta = machine_info()
+    meta.update(seeds=seeds, quick=args.quick, budget_override=args.budget, threads=args.threads)
+    meta.update(skipped=skipped, data=str(args.data), all_methods=args.all_methods)
+    meta["settings"] = {**asdict(settings), "mlos_python": str(settings.mlos_python)}
+    meta["embedding"] = {p.name: {**EMBEDDING, "dims": settings.embed_dims(p)} for p in problems}
+    if "mlos" in methods:
+        meta["mlos"] = _mlos_info(problems, settings)
+    meta["failed"] = {}
+    runs = _run_all(problems, methods, seeds, args, settings, meta["failed"])
+    meta["load_note"] = load_note(meta["load_average"])
+    published, alebo_at_50 = _published(args.data)
+    summaries = {
+        p.name: summarize(
+            p,
+            [r for r in runs if r.problem == p.name],
+            _budget(p, args),
+            published.get(p.published or ""),
+        )
+        for p in problems
+    }
+    data = {
+        "benchmark": "llamatune",
+        "meta": meta,
+        "summary": summaries,
+        "goals": goals(summaries, alebo_at_50),
+        "runs": [asdict(r) for r in runs],
+    }
+    _print_report(data, args.markdown)
+    out = args.out or RESULTS_DIR
+    console.print(f"wrote {write_json('llamatune', data, out)}")
+    if not args.no_plot and summaries:
+        console.print(f"wrote {plot(summaries, out / 'llamatune.png')}")
+    return 0
+
+
+# -- method runners ------------------------------------------------------------------------
+
+
+def _run_ours(
+    problem: KnobProblem, seed: int, budget: int, dims: int | None, on_eval: OnEval | None
+) -> tuple[list[float], dict[str, int]]:
+    designer = make_designer(study_spec(problem, seed, dims), FitCache())
+    trials: list[Trial] = []
+    sources: Counter[str] = Counter()
+    values = []
+    for i in range(budget):
+        suggestion = designer.suggest(1, trials, [])[0]
+        sources[suggestion.source] += 1
+        if suggestion.warning:
+            sources["warnings"] += 1
+        value = problem.evaluate(suggestion.config)
+        values.append(value)
+        trial = completed_trial(
+            i + 1, suggestion.config, {problem.metric: value}, suggestion.source
+        )
+        if suggestion.embedded:  # the low-dimensional point, which the designer learns from
+            trial = replace(trial, embedded=suggestion.embedded)
+        trials.append(trial)
+        _tick(on_eval)
+    return values, dict(sources)
+
+
+def _run_skopt(problem: KnobProblem, seed: int, budget: int, on_eval: OnEval | None) -> list[float]:
+    from skopt import gp_minimize
+    from skopt.space import Categorical, Integer, Real
+
+    dimensions: list[Any] = []
+    for knob in problem.knobs:
+        if knob["kind"] == "float":
+            dimensions.append(Real(knob["low"], knob["high"], name=knob["name"]))
+        elif knob["kind"] == "int":
+            dimensions.append(Integer(knob["low"], knob["high"], name=knob["name"]))
+        else:
+            dimensions.append(Categorical(knob["choices"], name=knob["name"]))
+    names = [k["name"] for k in problem.knobs]
+    values: list[float] = []
+
+    def objective(x: list[Any]) -> float:
+        value = problem.evaluate({n: _scalar(v) for n, v in zip(names, x, strict=True)})
+        values.append(value)
+        _tick(on_eval)
+        return problem.sign * value
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # repeated points, GP convergence notes
+        gp_minimize(
+            objective,
+            dimensions,
+            n_calls=budget,
+            n_initial_points=min(N_INITIAL, budget),
+            random_state=seed,
+        )
+    return values
+
+
+def _run_optuna(
+    problem: KnobProblem, seed: int, budget: int, on_eval: OnEval | None
+) -> list[float]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_INITIAL)
+    direction: Literal["minimize", "maximize"] = (
+        "minimize" if problem.goal == "minimize" else "maximize"
+    )
+    study = optuna.create_study(direction=direction, sampler=sampler)
+    values = []
+    for _ in range(budget):
+        trial = study.ask()
+        config: dict[str, Scalar] = {}
+        for knob in problem.knobs:
+            name = knob["name"]
+            if knob["kind"] == "float":
+                config[name] = trial.suggest_float(name, knob["low"], knob["high"])
+            elif knob["kind"] == "int":
+                config[name] = trial.suggest_int(name, knob["low"], knob["high"])
+            else:
+                config[name] = trial.suggest_categorical(name, knob["choices"])
+        value = problem.evaluate(config)
+        study.tell(trial, value)
+        values.append(value)
+        _tick(on_eval)
+    return values
+
+
+def _run_random(
+    problem: KnobProblem, seed: int, budget: int, on_eval: OnEval | None
+) -> list[float]:
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(budget):
+        config: dict[str, Scalar] = {}
+        for knob in problem.knobs:
+            if knob["kind"] == "float":
+                config[knob["name"]] = float(rng.uniform(knob["low"], knob["high"]))
+            elif knob["kind"] == "int":
+                config[knob["name"]] = int(rng.integers(knob["low"], knob["high"], endpoint=True))
+            else:
+                config[knob["name"]] = knob["choices"][int(rng.integers(len(knob["choices"])))]
+        values.append(problem.evaluate(config))
+        _tick(on_eval)
+    return values
+
+
+# -- private helpers -------------------------------------------------------------------------
+
+
+def _run_all(
+    problems: list[KnobProblem],
+    methods: tuple[str, ...],
+    seeds: int,
+    args: argparse.Namespace,
+    settings: Settings,
+    failed: dict[str, str],
+) -> list[RunResult]:
+    """Every (problem, seed, method) run; a failing mlos run is recorded in ``failed``."""
+    plan = [(p, s, m) for p in problems for s in range(seeds) for m in methods]
+    if not args.all_methods:
+        plan = [(p, s, m) for p, s, m in plan if not_run(m, p, _budget(p, args)) is None]
+    columns = [*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn()]
+    runs: list[RunResult] = []
+    with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("llamatune", total=sum(_budget(p, args) for p, _, _ in plan))
+        for problem, seed, method in plan:
+            progress.update(task, description=f"{problem.name} seed {seed} {method}")
+            budget = _budget(problem, args)
+            try:
+                runs.append(
+                    run_method(
+                        method, problem, seed, budget, settings, lambda: progress.advance(task)
+                    )
+                )
+            except mlos_peer.PeerError as err:  # keep the other methods' hours of results
+                failed[f"mlos on {problem.name} seed {seed}"] = str(err)[-2000:]
+                console.print(f"[red]mlos peer failed on {problem.name} seed {seed}: {err}[/]")
+    return runs
+
+
+def _left_out(
+    problems: list[KnobProblem], methods: tuple[str, ...], args: argparse.Namespace
+) -> dict[str, str]:
+    """``"method on problem" -> reason`` for the pairs not run by default."""
+    if args.all_methods:
+        return {}
+    out = {}
+    for problem in problems:
+        for method in methods:
+            reason = not_run(method, problem, _budget(problem, args))
+            if reason is not None:
+                out[f"{method} on {problem.name}"] = reason
+    return out
+
+
+def _budget(problem: KnobProblem, args: argparse.Namespace) -> int:
+    return int(args.budget or (problem.quick_budget if args.quick else problem.budget))
+
+
+def _available_methods(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, str]]:
+    methods = tuple(args.methods.split(","))
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown method {unknown[0]!r}; expected one of {METHODS}")
+    skipped = {}
+    if "mlos" in methods:
+        try:
+            mlos_peer.probe(args.mlos_python)
+        except mlos_peer.PeerUnavailable as err:
+            skipped["mlos"] = str(err)
+    if "optuna" in methods:
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            skipped["optuna"] = "optuna is not installed (pip install -e '.[dev]')"
+    return tuple(m for m in methods if m not in skipped), skipped
+
+
+def _settings(args: argparse.Namespace, methods: tuple[str, ...]) -> Settings:
+    reason = embedding_support() if "ours" in methods else None
+    if reason is not None:
+        console.print(f"[bold yellow]ours runs WITHOUT the LlamaTune embedding: {reason}[/]")
+    return Settings(
+        embedding=reason is None,
+        dims=args.dims,
+        mlos_python=args.mlos_python,
+        mlos_special=args.mlos_special,
+        threads=args.threads,
+    )
+
+
+def _mlos_info(problems: list[KnobProblem], settings: Settings) -> dict[str, Any]:
+    pairs = [(p, settings.embed_dims(p)) for p in problems]
+    info = mlos_peer.describe(pairs, settings.mlos_python, settings.mlos_special)
+    handling = "; ".join(f"{p} {d['handling']}" for p, d in info["special_values"].items())
+    note = (
+        "mlos-core 0.6.2 biasing bug monkeypatched in the child, llamatune_db.md §3.4b"
+        if settings.mlos_special == "patch"
+        else "special values not passed to mlos"
+    )
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    console.print(f"mlos peer: {versions}; special values: {handling} ({note})", markup=False)
+    return info
+
+
+def _published(data_dir: Path) -> tuple[dict[str, dict[str, PublishedCurve]], float]:
+    if not (data_dir / hdbo.CURVES_CSV).is_file():
+        console.print(f"[yellow]no published curves: {data_dir / hdbo.CURVES_CSV} not found[/]")
+        return {}, ALEBO_BRANIN_AT_50
+    published = hdbo.read_published(data_dir)
+    alebo = published.get("Branin, D=100", {}).get("ALEBO")
+    at_50 = alebo.at(50) if alebo is not None else None
+    return published, ALEBO_BRANIN_AT_50 if at_50 is None else at_50
+
+
+def _print_report(data: Mapping[str, Any], markdown: bool) -> None:
+    summaries = data["summary"]
+    tables = [
+        quality_table(summaries, data["meta"]["seeds"]),
+        ratio_table(summaries),
+        published_table(summaries),
+        time_table(summaries),
+    ]
+    wide = Console(width=None if console.is_terminal else 160)  # rich: 80 columns in a pipe
+    for table in tables:
+        if not table.row_count:
+            continue
+        if markdown:
+            show(table, markdown=True)
+        else:
+            wide.print(table)
+    for goal in data["goals"]:
+        verdict = "[green]PASS[/]" if goal["passed"] else "[red]FAIL[/]"
+        text = f"{'PASS' if goal['passed'] else 'FAIL'}" if markdown else verdict
+        console.print(f"{text}  {goal['goal']}: {goal['value']:.4g}", markup=not markdown)
+    for name, reason in data["meta"].get("skipped", {}).items():
+        console.print(f"skipped {name}: {reason}", markup=False)
+    for name, reason in data["meta"].get("failed", {}).items():
+        console.print(f"FAILED {name}: {reason.splitlines()[0]}", markup=False)
+    console.print(data["meta"]["load_note"], markup=False)
+
+
+def _present(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return [m for m in METHODS if any(m in s["methods"] for s in summaries.values())]
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "median": statistics.median(values),
+    }
+
+
+def _cell(stats: Mapping[str, float] | None) -> str:
+    return "-" if stats is None else f"{stats['mean']:.4g} ({stats['std']:.2g})"
+
+
+def _ratio_cell(ratio: Mapping[str, Any]) -> str:
+    prefix = "" if ratio["reached"] == ratio["seeds"] else ">="
+    return f"{prefix}{ratio['mean_ratio']:.2f} ({ratio['reached']}/{ratio['seeds']})"
+
+
+def _at(values: Mapping[str, float | None], evals: list[int]) -> list[str]:
+    cells = []
+    for c in evals:
+        value = values.get(str(c))
+        cells.append("-" if value is None else f"{value:.4g}")
+    return cells
+
+
+def _floats(best: list[float | None]) -> list[float]:
+    return [float("nan") if v is None else v for v in best]
+
+
+def _scalar(value: Any) -> Scalar:
+    """numpy scalars from skopt as Python scalars."""
+    out: Scalar = value.item() if hasattr(value, "item") else value
+    return out
+
+
+def _tick(on_eval: OnEval | None) -> None:
+    if on_eval is not None:
+        on_eval()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.llamatune",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--quick", action="store_true", help=f"{QUICK_SEEDS} seeds, short budgets")
+    add("--seeds", type=int, help=f"runs per method and problem (default {FULL_SEEDS})")
+    add("--problems", default=",".join(PROBLEMS), help="comma-separated")
+    add("--methods", default=",".join(METHODS), help="comma-separated")
+    add("--budget", type=int, help="override every problem's budget")
+    add(
+        "--all-methods",
+        action="store_true",
+        help="also ours-full above 20 knobs and skopt above 100 trials (hours per run)",
+    )
+    add("--dims", type=int, help="override the embedding dimension (ours and mlos)")
+    add("--threads", type=int, help="torch/BLAS threads here and in the mlos peer")
+    add("--data", type=Path, default=DEFAULT_DATA, help="the shared/benchdata folder")
+    add(
+        "--mlos-python",
+        type=Path,
+        default=mlos_peer.DEFAULT_PYTHON,
+        help="interpreter of the mlos-core environment (bench/setup_mlos.sh)",
+    )
+    add(
+        "--mlos-special",
+        choices=mlos_peer.SPECIAL_MODES,
+        default="patch",
+        help="mlos special values: monkeypatched bias (default) or none",
+    )
+    add("--out", type=Path, help="results folder (default bench/results)")
+    add("--no-plot", action="store_true", help="skip the PNG")
+    add("--markdown", action="store_true", help="print tables as Markdown")
+    add("--report", type=Path, help="only print the tables of a results file")
+    return parser
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,356 @@
+"""mlos-core's LlamaTune adapter + SMAC as a peer, run in its own pinned virtual environment.
+
+mlos-core 0.6.2 needs ``numpy<2`` and ``pandas<3`` (``shared/reference/llamatune_db.md``
+§3.4a), which the project's environment cannot take, so it lives in ``bench/.venv-mlos``
+(made by ``bench/setup_mlos.sh`` from ``bench/mlos_requirements.txt``). This file is both
+halves of the bridge:
+
+* **parent** (``MlosPeer``, imported by ``bench/llamatune.py``): starts this file with the
+  peer environment's Python and speaks JSON lines over its stdin/stdout: ``init`` (space,
+  seed, settings) -> versions; ``suggest`` -> a configuration; ``register`` (the score the
+  parent measured) -> ok; ``close``. The parent evaluates every configuration itself, so the
+  peer runs on exactly the same problem code as every other method.
+* **child** (``main``, run as a script): imports only the standard library at module level;
+  mlos-core, ConfigSpace and pandas are imported inside, from the peer environment. The
+  child's stdout carries the protocol only; everything libraries print goes to stderr, which
+  the parent keeps in a temporary file and quotes when the child fails.
+
+What the child builds (the LlamaTune paper's recipe as far as mlos-core exposes it):
+``OptimizerFactory.create(optimizer_type=SMAC, optimizer_kwargs={seed, max_trials=budget,
+n_random_init=10, max_ratio=1.0}, space_adapter_type=LLAMATUNE, space_adapter_kwargs=
+{num_low_dims, special_param_values, max_unique_values_per_param=10000})`` over a
+``ConfigurationSpace(seed=seed)`` (the seed also draws the HeSBO projection). ``max_ratio=1.0``
+keeps SMAC from cutting the 10 initial points to 25 % of a small budget. Seeds must be >= 1:
+the SMAC wrapper passes ``seed or -1`` to SMAC, so 0 would mean a random seed (§3.3).
+
+**Special values**: in mlos-core 0.6.2 the non-special branch of
+``LlamaTuneAdapter._special_param_value_scaler`` returns ``param.to_vector(x)`` for an
+already-normalized ``x``, so every non-special value of a biased knob collapses to the knob's
+lower bound (§3.4b). With ``special_values="patch"`` (the default) the child replaces that
+method by the same logic with the one-line fix ``param.to_vector(param.to_value(x))``; with
+``"off"`` it passes no special values at all. The ``init`` reply says which was done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the child runs without the project's packages
+    from bench.hdbo import KnobProblem
+
+CHILD = Path(__file__).resolve()
+DEFAULT_PYTHON = CHILD.parent / ".venv-mlos" / "bin" / "python"
+PACKAGES = ("mlos-core", "smac", "ConfigSpace", "numpy", "pandas", "scikit-learn")
+N_RANDOM_INIT = 10
+MAX_UNIQUE_VALUES = 10_000
+SPECIAL_BIAS = 0.2
+SPECIAL_MODES = ("patch", "off")
+_STDERR_TAIL = 3000
+
+
+class PeerUnavailable(RuntimeError):
+    """The peer environment is missing or does not start."""
+
+
+class PeerError(RuntimeError):
+    """The peer failed while running (its message and stderr tail attached)."""
+
+
+class MlosPeer:
+    """One mlos-core optimizer in a child process; ``suggest``/``register`` one trial at a time.
+
+    Args:
+        python: The peer environment's interpreter.
+        setup: The ``init`` message: ``knobs`` (knob dictionaries), ``seed`` (>= 1),
+            ``budget``, ``num_low_dims``, ``special_values`` (``patch`` or ``off``).
+        threads: Threads for the child's numerical libraries (None: their default).
+    """
+
+    def __init__(self, python: Path, setup: dict[str, Any], threads: int | None = None) -> None:
+        if not Path(python).exists():
+            raise PeerUnavailable(f"{python} not found: run bench/setup_mlos.sh")
+        if int(setup["seed"]) < 1:
+            raise ValueError("mlos-core's SMAC wrapper turns seed 0 into a random seed: use >= 1")
+        env = dict(os.environ)
+        if threads is not None:
+            for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                env[name] = str(threads)
+        # kept open for the child's lifetime, closed in close()
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            [str(python), str(CHILD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=env,
+        )
+        self.info = self._call({"op": "init", **setup})
+
+    def suggest(self) -> dict[str, Any]:
+        """The next configuration, in the original (high-dimensional) space."""
+        return dict(self._call({"op": "suggest"})["config"])
+
+    def register(self, score: float) -> None:
+        """Report the score (to be minimized) of the last suggestion."""
+        self._call({"op": "register", "score": float(score)})
+
+    def close(self) -> None:
+        """Stop the child (idempotent)."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(PeerError):
+                self._call({"op": "close"})
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._stderr.close()
+
+    def __enter__(self) -> MlosPeer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            self._proc.stdin.write(json.dumps(message) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            self._proc.wait(timeout=10)
+            raise PeerError(
+                f"mlos peer exited with code {self._proc.returncode} on {message['op']!r}; "
+                f"stderr:\n{self._stderr_tail()}"
+            )
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise PeerError(f"mlos peer failed on {message['op']!r}: {reply['error']}")
+        return reply
+
+    def _stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-_STDERR_TAIL:]
+
+
+def probe(python: Path = DEFAULT_PYTHON) -> dict[str, Any]:
+    """The peer environment's package versions; raises ``PeerUnavailable`` with the reason."""
+    if not Path(python).exists():
+        raise PeerUnavailable(f"{python} not found: run bench/setup_mlos.sh")
+    try:
+        done = subprocess.run(
+            [str(python), str(CHILD), "--probe"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        raise PeerUnavailable(f"{python} does not run: {err}") from err
+    if done.returncode != 0:
+        raise PeerUnavailable(f"{python} cannot import mlos-core: {done.stderr.strip()[-500:]}")
+    versions: dict[str, Any] = json.loads(done.stdout)
+    return versions
+
+
+def setup(problem: KnobProblem, seed: int, budget: int, dims: int, special: str) -> dict[str, Any]:
+    """The ``init`` message of one run; SMAC's seed is ``seed + 1`` (its wrapper turns 0 random)."""
+    return {
+        "knobs": list(problem.knobs),
+        "seed": seed + 1,
+        "budget": budget,
+        "num_low_dims": dims,
+        "special_values": special,
+    }
+
+
+def run(
+    problem: KnobProblem,
+    seed: int,
+    budget: int,
+    dims: int,
+    python: Path = DEFAULT_PYTHON,
+    special: str = "patch",
+    threads: int | None = None,
+    on_eval: Callable[[], None] | None = None,
+) -> list[float]:
+    """One run of the peer on ``problem``: the values it was measured at, in order.
+
+    The configurations come from the child; ``problem.evaluate`` runs here, and the child is
+    told ``problem.sign * value`` (mlos-core minimizes).
+    """
+    values = []
+    with MlosPeer(python, setup(problem, seed, budget, dims, special), threads) as peer:
+        for _ in range(budget):
+            value = problem.evaluate(peer.suggest())
+            values.append(value)
+            peer.register(problem.sign * value)
+            if on_eval is not None:
+                on_eval()
+    return values
+
+
+def describe(
+    problems: list[tuple[KnobProblem, int]], python: Path = DEFAULT_PYTHON, special: str = "patch"
+) -> dict[str, Any]:
+    """Versions and special-value handling of the peer, from a throwaway child per problem.
+
+    Args:
+        problems: ``(problem, embedding dimension)`` pairs.
+    """
+    info: dict[str, Any] = {"special_values": {}}
+    for problem, dims in problems:
+        with MlosPeer(python, setup(problem, 0, 20, dims, special)) as peer:
+            info["versions"] = peer.info["versions"]
+            info["special_values"][problem.name] = {
+                "handling": peer.info["special_values"],
+                "knobs": peer.info["special_knobs"],
+            }
+    return info
+
+
+# -- child side (runs in bench/.venv-mlos) ---------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the JSON-lines protocol on stdin/stdout (``--probe``: print versions and exit)."""
+    args = sys.argv[1:] if argv is None else argv
+    protocol = sys.stdout
+    sys.stdout = sys.stderr  # library output must not corrupt the protocol
+    if args == ["--probe"]:
+        import mlos_core  # noqa: F401  (fails here when the environment is broken)
+
+        protocol.write(json.dumps(_versions()) + "\n")
+        return 0
+    optimizer: Any = None
+    pending: Any = None
+    for line in sys.stdin:
+        message = json.loads(line)
+        op = message.get("op")
+        try:
+            if op == "init":
+                optimizer, reply = _build(message)
+            elif op == "suggest":
+                pending = optimizer.suggest()
+                reply = {"config": {k: _plain(v) for k, v in pending.config.items()}}
+            elif op == "register":
+                import pandas as pd
+
+                optimizer.register(pending.complete(pd.Series({"score": message["score"]})))
+                pending, reply = None, {"ok": True}
+            elif op == "close":
+                reply = {"ok": True}
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except Exception as err:  # reported to the parent, which raises PeerError
+            reply = {"error": f"{type(err).__name__}: {err}"}
+        protocol.write(json.dumps(reply) + "\n")
+        protocol.flush()
+        if op == "close":
+            break
+    return 0
+
+
+def _build(message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The optimizer of an ``init`` message, and the reply describing it."""
+    import ConfigSpace as CS
+    from mlos_core.optimizers import OptimizerFactory, OptimizerType
+    from mlos_core.spaces.adapters import SpaceAdapterType
+
+    seed = int(message["seed"])
+    space = CS.ConfigurationSpace(seed=seed)
+    space.add([_hyperparameter(CS, knob) for knob in message["knobs"]])
+    mode = message.get("special_values", "patch")
+    if mode not in SPECIAL_MODES:
+        raise ValueError(f"special_values must be one of {SPECIAL_MODES}, got {mode!r}")
+    special: dict[str, list[tuple[int, float]]] = {}
+    if mode == "patch":
+        special = {
+            k["name"]: [(int(v), SPECIAL_BIAS) for v in k["special_values"]]
+            for k in message["knobs"]
+            if k.get("special_values")
+        }
+        if special:
+            _patch_special_value_scaler()
+    optimizer = OptimizerFactory.create(
+        parameter_space=space,
+        optimization_targets=["score"],
+        optimizer_type=OptimizerType.SMAC,
+        optimizer_kwargs={
+            "seed": seed,
+            "max_trials": int(message["budget"]),
+            "n_random_init": N_RANDOM_INIT,
+            "max_ratio": 1.0,
+        },
+        space_adapter_type=SpaceAdapterType.LLAMATUNE,
+        space_adapter_kwargs={
+            "num_low_dims": int(message["num_low_dims"]),
+            "special_param_values": special or None,
+            "max_unique_values_per_param": MAX_UNIQUE_VALUES,
+        },
+    )
+    state = "patched" if special else ("none" if mode == "patch" else "off")
+    reply = {
+        "versions": _versions(),
+        "special_values": state,
+        "special_knobs": sorted(special),
+        "n_random_init": N_RANDOM_INIT,
+        "max_unique_values": MAX_UNIQUE_VALUES,
+    }
+    return optimizer, reply
+
+
+def _hyperparameter(CS: Any, knob: dict[str, Any]) -> Any:
+    kind, name = knob["kind"], knob["name"]
+    if kind == "float":
+        return CS.Float(name, (float(knob["low"]), float(knob["high"])))
+    if kind == "int":
+        return CS.Integer(name, (int(knob["low"]), int(knob["high"])))
+    if kind == "categorical":
+        return CS.Categorical(name, list(knob["choices"]))
+    raise ValueError(f"knob {name}: kind {kind!r} is not supported by the mlos peer")
+
+
+def _patch_special_value_scaler() -> None:
+    """Fix mlos-core 0.6.2's special-value biasing (llamatune_db.md §3.4b) in this process."""
+    from mlos_core.spaces.adapters.llamatune import LlamaTuneAdapter
+
+    def scaler(self: Any, param: Any, input_value: float) -> float:
+        total = 0.0
+        for special_value, share in self._special_param_values_dict[param.name]:
+            total += share
+            if input_value < total:
+                return float(param.to_vector(special_value))
+        rescaled = (input_value - total) / (1 - total)
+        return float(param.to_vector(param.to_value(rescaled)))  # 0.6.2: to_vector(rescaled)
+
+    LlamaTuneAdapter._special_param_value_scaler = scaler
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python scalars (JSON)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
