@@ -18,8 +18,7 @@ Methods, every one evaluating the same ``KnobProblem.evaluate`` in this process,
   "special_bias": 0.2, "buckets": 10000}`` (``d`` = 16, or 4 on the 5-knob problem), built by
   ``make_designer(spec, FitCache())`` as the server does (the LlamaTune designer around
   ``BODesigner``) and driven as ``bench/methods.py`` drives ours: one ``suggest(1, completed,
-  [])`` per trial, each trial storing its low-dimensional point. Where the checkout's
-  ``StudySpec`` does not accept the key, ours runs on the full space and the output says so.
+  [])`` per trial, each trial storing its low-dimensional point.
 * ``ours-full``: the same designer without the embedding (by default only on problems of at
   most 20 knobs).
 * ``mlos``: mlos-core 0.6.2 ``LlamaTuneAdapter`` (same ``d``, 20 % special-value bias,
@@ -72,7 +71,6 @@ from bench.common import (
 from bench.hdbo import KnobProblem, PublishedCurve
 from bench.methods import RunResult
 from tuner.designer import FitCache, make_designer
-from tuner.errors import ValidationError
 from tuner.space import Scalar
 from tuner.study import StudySpec
 from tuner.trial import Trial
@@ -100,14 +98,12 @@ class Settings:
     """How the methods run (the same for every problem and seed).
 
     Attributes:
-        embedding: Whether ``StudySpec`` accepts the ``embedding`` key (else ours = full).
         dims: Override of every problem's embedding dimension (ours and mlos).
         mlos_python: The peer environment's interpreter.
         mlos_special: ``patch`` (monkeypatched special values) or ``off`` (none).
         threads: Threads for torch/BLAS here and for the peer's libraries.
     """
 
-    embedding: bool = True
     dims: int | None = None
     mlos_python: Path = mlos_peer.DEFAULT_PYTHON
     mlos_special: str = "patch"
@@ -155,7 +151,7 @@ def run_method(
     start = time.perf_counter()
     notes: dict[str, int] = {}
     if method in ("ours", "ours-full"):
-        embed = method == "ours" and settings.embedding
+        embed = method == "ours"
         dims = settings.embed_dims(problem) if embed else None
         values, notes = _run_ours(problem, seed, budget, dims, on_eval)
     elif method == "mlos":
@@ -185,19 +181,6 @@ def study_spec(problem: KnobProblem, seed: int, dims: int | None) -> StudySpec:
     if dims is not None:
         data["embedding"] = {**EMBEDDING, "dims": dims}
     return StudySpec.from_dict(data)
-
-
-def embedding_support() -> str | None:
-    """None when ``StudySpec`` accepts the ``embedding`` key; otherwise why not."""
-    knobs = hdbo.branin_problem().knobs[:4]
-    probe = KnobProblem("probe", knobs, lambda config: 0.0, "f", "minimize", 1, 1, 2)
-    try:
-        study_spec(probe, 0, 2)
-    except ValidationError as err:
-        if err.field == "embedding":
-            return f"this checkout's StudySpec does not accept 'embedding' yet ({err})"
-        raise
-    return None
 
 
 def best_so_far(problem: KnobProblem, values: list[float]) -> list[float]:
@@ -643,11 +626,7 @@ def _available_methods(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[
 
 
 def _settings(args: argparse.Namespace, methods: tuple[str, ...]) -> Settings:
-    reason = embedding_support() if "ours" in methods else None
-    if reason is not None:
-        console.print(f"[bold yellow]ours runs WITHOUT the LlamaTune embedding: {reason}[/]")
     return Settings(
-        embedding=reason is None,
         dims=args.dims,
         mlos_python=args.mlos_python,
         mlos_special=args.mlos_special,
