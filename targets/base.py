@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -180,6 +180,27 @@ class Target(ABC):
 
 
 # -- option helpers for adapters --------------------------------------------------------
+def full_config(kind: str, knobs: Sequence[Knob], config: Any) -> Config:
+    """``config`` validated against ``knobs``, with every knob it leaves out at its default.
+
+    Raises:
+        ValidationError: ``config`` is not a mapping, names a knob the target does not tune
+            (the message lists those it does), or holds a value the knob does not allow.
+    """
+    by_name = {k.name: k for k in knobs}
+    if not isinstance(config, Mapping):
+        raise ValidationError("config", "must be a mapping of knob name to value", tuple(by_name))
+    for name in config:
+        if name not in by_name:
+            raise ValidationError(
+                f"config.{name}", f"unknown knob for the {kind} target", tuple(by_name)
+            )
+    return {
+        name: knob.validate(config.get(name, knob.default), f"config.{name}")
+        for name, knob in by_name.items()
+    }
+
+
 def option_names(cls: type[Target]) -> tuple[str, ...]:
     """The keyword-only parameters of ``cls.__init__``: the options the target accepts."""
     params = inspect.signature(cls.__init__).parameters.values()

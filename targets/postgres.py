@@ -35,12 +35,16 @@ is what makes trials comparable; short windows on a small machine are noisy (see
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from knobs.loader import load_catalog, select_knobs
-from targets.base import Target, option_directory, option_int, option_names_list
+from targets.base import (
+    Target,
+    full_config,
+    option_directory,
+    option_int,
+    option_names_list,
+)
 from targets.postgres_bench import (
     METRICS,
     SCRIPTS,
@@ -158,7 +162,7 @@ class PostgresTarget(Target):
         cluster = self._require_cluster("apply")
         if self._applied:
             raise StateError("apply() called again before restore()")
-        values = self._full_config(config)
+        values = full_config("postgres", self.describe_knobs(), config)
         self._applied = True
         self._log_offset = cluster.log_offset()
         cluster.write_conf([conf_line(n, v, self._settings[n]) for n, v in values.items()])
@@ -247,20 +251,6 @@ class PostgresTarget(Target):
         if self._cluster is None or self._cluster.root is None:
             raise StateError(f"{what}() before setup(): use the postgres target in a with block")
         return self._cluster
-
-    def _full_config(self, config: Mapping[str, Any]) -> Config:
-        knobs = {k.name: k for k in self.describe_knobs()}
-        if not isinstance(config, Mapping):
-            raise ValidationError("config", "must be a mapping of knob name to value", tuple(knobs))
-        for name in config:
-            if name not in knobs:
-                raise ValidationError(
-                    f"config.{name}", "unknown knob for the postgres target", tuple(knobs)
-                )
-        return {
-            name: knob.validate(config.get(name, knob.default), f"config.{name}")
-            for name, knob in knobs.items()
-        }
 
     def _needs_restart(self, values: Config) -> bool:
         knobs = {k.name: k for k in self.describe_knobs()}

@@ -31,7 +31,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from typing import Any
 from knobs.loader import load_catalog, select_knobs
 from targets.base import (
     Target,
+    full_config,
     option_directory,
     option_int,
     option_names_list,
@@ -190,7 +191,7 @@ class SqliteTarget(Target):
             raise StateError("apply() before setup(): use the sqlite target in a with block")
         if self._trial_path is not None:
             raise StateError("apply() called again before restore()")
-        values = self._full_config(config)
+        values = full_config("sqlite", self.describe_knobs(), config)
         page_size = int(values.get("page_size", DEFAULT_PAGE_SIZE))
         self._trials += 1
         self._trial_path = self.directory / f"trial-{self._trials}.db"
@@ -266,20 +267,6 @@ class SqliteTarget(Target):
         return read_settings(self._conn, [k.name for k in self.describe_knobs()])
 
     # -- helpers -----------------------------------------------------------------------
-    def _full_config(self, config: Mapping[str, Any]) -> Config:
-        knobs = {k.name: k for k in self.describe_knobs()}
-        if not isinstance(config, Mapping):
-            raise ValidationError("config", "must be a mapping of knob name to value", tuple(knobs))
-        for name in config:
-            if name not in knobs:
-                raise ValidationError(
-                    f"config.{name}", "unknown knob for the sqlite target", tuple(knobs)
-                )
-        return {
-            name: knob.validate(config.get(name, knob.default), f"config.{name}")
-            for name, knob in knobs.items()
-        }
-
     def _base_for(self, page_size: int) -> Path:
         """The compacted base database with ``page_size``, built on first use."""
         if page_size in self._bases:
