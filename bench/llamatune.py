@@ -21,6 +21,11 @@ Methods, every one evaluating the same ``KnobProblem.evaluate`` in this process,
   [])`` per trial, each trial storing its low-dimensional point.
 * ``ours-full``: the same designer without the embedding (by default only on problems of at
   most 20 knobs).
+* ``ours-priors``: ours-full with ``"designer": {..., "expert_priors": true}``: the Sobol
+  initial design and as many BO trials again inside the knobs' recommended region, then the
+  whole space (``tuner/designer/priors.py``; GPTuner's coarse-to-fine idea). Only on problems
+  of at most 20 knobs that have recommended knobs: the MySQL surrogates, whose priors and
+  their sources are listed in ``bench/dbsurrogate.py`` (``PRIORS``).
 * ``mlos``: mlos-core 0.6.2 ``LlamaTuneAdapter`` (same ``d``, 20 % special-value bias,
   10,000 buckets) + SMAC with ``n_random_init=10``, seed ``seed + 1`` (its wrapper turns 0
   into a random seed), in ``bench/.venv-mlos`` behind ``bench/mlos_peer.py``; its
@@ -31,12 +36,18 @@ Methods, every one evaluating the same ``KnobProblem.evaluate`` in this process,
 * ``optuna``: ``TPESampler(seed=seed, n_startup_trials=10)``, ask/tell.
 * ``random``: uniform over each knob's values (numpy ``default_rng(seed)``).
 
+**Expert priors: only ``ours-priors`` uses them.** ``ours``, ``ours-full``, ``mlos``,
+``skopt``, ``optuna`` and ``random`` never see a recommendation (ours and ours-full get the
+knobs without their ``recommended`` keys); they are the "without priors" side. Tables and the
+plot mark the methods with priors ``(with priors)`` and list the priors used.
+
 Reported: mean best (std) at 25, 50, 100 trials and at the budget; **trials to reach the
 best value mlos-core reaches in 100 trials** (the mean over its seeds of its best at
 ``min(100, budget)``), divided by that number of trials, per method: the mean over seeds
 (a seed that never reaches it counts as the whole budget, shown ``>=``) and how many seeds
 reached it; ALEBO's published mean best at the same evaluations; seconds per run; goals
-with PASS/FAIL. Results: ``bench/results/llamatune.json`` and ``llamatune.png``.
+with PASS/FAIL. Results: ``bench/results/llamatune.json`` and ``llamatune.png`` (tables and plot:
+``bench/llamatune_report.py``).
 """
 
 from __future__ import annotations
@@ -53,9 +64,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from rich.table import Table
 
 from bench import dbsurrogate, hdbo, mlos_peer
 from bench.common import (
@@ -65,10 +74,10 @@ from bench.common import (
     limit_threads,
     load_note,
     machine_info,
-    show,
     write_json,
 )
 from bench.hdbo import KnobProblem, PublishedCurve
+from bench.llamatune_report import plot, print_report
 from bench.methods import RunResult
 from tuner.designer import FitCache, make_designer
 from tuner.space import Scalar
@@ -76,19 +85,22 @@ from tuner.study import StudySpec
 from tuner.trial import Trial
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "benchdata"
-METHODS = ("ours", "ours-full", "mlos", "skopt", "optuna", "random")
+METHODS = ("ours", "ours-full", "ours-priors", "mlos", "skopt", "optuna", "random")
+PRIOR_METHODS = frozenset({"ours-priors"})  # the only methods that see the knobs' priors
+OURS = {"ours": (True, False), "ours-full": (False, False), "ours-priors": (False, True)}
 PROBLEMS = ("sysbench-20", "job-5", "branin-d100", "hartmann6-d100", "hartmann6-d1000")
 FULL_SEEDS, QUICK_SEEDS = 10, 2
 REF_TRIALS = 100
 CHECKPOINTS = (25, 50, 100)
 N_INITIAL = 10  # random/initial points of skopt and optuna, as mlos's n_random_init
-FULL_SPACE_MAX_DIM = 20  # ours-full only where a full-space GP is the sensible baseline
+FULL_SPACE_MAX_DIM = 20  # ours-full/-priors only where a full-space GP is the sensible baseline
 # skopt refits an ARD GP on every step: measured here 27 s per step at 100 points on
 # sysbench-20, 65-208 s at 199 points on the Hartmann6 problems (hours per 200-trial run).
 SKOPT_MAX_BUDGET = 100
 GOAL_RATIO = 0.5
 ALEBO_BRANIN_AT_50 = 0.749  # published mean best; replaced by the CSV's value when it is read
 EMBEDDING = {"kind": "llamatune", "special_bias": 0.2, "buckets": 10_000}
+_PRIOR_KEYS = ("recommended", "recommended_source")
 
 OnEval = Callable[[], None]
 
@@ -130,10 +142,17 @@ def build_problems(names: list[str], data_dir: Path) -> tuple[list[KnobProblem],
     return problems, skipped
 
 
+def cannot_run(method: str, problem: KnobProblem) -> str | None:
+    """Why ``method`` never runs on ``problem`` (not even with ``--all-methods``)."""
+    if method in PRIOR_METHODS and not prior_knobs(problem):
+        return f"{method} needs knobs with a recommended region; {problem.name} has none"
+    return None
+
+
 def not_run(method: str, problem: KnobProblem, budget: int) -> str | None:
     """Why ``method`` is left out on ``problem`` by default (``--all-methods`` runs it)."""
-    if method == "ours-full" and problem.dim > FULL_SPACE_MAX_DIM:
-        return f"ours-full runs on problems of at most {FULL_SPACE_MAX_DIM} knobs"
+    if method in ("ours-full", "ours-priors") and problem.dim > FULL_SPACE_MAX_DIM:
+        return f"{method} runs on problems of at most {FULL_SPACE_MAX_DIM} knobs"
     if method == "skopt" and budget > SKOPT_MAX_BUDGET:
         return f"skopt runs on budgets of at most {SKOPT_MAX_BUDGET} (hours per run beyond)"
     return None
@@ -150,10 +169,10 @@ def run_method(
     """One run of ``method``: ``budget`` evaluations, best value after each."""
     start = time.perf_counter()
     notes: dict[str, int] = {}
-    if method in ("ours", "ours-full"):
-        embed = method == "ours"
+    if method in OURS:
+        embed, priors = OURS[method]
         dims = settings.embed_dims(problem) if embed else None
-        values, notes = _run_ours(problem, seed, budget, dims, on_eval)
+        values, notes = _run_ours(problem, seed, budget, dims, on_eval, priors)
     elif method == "mlos":
         peer = (settings.mlos_python, settings.mlos_special, settings.threads)
         values = mlos_peer.run(problem, seed, budget, settings.embed_dims(problem), *peer, on_eval)
@@ -170,17 +189,36 @@ def run_method(
     return RunResult(method, problem.name, seed, best, seconds, notes)
 
 
-def study_spec(problem: KnobProblem, seed: int, dims: int | None) -> StudySpec:
-    """The problem as our study; ``dims`` adds the LlamaTune ``embedding`` key."""
+def study_spec(
+    problem: KnobProblem, seed: int, dims: int | None, priors: bool = False
+) -> StudySpec:
+    """The problem as our study; ``dims`` adds the LlamaTune ``embedding`` key.
+
+    ``priors`` keeps the knobs' ``recommended`` regions and turns ``expert_priors`` on;
+    without it the knobs lose their recommendations, so nothing can leak into the designer.
+    """
+    designer: dict[str, Any] = {"algorithm": "bo", "seed": seed}
+    if priors:
+        designer["expert_priors"] = True
+    keep = () if priors else _PRIOR_KEYS
     data: dict[str, Any] = {
         "name": problem.name,
-        "knobs": [dict(k) for k in problem.knobs],
+        "knobs": [{k: v for k, v in knob.items() if k not in keep} for knob in problem.knobs],
         "objectives": [{"name": problem.metric, "goal": problem.goal}],
-        "designer": {"algorithm": "bo", "seed": seed},
+        "designer": designer,
     }
     if dims is not None:
         data["embedding"] = {**EMBEDDING, "dims": dims}
     return StudySpec.from_dict(data)
+
+
+def prior_knobs(problem: KnobProblem) -> dict[str, dict[str, Any]]:
+    """``knob -> {"recommended", "source"}`` for the problem's knobs that carry a prior."""
+    return {
+        k["name"]: {"recommended": list(k["recommended"]), "source": k["recommended_source"]}
+        for k in problem.knobs
+        if k.get("recommended")
+    }
 
 
 def best_so_far(problem: KnobProblem, values: list[float]) -> list[float]:
@@ -231,6 +269,7 @@ def summarize(
             "mean_curve": [statistics.fmean(col) for col in zip(*group, strict=True)],
             "checkpoints": {str(c): _stats([g[c - 1] for g in group]) for c in checkpoints},
             "seconds_per_run": statistics.fmean(seconds),
+            "expert_priors": method in PRIOR_METHODS,
         }
     ref = min(REF_TRIALS, budget)
     target = None
@@ -280,126 +319,10 @@ def goals(summaries: Mapping[str, Mapping[str, Any]], alebo_at_50: float) -> lis
     return out
 
 
-def quality_table(summaries: Mapping[str, Mapping[str, Any]], seeds: int) -> Table:
-    """Mean best (std) per checkpoint and method."""
-    table = Table(title=f"Best value: mean (std) over {seeds} seeds")
-    for name in ("problem", "evals"):
-        table.add_column(name, justify="left" if name == "problem" else "right")
-    methods = _present(summaries)
-    for method in methods:
-        table.add_column(method, justify="right")
-    for problem, summary in summaries.items():
-        arrow = "max" if summary["goal"] == "maximize" else "min"
-        for i, c in enumerate(summary["checkpoints"]):
-            label = f"{problem} ({summary['metric']}, {arrow})" if i == 0 else ""
-            cells = [
-                summary["methods"].get(m, {}).get("checkpoints", {}).get(str(c)) for m in methods
-            ]
-            table.add_row(label, str(c), *(_cell(s) for s in cells))
-    return table
-
-
-def ratio_table(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
-    """Trials to reach mlos-core's mean best at 100 trials, as a fraction of 100."""
-    table = Table(
-        title="Trials to reach mlos LlamaTune+SMAC's mean best at min(100, budget), "
-        "/ that many trials (mean over seeds; seeds that reached it)"
-    )
-    table.add_column("problem")
-    table.add_column("target", justify="right")
-    methods = _present(summaries)
-    for method in methods:
-        table.add_column(method, justify="right")
-    for problem, summary in summaries.items():
-        target = summary["target"]
-        if target["value"] is None:
-            continue
-        cells = []
-        for method in methods:
-            ratio = summary["time_to_target"].get(method)
-            cells.append("-" if ratio is None else _ratio_cell(ratio))
-        table.add_row(f"{problem} (@{target['ref_trials']})", f"{target['value']:.4g}", *cells)
-    return table
-
-
-def published_table(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
-    """Our methods' mean best next to ALEBO's published curves at the same evaluations."""
-    table = Table(title="ALEBO problems: mean best here vs published (ALEBO repository)")
-    shown = {name: s for name, s in summaries.items() if s["published"]}
-    evals = sorted({c for s in shown.values() for c in s["checkpoints"]})
-    for name in ("problem", "method", "source", *(f"@{c}" for c in evals)):
-        table.add_column(name, justify="right" if name.startswith("@") else "left")
-    for problem, summary in shown.items():
-        first = True
-        for method, data in summary["methods"].items():
-            values = {c: s["mean"] for c, s in data["checkpoints"].items()}
-            source = f"here, {data['runs']} seeds"
-            table.add_row(problem if first else "", method, source, *_at(values, evals))
-            first = False
-        for method, data in summary["published"].items():
-            source = f"published, {data['reps']} reps"
-            table.add_row("", method, source, *_at(data["at"], evals))
-    return table
-
-
-def time_table(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
-    """Mean wall time of one run per method (optimizer plus evaluations)."""
-    table = Table(title="Seconds per run (one seed)")
-    table.add_column("problem")
-    table.add_column("budget", justify="right")
-    methods = _present(summaries)
-    for method in methods:
-        table.add_column(method, justify="right")
-    for problem, summary in summaries.items():
-        cells = [summary["methods"].get(m, {}).get("seconds_per_run") for m in methods]
-        table.add_row(
-            problem, str(summary["budget"]), *("-" if s is None else f"{s:.1f}" for s in cells)
-        )
-    return table
-
-
-def plot(summaries: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
-    """Mean best so far against evaluations per problem (regret, log scale, where known)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(summaries)
-    fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
-    for ax, (problem, summary) in zip(axes[0], summaries.items(), strict=True):
-        optimum = summary["optimum"]
-
-        def shown(curve: list[float], optimum: float | None = optimum) -> list[float]:
-            return curve if optimum is None else [max(v - optimum, 1e-6) for v in curve]
-
-        for method, data in summary["methods"].items():
-            curve = shown(data["mean_curve"])
-            ax.plot(range(1, len(curve) + 1), curve, label=f"{method} ({data['runs']})")
-        for method, data in summary["published"].items():
-            curve = shown(data["mean_curve"][: summary["budget"]])
-            ax.plot(
-                range(1, len(curve) + 1), curve, "--", lw=1, alpha=0.7, label=f"{method} (pub.)"
-            )
-        if optimum is not None:
-            ax.set_yscale("log")
-        ax.set_title(problem)
-        ax.set_xlabel("evaluations")
-        what = f"mean best {summary['metric']}"
-        ax.set_ylabel(what if optimum is None else f"{what} − optimum")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.report is not None:
-        _print_report(json.loads(args.report.read_text()), args.markdown)
+        print_report(json.loads(args.report.read_text()), args.markdown)
         return 0
     seeds = args.seeds or (QUICK_SEEDS if args.quick else FULL_SEEDS)
     limit_threads(args.threads)
@@ -414,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     meta.update(skipped=skipped, data=str(args.data), all_methods=args.all_methods)
     meta["settings"] = {**asdict(settings), "mlos_python": str(settings.mlos_python)}
     meta["embedding"] = {p.name: {**EMBEDDING, "dims": settings.embed_dims(p)} for p in problems}
+    meta["expert_priors"] = {
+        p.name: prior_knobs(p)
+        for p in problems
+        if any(m in PRIOR_METHODS for m in methods) and prior_knobs(p)
+    }
     if "mlos" in methods:
         meta["mlos"] = _mlos_info(problems, settings)
     meta["failed"] = {}
@@ -436,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "goals": goals(summaries, alebo_at_50),
         "runs": [asdict(r) for r in runs],
     }
-    _print_report(data, args.markdown)
+    print_report(data, args.markdown)
     out = args.out or RESULTS_DIR
     console.print(f"wrote {write_json('llamatune', data, out)}")
     if not args.no_plot and summaries:
@@ -448,9 +376,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_ours(
-    problem: KnobProblem, seed: int, budget: int, dims: int | None, on_eval: OnEval | None
+    problem: KnobProblem,
+    seed: int,
+    budget: int,
+    dims: int | None,
+    on_eval: OnEval | None,
+    priors: bool = False,
 ) -> tuple[list[float], dict[str, int]]:
-    designer = make_designer(study_spec(problem, seed, dims), FitCache())
+    designer = make_designer(study_spec(problem, seed, dims, priors), FitCache())
     trials: list[Trial] = []
     sources: Counter[str] = Counter()
     values = []
@@ -566,6 +499,7 @@ def _run_all(
 ) -> list[RunResult]:
     """Every (problem, seed, method) run; a failing mlos run is recorded in ``failed``."""
     plan = [(p, s, m) for p in problems for s in range(seeds) for m in methods]
+    plan = [(p, s, m) for p, s, m in plan if cannot_run(m, p) is None]
     if not args.all_methods:
         plan = [(p, s, m) for p, s, m in plan if not_run(m, p, _budget(p, args)) is None]
     columns = [*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn()]
@@ -590,13 +524,13 @@ def _run_all(
 def _left_out(
     problems: list[KnobProblem], methods: tuple[str, ...], args: argparse.Namespace
 ) -> dict[str, str]:
-    """``"method on problem" -> reason`` for the pairs not run by default."""
-    if args.all_methods:
-        return {}
+    """``"method on problem" -> reason`` for the pairs not run (by default, or at all)."""
     out = {}
     for problem in problems:
         for method in methods:
-            reason = not_run(method, problem, _budget(problem, args))
+            reason = cannot_run(method, problem)
+            if reason is None and not args.all_methods:
+                reason = not_run(method, problem, _budget(problem, args))
             if reason is not None:
                 out[f"{method} on {problem.name}"] = reason
     return out
@@ -658,60 +592,12 @@ def _published(data_dir: Path) -> tuple[dict[str, dict[str, PublishedCurve]], fl
     return published, ALEBO_BRANIN_AT_50 if at_50 is None else at_50
 
 
-def _print_report(data: Mapping[str, Any], markdown: bool) -> None:
-    summaries = data["summary"]
-    tables = [
-        quality_table(summaries, data["meta"]["seeds"]),
-        ratio_table(summaries),
-        published_table(summaries),
-        time_table(summaries),
-    ]
-    wide = Console(width=None if console.is_terminal else 160)  # rich: 80 columns in a pipe
-    for table in tables:
-        if not table.row_count:
-            continue
-        if markdown:
-            show(table, markdown=True)
-        else:
-            wide.print(table)
-    for goal in data["goals"]:
-        verdict = "[green]PASS[/]" if goal["passed"] else "[red]FAIL[/]"
-        text = f"{'PASS' if goal['passed'] else 'FAIL'}" if markdown else verdict
-        console.print(f"{text}  {goal['goal']}: {goal['value']:.4g}", markup=not markdown)
-    for name, reason in data["meta"].get("skipped", {}).items():
-        console.print(f"skipped {name}: {reason}", markup=False)
-    for name, reason in data["meta"].get("failed", {}).items():
-        console.print(f"FAILED {name}: {reason.splitlines()[0]}", markup=False)
-    console.print(data["meta"]["load_note"], markup=False)
-
-
-def _present(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    return [m for m in METHODS if any(m in s["methods"] for s in summaries.values())]
-
-
 def _stats(values: list[float]) -> dict[str, float]:
     return {
         "mean": statistics.fmean(values),
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
         "median": statistics.median(values),
     }
-
-
-def _cell(stats: Mapping[str, float] | None) -> str:
-    return "-" if stats is None else f"{stats['mean']:.4g} ({stats['std']:.2g})"
-
-
-def _ratio_cell(ratio: Mapping[str, Any]) -> str:
-    prefix = "" if ratio["reached"] == ratio["seeds"] else ">="
-    return f"{prefix}{ratio['mean_ratio']:.2f} ({ratio['reached']}/{ratio['seeds']})"
-
-
-def _at(values: Mapping[str, float | None], evals: list[int]) -> list[str]:
-    cells = []
-    for c in evals:
-        value = values.get(str(c))
-        cells.append("-" if value is None else f"{value:.4g}")
-    return cells
 
 
 def _floats(best: list[float | None]) -> list[float]:
@@ -744,7 +630,7 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--all-methods",
         action="store_true",
-        help="also ours-full above 20 knobs and skopt above 100 trials (hours per run)",
+        help="also ours-full/-priors above 20 knobs and skopt above 100 trials (hours per run)",
     )
     add("--dims", type=int, help="override the embedding dimension (ours and mlos)")
     add("--threads", type=int, help="torch/BLAS threads here and in the mlos peer")

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
-from bench import dbsurrogate, hdbo, llamatune, mlos_peer
+from bench import dbsurrogate, hdbo, llamatune, llamatune_report, mlos_peer
 from bench.methods import RunResult
 
 DATA = llamatune.DEFAULT_DATA
@@ -185,3 +186,130 @@ def test_tiny_run_of_random_and_skopt_writes_results(tmp_path) -> None:
     assert len(data["runs"]) == 2 and data["goals"] == []
     assert (tmp_path / "llamatune.png").stat().st_size > 0
     assert llamatune.main(["--report", str(tmp_path / "llamatune.json"), "--markdown"]) == 0
+
+
+@needs_knob_data
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (
+            "sysbench-20",
+            {
+                "innodb_lru_scan_depth",
+                "innodb_doublewrite",
+                "innodb_log_file_size",
+                "general_log",
+                "innodb_thread_concurrency",
+            },
+        ),
+        ("job-5", {"innodb_thread_concurrency", "innodb_stats_persistent"}),
+    ],
+)
+def test_every_prior_lies_in_its_knobs_range_and_names_a_source(
+    name: str, expected: set[str]
+) -> None:
+    knobs = dbsurrogate.load_samples(DATA, name).knobs
+    with_prior = [k for k in knobs if k.get("recommended")]
+    assert {k["name"] for k in with_prior} == expected
+    for knob in with_prior:
+        assert len(knob["recommended_source"]) > 40  # a document and the sentence it says
+        if knob["kind"] == "int":
+            low, high = knob["recommended"]
+            assert isinstance(low, int) and isinstance(high, int)
+            assert knob["low"] <= low <= high <= knob["high"]
+        else:
+            assert set(knob["recommended"]) < set(knob["choices"])
+    problem = hdbo.KnobProblem(name, knobs, lambda c: 0.0, "m", "minimize", 6, 6, 4)
+    spec = llamatune.study_spec(problem, 0, None, priors=True)  # the tuner accepts them too
+    assert spec.designer.expert_priors
+    assert {k.name for k in spec.space.knobs if k.recommended} == expected
+    without = llamatune.study_spec(problem, 0, None)  # the other methods never see them
+    assert not without.designer.expert_priors and not any(
+        k.recommended for k in without.space.knobs
+    )
+
+
+@needs_knob_data
+def test_sysbench_enum_codes_follow_knobs_tuning_eas_sorted_order() -> None:
+    knobs = {k["name"]: k for k in dbsurrogate.load_samples(DATA, "sysbench-20").knobs}
+    assert knobs["innodb_doublewrite"]["choices"] == ["OFF", "ON"]  # code 0 = OFF
+    assert knobs["log_output"]["choices"] == ["FILE", "NONE", "TABLE"]
+    assert dbsurrogate.encode((knobs["general_log"],), {"general_log": "OFF"}) == [0.0]
+    job = {k["name"]: k for k in dbsurrogate.load_samples(DATA, "job-5").knobs}
+    assert job["innodb_stats_method"]["choices"][0] == "nulls_equal"  # strings: JSON order
+
+
+def test_a_prior_outside_its_range_is_rejected() -> None:
+    knob = {"name": "k", "kind": "int", "low": 100, "high": 1000}
+    with pytest.raises(ValueError, match=r"outside \[100, 1000\]"):
+        dbsurrogate._check_prior(knob, dbsurrogate.Prior((50, 500), "manual"))
+    choice = {"name": "c", "kind": "categorical", "choices": ["ON", "OFF"]}
+    with pytest.raises(ValueError, match="not among"):
+        dbsurrogate._check_prior(choice, dbsurrogate.Prior(("on",), "manual"))
+    with pytest.raises(ValueError, match="source"):
+        dbsurrogate._check_prior(choice, dbsurrogate.Prior(("ON",), " "))
+
+
+@needs_knob_data
+@pytest.mark.parametrize("name", ["sysbench-20", "job-5"])
+def test_ours_priors_first_design_points_lie_in_the_recommended_region(name: str) -> None:
+    knobs = dbsurrogate.load_samples(DATA, name).knobs  # no forest: the configs are the point
+    seen: list[dict] = []
+
+    def record(config: dict) -> float:
+        seen.append(dict(config))
+        return float(len(seen))
+
+    problem = hdbo.KnobProblem(name, knobs, record, "m", "maximize", 6, 6, 4)
+    result = llamatune.run_method("ours-priors", problem, 0, 6, llamatune.Settings(threads=1))
+    assert result.notes == {"sobol": 6} and len(seen) == 6  # the initial design
+    for knob in knobs:
+        values = [config[knob["name"]] for config in seen]
+        if not knob.get("recommended"):
+            assert knob["kind"] != "int" or len(set(values)) > 1  # the whole range stays open
+        elif knob["kind"] == "int":
+            low, high = knob["recommended"]
+            assert all(low <= v <= high for v in values), (knob["name"], values)
+        else:
+            assert set(values) <= set(knob["recommended"]), (knob["name"], values)
+
+
+def test_ours_priors_runs_only_where_knobs_carry_priors() -> None:
+    branin = hdbo.branin_problem()
+    assert "has none" in (llamatune.cannot_run("ours-priors", branin) or "")
+    assert llamatune.cannot_run("ours-full", branin) is None
+    knobs = (
+        {
+            "name": "x",
+            "kind": "int",
+            "low": 0,
+            "high": 9,
+            "recommended": [1, 2],
+            "recommended_source": "a manual",
+        },
+    )
+    small = hdbo.KnobProblem("s", knobs, lambda c: 0.0, "f", "minimize", 5, 5, 1)
+    assert llamatune.cannot_run("ours-priors", small) is None
+    assert llamatune.not_run("ours-priors", small, 5) is None
+    wide = replace(small, knobs=knobs * 21)
+    assert "at most 20 knobs" in (llamatune.not_run("ours-priors", wide, 5) or "")
+
+
+def test_tables_mark_the_methods_with_priors() -> None:
+    problem = hdbo.KnobProblem("job", (), lambda c: 0.0, "latency", "minimize", 4, 4, 2)
+    runs = [
+        RunResult(method, "job", 0, [3.0, 2.0, 2.0, 1.0], 1.0)
+        for method in ("ours-full", "ours-priors", "random")
+    ]
+    summaries = {"job": llamatune.summarize(problem, runs, 4)}
+    headers = [str(c.header) for c in llamatune_report.quality_table(summaries, 1).columns]
+    assert headers[2:] == ["ours-full", "ours-priors (with priors)", "random"]
+    priors = {
+        "job": {
+            "k": {"recommended": ["ON"], "source": "MySQL manual"},
+            "n": {"recommended": [0, 8], "source": "MySQL manual"},
+        }
+    }
+    table = llamatune_report.priors_table(priors)
+    assert "only by the methods marked (with priors);" in str(table.title)
+    assert list(table.columns[2].cells) == ["ON", "0..8"]
