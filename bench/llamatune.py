@@ -88,6 +88,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "benchdat
 METHODS = ("ours", "ours-full", "ours-priors", "mlos", "skopt", "optuna", "random")
 PRIOR_METHODS = frozenset({"ours-priors"})  # the only methods that see the knobs' priors
 OURS = {"ours": (True, False), "ours-full": (False, False), "ours-priors": (False, True)}
+RUNS_LOG = "llamatune-runs.jsonl"
 PROBLEMS = ("sysbench-20", "job-5", "branin-d100", "hartmann6-d100", "hartmann6-d1000")
 FULL_SEEDS, QUICK_SEEDS = 10, 2
 REF_TRIALS = 100
@@ -497,28 +498,55 @@ def _run_all(
     settings: Settings,
     failed: dict[str, str],
 ) -> list[RunResult]:
-    """Every (problem, seed, method) run; a failing mlos run is recorded in ``failed``."""
+    """Every (problem, seed, method) run; a failing mlos run is recorded in ``failed``.
+
+    Each finished run is appended to ``<out>/llamatune-runs.jsonl`` at once, so hours of
+    results survive an interruption; with ``--resume`` the runs already in that file (same
+    budget) are taken from it instead of being run again. This is how the full benchmark is
+    split over several sessions or processes (one ``--out`` folder each, or one after another).
+    """
     plan = [(p, s, m) for p in problems for s in range(seeds) for m in methods]
     plan = [(p, s, m) for p, s, m in plan if cannot_run(m, p) is None]
     if not args.all_methods:
         plan = [(p, s, m) for p, s, m in plan if not_run(m, p, _budget(p, args)) is None]
+    log = (args.out or RESULTS_DIR) / RUNS_LOG
+    done = _logged_runs(log, {p.name: _budget(p, args) for p in problems}) if args.resume else {}
+    runs: list[RunResult] = [done[(p.name, s, m)] for p, s, m in plan if (p.name, s, m) in done]
+    plan = [(p, s, m) for p, s, m in plan if (p.name, s, m) not in done]
+    if runs:
+        console.print(f"resuming: {len(runs)} runs taken from {log}")
+    log.parent.mkdir(parents=True, exist_ok=True)
     columns = [*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn()]
-    runs: list[RunResult] = []
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("llamatune", total=sum(_budget(p, args) for p, _, _ in plan))
         for problem, seed, method in plan:
             progress.update(task, description=f"{problem.name} seed {seed} {method}")
             budget = _budget(problem, args)
             try:
-                runs.append(
-                    run_method(
-                        method, problem, seed, budget, settings, lambda: progress.advance(task)
-                    )
+                run = run_method(
+                    method, problem, seed, budget, settings, lambda: progress.advance(task)
                 )
+                runs.append(run)
+                with log.open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(asdict(run)) + "\n")
             except mlos_peer.PeerError as err:  # keep the other methods' hours of results
                 failed[f"mlos on {problem.name} seed {seed}"] = str(err)[-2000:]
                 console.print(f"[red]mlos peer failed on {problem.name} seed {seed}: {err}[/]")
     return runs
+
+
+def _logged_runs(log: Path, budgets: Mapping[str, int]) -> dict[tuple[str, int, str], RunResult]:
+    """``(problem, seed, method) -> run`` from a runs log, for runs of the current budgets."""
+    if not log.exists():
+        return {}
+    out = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        run = RunResult(**json.loads(line))
+        if budgets.get(run.problem) == len(run.best):
+            out[(run.problem, run.seed, run.method)] = run
+    return out
 
 
 def _left_out(
@@ -651,6 +679,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--no-plot", action="store_true", help="skip the PNG")
     add("--markdown", action="store_true", help="print tables as Markdown")
     add("--report", type=Path, help="only print the tables of a results file")
+    add(
+        "--resume",
+        action="store_true",
+        help=f"take runs already in <out>/{RUNS_LOG} instead of running them again",
+    )
     return parser
 
 

@@ -189,6 +189,23 @@ def test_tiny_run_of_random_and_skopt_writes_results(tmp_path) -> None:
 
 
 @needs_knob_data
+def test_every_run_is_logged_and_resume_takes_finished_runs(tmp_path) -> None:
+    base = ["--problems", "job-5", "--budget", "5", "--methods", "random", "--no-plot"]
+    base += ["--out", str(tmp_path)]
+    assert llamatune.main([*base, "--seeds", "2"]) == 0
+    log = tmp_path / llamatune.RUNS_LOG
+    first = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["seed"], len(r["best"])) for r in first] == [(0, 5), (1, 5)]
+    assert llamatune.main([*base, "--seeds", "3", "--resume"]) == 0
+    data = json.loads((tmp_path / "llamatune.json").read_text())
+    assert sorted(r["seed"] for r in data["runs"]) == [0, 1, 2]
+    assert len(log.read_text().splitlines()) == 3  # seeds 0 and 1 were not run again
+    # another budget is another experiment: nothing is taken from the log
+    assert llamatune.main([*base[:3], "4", *base[4:], "--seeds", "1", "--resume"]) == 0
+    assert len(log.read_text().splitlines()) == 4
+
+
+@needs_knob_data
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
