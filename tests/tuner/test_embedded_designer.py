@@ -155,3 +155,20 @@ def test_choice_only_space_never_repeats_and_reports_exhaustion() -> None:
             trials.append(completed(len(trials) + 1, s, y=0.0))
     # one coordinate drives 4 bools: the default plus the two sign patterns it can express
     assert len(seen) == 3
+
+
+def test_points_projecting_onto_measured_configurations_teach_the_model() -> None:
+    """Small integer knobs: whole runs of buckets share one projection. The designer must
+    turn such repeats into known observations and ask again, not fall back to random."""
+    ints = [{"name": f"n{i}", "kind": "int", "low": 0, "high": 6, "default": 0} for i in range(4)]
+    spec = make_spec(ints, dims=2)
+    designer = EmbeddedDesigner(spec, settings=FAST)
+    trials: list[Trial] = []
+    for _ in range(16):
+        (s,) = designer.suggest(1, trials, [])
+        value = -sum((int(v) - 4) ** 2 for v in s.config.values())
+        trials.append(completed(len(trials) + 1, s, y=float(value)))
+    keys = [tuple(sorted(t.config.items())) for t in trials]
+    assert len(set(keys)) == len(keys)
+    sources = [t.source for t in trials]
+    assert sources.count("bo") >= 8, sources

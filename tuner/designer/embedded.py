@@ -42,9 +42,10 @@ from tuner.embedding import HeSBOEmbedding, low_point_is_valid
 from tuner.encoding import ConfigKey
 from tuner.space import Config, IntKnob, SearchSpace
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import OBSERVED, Trial, TrialStatus
 
 _RANDOM_TRIES = 200
+_ASK_ROUNDS = 4
 
 
 def low_dimensional_spec(spec: StudySpec, embedding: HeSBOEmbedding) -> StudySpec:
@@ -90,14 +91,75 @@ class EmbeddedDesigner(Designer):
         low_completed, low_pending = self._low_trials(completed), self._low_trials(pending)
         out += self._prior_seeds(history, out, count - len(out), low_completed, low_pending)
         if len(out) < count:
-            seeded = [
-                Trial(-i, self._low_config(s.embedded), TrialStatus.ACTIVE, embedded=s.embedded)
-                for i, s in enumerate(out, start=1)
-                if s.embedded
-            ]
-            low = self.inner.suggest(count - len(out), low_completed, low_pending + seeded)
-            out += self._projected(history, out, low)
+            out += self._model_based(history, out, count - len(out), completed, pending)
         return checked(out, count, self.spec)
+
+    def _model_based(
+        self,
+        history: History,
+        chosen: list[Suggestion],
+        count: int,
+        completed: Sequence[Trial],
+        pending: Sequence[Trial],
+    ) -> list[Suggestion]:
+        """Ask the inner designer; a point that projects onto a configuration already taken
+        is *known*: it joins the inner history with that trial's outcome (or as pending), and
+        the inner designer is asked again, up to ``_ASK_ROUNDS`` times.
+
+        Many low-dimensional points share one projection (a coordinate driving only integer
+        or choice knobs changes nothing over whole runs of buckets), so without this the model
+        keeps proposing points of plateaus it has in fact measured.
+        """
+        known = {self.encoder.key(t.config): t for t in completed if t.status in OBSERVED}
+        low_completed, low_pending = self._low_trials(completed), self._low_trials(pending)
+        low_pending += [self._as_pending(s, -i) for i, s in enumerate(chosen, 1) if s.embedded]
+        taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
+        out: list[Suggestion] = []
+        for _ in range(_ASK_ROUNDS):
+            want = count - len(out)
+            if want <= 0:
+                break
+            pending_now = low_pending + [self._as_pending(s, -1000 - i) for i, s in enumerate(out)]
+            repeats = 0
+            for suggestion in self.inner.suggest(want, low_completed, pending_now):
+                point = self.embedding.point(
+                    [int(suggestion.config[name]) for name in self.embedding.low_names]
+                )
+                config = self.outer.sampler.nearest_feasible(self.embedding.project(point))
+                if config is None:
+                    continue
+                key = self.encoder.key(config)
+                if key not in taken:
+                    taken.add(key)
+                    out.append(Suggestion(config, suggestion.source, suggestion.warning, point))
+                    continue
+                repeats += 1
+                id_ = -2000 - len(low_completed) - len(low_pending)
+                low = Trial(id_, self._low_config(point), TrialStatus.ACTIVE, embedded=point)
+                if key in known:  # measured: the model learns this point's value
+                    twin = known[key]
+                    low_completed.append(
+                        replace(low, status=twin.status, metrics=dict(twin.metrics), reason="")
+                    )
+                else:  # pending or chosen in this call: the model treats it as pending
+                    low_pending.append(low)
+            if repeats == 0:
+                break
+        missing = count - len(out)
+        seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(chosen))
+        for i in range(missing):
+            replacement = self._random(taken, derive_seed(seed, i))
+            if replacement is None:
+                break
+            taken.add(self.encoder.key(replacement.config))
+            out.append(replacement)
+        return out
+
+    def _as_pending(self, suggestion: Suggestion, id_: int) -> Trial:
+        return Trial(
+            id_, self._low_config(suggestion.embedded), TrialStatus.ACTIVE,
+            embedded=suggestion.embedded,
+        )  # fmt: skip
 
     def _prior_seeds(
         self,
