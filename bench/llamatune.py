@@ -57,9 +57,8 @@ import json
 import statistics
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,7 +68,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from bench import dbsurrogate, hdbo, mlos_peer
 from bench.common import (
     RESULTS_DIR,
-    completed_trial,
     console,
     limit_threads,
     load_note,
@@ -78,11 +76,10 @@ from bench.common import (
 )
 from bench.hdbo import KnobProblem, PublishedCurve
 from bench.llamatune_report import plot, print_report
-from bench.methods import RunResult
+from bench.methods import RunResult, drive
 from tuner.designer import FitCache, make_designer
 from tuner.space import Scalar
 from tuner.study import StudySpec
-from tuner.trial import Trial
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "benchdata"
 METHODS = ("ours", "ours-full", "ours-priors", "mlos", "skopt", "optuna", "random")
@@ -385,24 +382,10 @@ def _run_ours(
     priors: bool = False,
 ) -> tuple[list[float], dict[str, int]]:
     designer = make_designer(study_spec(problem, seed, dims, priors), FitCache())
-    trials: list[Trial] = []
-    sources: Counter[str] = Counter()
-    values = []
-    for i in range(budget):
-        suggestion = designer.suggest(1, trials, [])[0]
-        sources[suggestion.source] += 1
-        if suggestion.warning:
-            sources["warnings"] += 1
-        value = problem.evaluate(suggestion.config)
-        values.append(value)
-        trial = completed_trial(
-            i + 1, suggestion.config, {problem.metric: value}, suggestion.source
-        )
-        if suggestion.embedded:  # the low-dimensional point, which the designer learns from
-            trial = replace(trial, embedded=suggestion.embedded)
-        trials.append(trial)
-        _tick(on_eval)
-    return values, dict(sources)
+    trials, sources = drive(
+        designer, budget, lambda config: {problem.metric: problem.evaluate(config)}, on_eval
+    )
+    return [t.metrics[problem.metric] for t in trials], sources
 
 
 def _run_skopt(problem: KnobProblem, seed: int, budget: int, on_eval: OnEval | None) -> list[float]:

@@ -22,14 +22,15 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from skopt import gp_minimize
 
 from bench.common import completed_trial
 from bench.problems import Problem
-from tuner.designer import BODesigner, FitCache
+from tuner.designer import BODesigner, Designer, FitCache
+from tuner.space import Config
 from tuner.trial import Trial
 
 PENALTY = 10.0
@@ -77,28 +78,42 @@ def run_method(
     raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
 
 
-def run_ours(problem: Problem, seed: int, budget: int, on_eval: OnEval | None = None) -> RunResult:
-    """Our designer, one suggestion at a time, with a warm-starting ``FitCache``."""
-    spec = problem.spec(seed)
-    designer = BODesigner(spec, FitCache())
+def drive(
+    designer: Designer,
+    budget: int,
+    measure: Callable[[Config], dict[str, float]],
+    on_eval: OnEval | None = None,
+) -> tuple[list[Trial], dict[str, int]]:
+    """``budget`` sequential suggest/complete steps of ``designer``, as a client drives it.
+
+    Each trial is stored as the server would store it, with its low-dimensional point when
+    the designer searches an embedding. Returns the trials and how each suggestion was made.
+    """
     trials: list[Trial] = []
     sources: Counter[str] = Counter()
-    start = time.perf_counter()
     for i in range(budget):
         suggestion = designer.suggest(1, trials, [])[0]
         sources[suggestion.source] += 1
         if suggestion.warning:
             sources["warnings"] += 1
-        x = problem.point(suggestion.config)
-        trials.append(
-            completed_trial(i + 1, suggestion.config, problem.metrics(x), suggestion.source)
+        trial = completed_trial(
+            i + 1, suggestion.config, measure(suggestion.config), suggestion.source
         )
+        trials.append(replace(trial, embedded=suggestion.embedded))
         _tick(on_eval)
+    return trials, dict(sources)
+
+
+def run_ours(problem: Problem, seed: int, budget: int, on_eval: OnEval | None = None) -> RunResult:
+    """Our designer, one suggestion at a time, with a warm-starting ``FitCache``."""
+    designer = BODesigner(problem.spec(seed), FitCache())
+    start = time.perf_counter()
+    trials, sources = drive(
+        designer, budget, lambda config: problem.metrics(problem.point(config)), on_eval
+    )
     seconds = time.perf_counter() - start
     points = [problem.point(t.config) for t in trials]
-    return RunResult(
-        "ours", problem.name, seed, best_curve(problem, points), seconds, dict(sources)
-    )
+    return RunResult("ours", problem.name, seed, best_curve(problem, points), seconds, sources)
 
 
 def run_skopt(
