@@ -91,7 +91,9 @@ class EmbeddedDesigner(Designer):
         low_completed, low_pending = self._low_trials(completed), self._low_trials(pending)
         out += self._prior_seeds(history, out, count - len(out), low_completed, low_pending)
         if len(out) < count:
-            out += self._model_based(history, out, count - len(out), completed, pending)
+            out += self._model_based(
+                history, out, count - len(out), completed, low_completed, low_pending
+            )
         return checked(out, count, self.spec)
 
     def _model_based(
@@ -100,7 +102,8 @@ class EmbeddedDesigner(Designer):
         chosen: list[Suggestion],
         count: int,
         completed: Sequence[Trial],
-        pending: Sequence[Trial],
+        low_completed: list[Trial],
+        low_pending: list[Trial],
     ) -> list[Suggestion]:
         """Ask the inner designer; a point that projects onto a configuration already taken
         is *known*: it joins the inner history with that trial's outcome (or as pending), and
@@ -111,8 +114,10 @@ class EmbeddedDesigner(Designer):
         keeps proposing points of plateaus it has in fact measured.
         """
         known = {self.encoder.key(t.config): t for t in completed if t.status in OBSERVED}
-        low_completed, low_pending = self._low_trials(completed), self._low_trials(pending)
-        low_pending += [self._as_pending(s, -i) for i, s in enumerate(chosen, 1) if s.embedded]
+        low_completed = list(low_completed)  # grows with known repeats, for this call only
+        low_pending = low_pending + [
+            self._as_pending(s, -i) for i, s in enumerate(chosen, 1) if s.embedded
+        ]
         taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
         out: list[Suggestion] = []
         for _ in range(_ASK_ROUNDS):
@@ -125,7 +130,7 @@ class EmbeddedDesigner(Designer):
                 point = self.embedding.point(
                     [int(suggestion.config[name]) for name in self.embedding.low_names]
                 )
-                config = self.outer.sampler.nearest_feasible(self.embedding.project(point))
+                config = self._feasible_projection(point)
                 if config is None:
                     continue
                 key = self.encoder.key(config)
@@ -186,11 +191,19 @@ class EmbeddedDesigner(Designer):
             return []
         seed = derive_seed(self.spec.designer.seed, "prior")
         samples = self.outer.sampler.sobol(seed, done + n, frozenset(), region)[done:]
-        low = [
-            Suggestion(self._low_config(point), "sobol", "", point)
-            for point in (self.embedding.inverse(config) for config in samples)
-        ]
-        return self._projected(history, chosen, low)
+        taken: set[ConfigKey] = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
+        out: list[Suggestion] = []
+        for point in (self.embedding.inverse(config) for config in samples):
+            config = self._feasible_projection(point)
+            if config is not None and self.encoder.key(config) not in taken:
+                made: Suggestion | None = Suggestion(config, "sobol", "", point)
+            else:
+                seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(out))
+                made = self._random(taken, seed)
+            if made is not None:
+                taken.add(self.encoder.key(made.config))
+                out.append(made)
+        return out
 
     def _low_config(self, point: tuple[float, ...]) -> Config:
         return dict(zip(self.embedding.low_names, self.embedding.levels(point), strict=True))
@@ -204,27 +217,9 @@ class EmbeddedDesigner(Designer):
     def _low_trials(self, trials: Sequence[Trial]) -> list[Trial]:
         return [low for t in trials if (low := self.low_trial(t)) is not None]
 
-    def _projected(
-        self, history: History, chosen: list[Suggestion], low: list[Suggestion]
-    ) -> list[Suggestion]:
-        taken: set[ConfigKey] = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
-        out: list[Suggestion] = []
-        for suggestion in low:
-            point = self.embedding.point(
-                [int(suggestion.config[name]) for name in self.embedding.low_names]
-            )
-            config = self.outer.sampler.nearest_feasible(self.embedding.project(point))
-            if config is not None and self.encoder.key(config) not in taken:
-                made = Suggestion(config, suggestion.source, suggestion.warning, point)
-            else:
-                seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(out))
-                replacement = self._random(taken, seed)
-                if replacement is None:
-                    continue
-                made = replacement
-            taken.add(self.encoder.key(made.config))
-            out.append(made)
-        return out
+    def _feasible_projection(self, point: tuple[float, ...]) -> Config | None:
+        """The configuration of ``point``, moved inside the linear constraints (or None)."""
+        return self.outer.sampler.nearest_feasible(self.embedding.project(point))
 
     def _random(self, taken: set[ConfigKey], seed: int) -> Suggestion | None:
         """The projection of a random low-dimensional point that is feasible and new."""
@@ -233,7 +228,7 @@ class EmbeddedDesigner(Designer):
             point = self.embedding.bucketize(
                 [rng.uniform(-1.0, 1.0) for _ in range(self.embedding.d)]
             )
-            config = self.outer.sampler.nearest_feasible(self.embedding.project(point))
+            config = self._feasible_projection(point)
             if config is not None and self.encoder.key(config) not in taken:
                 return Suggestion(config, "random", "", point)
         return None
