@@ -87,6 +87,7 @@ def _embedding_to_proto(embedding: EmbeddingSettings | None) -> pb.Embedding | N
         special_bias=embedding.special_bias,
         buckets=embedding.buckets,
         seed=embedding.seed,
+        grow_after=embedding.grow_after,
     )
 
 
@@ -94,7 +95,7 @@ def _embedding_from_proto(message: pb.Embedding) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if message.kind:
         data["kind"] = message.kind
-    for key in ("dims", "special_bias", "buckets", "seed"):
+    for key in ("dims", "special_bias", "buckets", "seed", "grow_after"):
         if message.HasField(key):
             data[key] = getattr(message, key)
     return data

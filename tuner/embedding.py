@@ -22,6 +22,12 @@ configuration in three steps:
    ordinal, bool) split their axis into equal parts, one per choice, by truncation, as in
    LlamaTune (rounding would halve the share of the first and last choice).
 
+**Levels.** ``HeSBOEmbedding(space, settings, level)`` at level ``k > 0`` splits coordinates
+of level ``k - 1`` in two (the largest first; each keeps a random half of its knobs and gives
+the rest to a new coordinate), doubling the dimension up to the number of knobs. A new
+coordinate starts as a copy of the one it was split from, so ``lift`` maps any point of an
+earlier level to a point of this one with the same projection.
+
 The map is deterministic given the seed, which is stored with the study: a restarted server
 rebuilds the same embedding, and each trial stores its (bucketized) low-dimensional point, so
 the model is refitted on exactly the points it suggested.
@@ -61,28 +67,54 @@ class _Row:
 class HeSBOEmbedding:
     """The projection of a study's knobs onto a ``dims``-dimensional box (see module doc)."""
 
-    def __init__(self, space: SearchSpace, settings: EmbeddingSettings) -> None:
+    def __init__(self, space: SearchSpace, settings: EmbeddingSettings, level: int = 0) -> None:
         if settings.dims is None or settings.seed is None:
             raise ValueError("settings must be resolved by StudySpec (dims and seed set)")
         self.space = space
         self.settings = settings
-        self.d = settings.dims
-        rng = random.Random(f"hesbo:{settings.seed}:{len(space)}:{self.d}")
+        self.sizes = level_sizes(settings.dims, len(space))
+        if not 0 <= level < len(self.sizes):
+            raise ValueError(f"level must be in [0, {len(self.sizes) - 1}], got {level}")
+        self.level = level
+        self.d = self.sizes[level]
+        rng = random.Random(f"hesbo:{settings.seed}:{len(space)}:{settings.dims}")
         order = list(range(len(space)))
         rng.shuffle(order)
         dim_of = [0] * len(space)
         for position, i in enumerate(order):
-            dim_of[i] = position % self.d
+            dim_of[i] = position % settings.dims
+        signs = [rng.choice((-1.0, 1.0)) for _ in space.knobs]
+        self.parents: tuple[tuple[int, ...], ...] = tuple(
+            _split(dim_of, self.sizes[k - 1], self.sizes[k], f"{settings.seed}:{len(space)}:{k}")
+            for k in range(1, level + 1)
+        )
         rows = []
         for i, knob in enumerate(space.knobs):
-            sign = rng.choice((-1.0, 1.0))
             specials: tuple[float | int, ...] = ()
             if isinstance(knob, FloatKnob | IntKnob):
                 specials = tuple(sorted(float(v) if isinstance(knob, FloatKnob) else int(v)
                                         for v in knob.special_values))  # fmt: skip
-            rows.append(_Row(knob, dim_of[i], sign, specials))
+            rows.append(_Row(knob, dim_of[i], signs[i], specials))
         self.rows = tuple(rows)
         self.low_names = tuple(LOW_NAME.format(j) for j in range(self.d))
+
+    def lift(self, point: Sequence[float]) -> tuple[float, ...]:
+        """A point of an earlier level, as the point of this level with the same projection.
+
+        Splitting coordinate ``j`` gives the new coordinate the value of ``j``, so every knob
+        reads what it read before: a point measured at any earlier level is a point of this
+        embedding, exactly.
+        """
+        z = list(point)
+        if len(z) not in self.sizes[: self.level + 1]:
+            raise ValueError(
+                f"a point of {len(z)} coordinates belongs to no level up to {self.level} "
+                f"(sizes {list(self.sizes[: self.level + 1])})"
+            )
+        for k, parents in enumerate(self.parents):
+            if len(z) == self.sizes[k]:
+                z += [z[j] for j in parents]
+        return tuple(z)
 
     # -- forward ------------------------------------------------------------------------
     def bucketize(self, z: Sequence[float]) -> tuple[float, ...]:
@@ -172,6 +204,38 @@ class HeSBOEmbedding:
         return out
 
 
+def level_sizes(dims: int, knobs: int) -> tuple[int, ...]:
+    """Coordinates per level: ``dims``, then doubled at each split, up to ``knobs``."""
+    sizes = [min(dims, knobs)]
+    while sizes[-1] < knobs:
+        sizes.append(min(knobs, 2 * sizes[-1]))
+    return tuple(sizes)
+
+
+def _split(dim_of: list[int], before: int, after: int, seed: str) -> tuple[int, ...]:
+    """Split ``after - before`` coordinates in two (in place on ``dim_of``); returns the
+    coordinate each new coordinate ``before, before + 1, ...`` was split from.
+
+    The largest coordinates are split first (ties in random order); a split coordinate keeps
+    a random half of its knobs (rounded up) and gives the rest to the new one. With
+    ``after <= knobs`` there are always enough coordinates with two knobs or more.
+    """
+    rng = random.Random(f"hesbo-split:{seed}")
+    members: list[list[int]] = [[] for _ in range(before)]
+    for i, j in enumerate(dim_of):
+        members[j].append(i)
+    ties = [rng.random() for _ in range(before)]
+    order = sorted(range(before), key=lambda j: (-len(members[j]), ties[j]))
+    parents = []
+    for offset, j in enumerate(order[: after - before]):
+        knobs = members[j][:]
+        rng.shuffle(knobs)
+        for i in knobs[: len(knobs) // 2]:
+            dim_of[i] = before + offset
+        parents.append(j)
+    return tuple(parents)
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
@@ -180,6 +244,7 @@ def _median(values: list[float]) -> float:
     return (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
-def low_point_is_valid(point: Sequence[float], d: int) -> bool:
-    """A stored low-dimensional point has ``d`` finite coordinates in ``[-1, 1]``."""
-    return len(point) == d and all(math.isfinite(v) and -1.0 <= v <= 1.0 for v in point)
+def low_point_is_valid(point: Sequence[float], sizes: Sequence[int]) -> bool:
+    """A stored low-dimensional point has as many coordinates as some level in ``sizes``,
+    each finite and in ``[-1, 1]``."""
+    return len(point) in sizes and all(math.isfinite(v) and -1.0 <= v <= 1.0 for v in point)

@@ -33,7 +33,8 @@ _SPEC_FIELDS = (
     "allow_unsafe",
     "embedding",
 )
-_EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed")
+_EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
+DEFAULT_GROW_AFTER = 10
 DEFAULT_EMBEDDING_DIMS = 16
 
 
@@ -162,6 +163,11 @@ class EmbeddingSettings:
             distinct values per knob (LlamaTune: 10,000).
         seed: Seeds the projection; ``None`` takes the designer seed when the study is
             created. Stored with the study, so a restarted server rebuilds the same embedding.
+        grow_after: After this many trials in a row without a significant improvement, the
+            embedding grows: coordinates are split in two, doubling ``dims`` (up to the
+            number of knobs), and every trial so far stays a point of the larger embedding
+            (nested HeSBO, as in BAxUS). It undoes a projection that put two knobs that
+            matter on one coordinate. 0 never grows.
     """
 
     kind: str = "llamatune"
@@ -169,6 +175,7 @@ class EmbeddingSettings:
     special_bias: float = 0.2
     buckets: int = 10_000
     seed: int | None = None
+    grow_after: int = DEFAULT_GROW_AFTER
 
     def __post_init__(self) -> None:
         if self.kind not in EMBEDDINGS:
@@ -203,6 +210,16 @@ class EmbeddingSettings:
             raise ValidationError(
                 "embedding.seed", f"got {self.seed!r}", "an integer in [0, 2**31)"
             )
+        if (
+            isinstance(self.grow_after, bool)
+            or not isinstance(self.grow_after, int)
+            or not 0 <= self.grow_after <= 1_000_000
+        ):
+            raise ValidationError(
+                "embedding.grow_after",
+                f"got {self.grow_after!r}",
+                "an integer in [0, 1000000] (0: never grow)",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -214,6 +231,8 @@ class EmbeddingSettings:
             out["dims"] = self.dims
         if self.seed is not None:
             out["seed"] = self.seed
+        if self.grow_after != DEFAULT_GROW_AFTER:  # specs stored before it existed stay equal
+            out["grow_after"] = self.grow_after
         return out
 
 

@@ -33,7 +33,7 @@ KNOBS: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def make_spec(name: str = "llama") -> StudySpec:
+def make_spec(name: str = "llama", **embedding: Any) -> StudySpec:
     return StudySpec.from_dict(
         {
             "name": name,
@@ -41,7 +41,7 @@ def make_spec(name: str = "llama") -> StudySpec:
             "objectives": [{"name": "tps", "goal": "maximize"}],
             "outcome_constraints": ["p95_ms <= 0.9"],
             "designer": {"seed": 11, "initial_trials": 6},
-            "embedding": {"kind": "llamatune", "dims": 3},
+            "embedding": {"kind": "llamatune", "dims": 3, **embedding},
         }
     )
 
@@ -94,6 +94,39 @@ def test_a_restarted_server_rebuilds_the_embedding_and_continues_identically(
     assert [source for _, _, source in results[0]] == ["sobol"] * 3 + ["bo"]
 
 
+def test_a_stalled_study_grows_its_embedding_and_a_restart_resumes_at_that_level(
+    tmp_path: Path,
+) -> None:
+    """tps stops improving after the design: every 2 trials without progress the embedding
+    doubles (3 -> 6 -> 10 coordinates); the level is rebuilt from the stored trials."""
+    spec = make_spec(grow_after=2)
+    assert spec.embedding is not None
+
+    def flat(config: dict[str, Any]) -> dict[str, float]:
+        return {"tps": 50.0, "p95_ms": 0.5}
+
+    db, copy = tmp_path / "tuner.db", tmp_path / "copy.db"
+    with closing(TuningService(SQLiteStorage(db))) as service:
+        service.create_study(spec)
+        for _ in range(11):
+            (trial,) = service.suggest_trials("llama", 1, client_id="w")
+            service.complete_trial("llama", trial.id, flat(trial.config))
+        stored = service.list_trials("llama")
+    # default, 6 design points, then 2 trials per level: 3, 3, 6, 6, then 10
+    assert [len(t.embedded) for t in stored] == [0] + [3] * 8 + [6, 6]
+    for trial in stored[1:]:
+        level = (3, 6, 10).index(len(trial.embedded))
+        embedding = HeSBOEmbedding(spec.space, spec.embedding, level)
+        assert embedding.project(trial.embedded) == trial.config
+    shutil.copy(db, copy)
+    results = []
+    for path in (db, copy):
+        with closing(TuningService(SQLiteStorage(path))) as service:
+            (trial,) = service.suggest_trials("llama", 1, client_id="w")
+            results.append((trial.config, trial.embedded))
+    assert results[0] == results[1] and len(results[0][1]) == 10
+
+
 def test_embedded_points_are_validated_before_they_are_stored(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as err:
         NewTrial({"k0": 0.1}, embedded=(0.1, math.nan))
@@ -134,8 +167,8 @@ def test_grpc_carries_the_embedding_and_the_points(tmp_path: Path) -> None:
         server.start()
         try:
             with TunerClient(f"127.0.0.1:{port}") as client:
-                info, created = client.create_study(make_spec())
-                assert created and info.spec == make_spec()
+                info, created = client.create_study(make_spec(grow_after=7))
+                assert created and info.spec == make_spec(grow_after=7)
                 (default,) = client.suggest_trials("llama", 1, "w")
                 client.complete_trial("llama", default.id, {"tps": 1.0, "p95_ms": 0.5})
                 (second,) = client.suggest_trials("llama", 1, "w")

@@ -201,3 +201,77 @@ def test_inverse_of_any_configuration_is_a_point_of_the_box() -> None:
     config = {**embedding.project([0.0] * 4), "work_mem": -1, "mode": "c", "cache": 3}
     point = embedding.inverse(config)
     assert len(point) == 4 and all(-1.0 <= v <= 1.0 for v in point)
+
+
+# -- levels (growing the embedding) ---------------------------------------------------------
+
+MANY = [{"name": f"k{i:02d}", "kind": "float", "low": 0.0, "high": 1.0} for i in range(37)]
+
+
+def test_levels_double_the_dimension_up_to_the_number_of_knobs() -> None:
+    study = spec(MANY, dims=8)
+    assert study.embedding is not None
+    sizes = [HeSBOEmbedding(study.space, study.embedding, k).d for k in range(4)]
+    assert sizes == [8, 16, 32, 37]
+    with pytest.raises(ValueError, match="level"):
+        HeSBOEmbedding(study.space, study.embedding, 4)
+
+
+def test_level_zero_is_the_configured_embedding() -> None:
+    study = spec(MANY, dims=8)
+    assert study.embedding is not None
+    plain = HeSBOEmbedding(study.space, study.embedding)
+    zero = HeSBOEmbedding(study.space, study.embedding, 0)
+    assert plain.rows == zero.rows and plain.describe() == zero.describe()
+
+
+def test_a_split_moves_half_of_a_coordinates_knobs_and_keeps_their_signs() -> None:
+    study = spec(MANY, dims=8)
+    assert study.embedding is not None
+    before = HeSBOEmbedding(study.space, study.embedding, 1)
+    after = HeSBOEmbedding(study.space, study.embedding, 2)
+    assert all(len(knobs) >= 1 for knobs in after.describe().values())  # no empty coordinate
+    for row_before, row_after in zip(before.rows, after.rows, strict=True):
+        assert row_after.sign == row_before.sign
+        if row_after.dim < before.d:  # stayed: on the same coordinate
+            assert row_after.dim == row_before.dim
+        else:  # moved: to the coordinate split from its old one
+            assert after.parents[-1][row_after.dim - before.d] == row_before.dim
+    for new, parent in enumerate(after.parents[-1], start=before.d):
+        moved = len(after.describe()[new])
+        kept = len(after.describe()[parent])
+        assert moved == len(before.describe()[parent]) // 2 and kept >= moved
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_lift_keeps_the_projection_of_every_earlier_point(level: int) -> None:
+    study = spec([*MANY, *MIXED], dims=6)
+    assert study.embedding is not None
+    top = HeSBOEmbedding(study.space, study.embedding, level)
+    for earlier in range(level + 1):
+        low = HeSBOEmbedding(study.space, study.embedding, earlier)
+        for z in random_points(low.d, 30, seed=earlier):
+            point = low.bucketize(z)
+            lifted = top.lift(point)
+            assert len(lifted) == top.d
+            assert top.project(lifted) == low.project(point)
+    with pytest.raises(ValueError, match="no level"):
+        top.lift([0.0] * (top.d - 1))
+
+
+def test_levels_are_deterministic_and_depend_on_the_seed() -> None:
+    a, b = spec(MANY, dims=8, seed=1), spec(MANY, dims=8, seed=1)
+    c = spec(MANY, dims=8, seed=2)
+    assert a.embedding and b.embedding and c.embedding
+    one = HeSBOEmbedding(a.space, a.embedding, 2)
+    assert one.describe() == HeSBOEmbedding(b.space, b.embedding, 2).describe()
+    assert one.parents == HeSBOEmbedding(b.space, b.embedding, 2).parents
+    assert one.describe() != HeSBOEmbedding(c.space, c.embedding, 2).describe()
+
+
+def test_grow_after_is_validated_and_stored_only_when_not_the_default() -> None:
+    assert "grow_after" not in spec(MANY).to_dict()["embedding"]
+    assert spec(MANY, grow_after=0).to_dict()["embedding"]["grow_after"] == 0
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ValidationError, match=r"embedding\.grow_after"):
+            spec(MANY, grow_after=bad)

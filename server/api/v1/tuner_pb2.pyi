@@ -153,18 +153,20 @@ class DesignerSettings(_message.Message):
     def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ..., expert_priors: _Optional[bool] = ...) -> None: ...
 
 class Embedding(_message.Message):
-    __slots__ = ("kind", "dims", "special_bias", "buckets", "seed")
+    __slots__ = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
     KIND_FIELD_NUMBER: _ClassVar[int]
     DIMS_FIELD_NUMBER: _ClassVar[int]
     SPECIAL_BIAS_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    GROW_AFTER_FIELD_NUMBER: _ClassVar[int]
     kind: str
     dims: int
     special_bias: float
     buckets: int
     seed: int
-    def __init__(self, kind: _Optional[str] = ..., dims: _Optional[int] = ..., special_bias: _Optional[float] = ..., buckets: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+    grow_after: int
+    def __init__(self, kind: _Optional[str] = ..., dims: _Optional[int] = ..., special_bias: _Optional[float] = ..., buckets: _Optional[int] = ..., seed: _Optional[int] = ..., grow_after: _Optional[int] = ...) -> None: ...
 
 class StudySpec(_message.Message):
     __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding")
