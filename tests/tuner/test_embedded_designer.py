@@ -7,9 +7,17 @@ from typing import Any
 
 import pytest
 
-from tuner.designer import Suggestion, make_designer
+from tuner.designer import BODesigner, Suggestion, make_designer
 from tuner.designer.acquisition import OptimizerSettings
-from tuner.designer.embedded import EmbeddedDesigner
+from tuner.designer.base import History
+from tuner.designer.bo import (
+    TR_HALVINGS,
+    TR_LENGTH,
+    TR_PATIENCE,
+    _box_region,
+    trust_region_length,
+)
+from tuner.designer.embedded import EmbeddedDesigner, grown_level
 from tuner.errors import StateError
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -30,6 +38,7 @@ def make_spec(
     constraints: Sequence[str] = (),
     outcome: Sequence[str] = (),
     dims: int = 4,
+    grow_after: int = 10,
     **designer: Any,
 ) -> StudySpec:
     return StudySpec.from_dict(
@@ -40,7 +49,7 @@ def make_spec(
             "outcome_constraints": list(outcome),
             "parameter_constraints": list(constraints),
             "designer": {"initial_trials": 5, "seed": 3, **designer},
-            "embedding": {"kind": "llamatune", "dims": dims},
+            "embedding": {"kind": "llamatune", "dims": dims, "grow_after": grow_after},
         }
     )
 
@@ -172,3 +181,89 @@ def test_points_projecting_onto_measured_configurations_teach_the_model() -> Non
     assert len(set(keys)) == len(keys)
     sources = [t.source for t in trials]
     assert sources.count("bo") >= 8, sources
+
+
+# -- growing the embedding and the trust region ------------------------------------------
+
+
+def trial_with(id_: int, y: float | None, status: TrialStatus = TrialStatus.COMPLETED) -> Trial:
+    return Trial(id_, {}, status, {} if y is None else {"y": y})
+
+
+def test_the_level_rises_after_grow_after_trials_without_progress() -> None:
+    spec = make_spec(grow_after=3)  # maximize y; design: default + 5 points, counted as 6
+    design = [trial_with(i, float(i)) for i in range(1, 7)]
+    assert grown_level(spec, design, top=3) == 0
+    stalled = [trial_with(i, 1.0) for i in range(7, 10)]
+    assert grown_level(spec, design + stalled, top=3) == 1
+    assert grown_level(spec, design + stalled[:2], top=3) == 0
+    # a significant improvement restarts the count; a tiny one does not
+    tiny = [trial_with(7, 1.0), trial_with(8, 6.0001), trial_with(9, 1.0)]
+    assert grown_level(spec, design + tiny, top=3) == 1
+    better = [trial_with(7, 1.0), trial_with(8, 9.0), trial_with(9, 1.0)]
+    assert grown_level(spec, design + better, top=3) == 0
+    # infeasible and failed-to-measure trials are no progress either; the level stops at top
+    many = [trial_with(i, None, TrialStatus.INFEASIBLE) for i in range(7, 40)]
+    assert grown_level(spec, design + many, top=2) == 2
+    assert grown_level(make_spec(grow_after=0), design + many, top=2) == 0
+
+
+def test_a_stalled_designer_grows_and_keeps_every_point_it_measured() -> None:
+    spec = make_spec(dims=4, grow_after=2)  # 20 knobs: levels of 4, 8, 16, 20 coordinates
+    designer = EmbeddedDesigner(spec, settings=FAST)
+    trials: list[Trial] = []
+    for _ in range(12):
+        (s,) = designer.suggest(1, trials, [])
+        trials.append(completed(len(trials) + 1, s, y=0.0))  # never any progress
+    sizes = [len(t.embedded) for t in trials]
+    assert sizes == [0] + [4] * 7 + [8, 8, 16, 16], sizes
+    top = designer.stage(3)
+    for trial in trials[1:]:
+        low = designer.low_trial(trial, designer.stage(2))
+        assert low is not None and len(low.embedded) == 16
+        assert top.embedding.project(top.embedding.lift(trial.embedded)) == trial.config
+    # the same history, a new designer (a restarted server): the same suggestion
+    again = EmbeddedDesigner(spec, settings=FAST).suggest(1, trials, [])
+    assert again == designer.suggest(1, trials, []) and len(again[0].embedded) == 20
+
+
+def test_trust_region_halves_after_failures_and_starts_again() -> None:
+    spec = make_spec()
+    design = [trial_with(i, float(i)) for i in range(1, 4)]
+    assert trust_region_length(spec, design, skip=3) == TR_LENGTH
+    fails = [trial_with(i, 0.0) for i in range(4, 4 + TR_PATIENCE)]
+    assert trust_region_length(spec, design + fails, skip=3) == TR_LENGTH / 2
+    assert trust_region_length(spec, design + fails[:-1], skip=3) == TR_LENGTH
+    # the design's own non-improvements count nothing
+    assert trust_region_length(spec, design[::-1], skip=3) == TR_LENGTH
+    success = [trial_with(10, 50.0)]
+    assert trust_region_length(spec, design + fails + success, skip=3) == TR_LENGTH
+    cycle = TR_PATIENCE * (TR_HALVINGS + 1)
+    long = [trial_with(i, 0.0) for i in range(4, 4 + cycle)]
+    assert trust_region_length(spec, design + long[:-1], skip=3) == TR_LENGTH / 2**TR_HALVINGS
+    assert trust_region_length(spec, design + long, skip=3) == TR_LENGTH
+
+
+def test_trust_region_box_follows_the_lengthscales_and_stays_in_the_unit_box() -> None:
+    box = _box_region([0.5, 0.5, 0.95], 0.4, [0.1, 1.0, 10.0])
+    widths = [high - low for low, high in zip(box.lows, box.highs, strict=True)]
+    assert widths[0] < widths[1] and box.lows[0] < 0.5 < box.highs[0]
+    assert box.highs[2] == 1.0 and box.lows[2] == 0.0  # clipped at both ends
+    plain = _box_region([0.5, 0.5], 0.4, None)
+    assert plain.lows == pytest.approx((0.3, 0.3)) and plain.highs == pytest.approx((0.7, 0.7))
+
+
+def test_half_of_the_inner_designers_steps_are_local() -> None:
+    """After the design, every second model-based suggestion of the inner designer comes
+    from the trust region: within its box around the best trial."""
+    spec = make_spec()
+    designer = EmbeddedDesigner(spec, settings=FAST)
+    trials = run(designer, 6)  # default + 5 design points
+    inner = designer.stage(0).inner
+    assert isinstance(inner, BODesigner) and inner.trust_region
+    low = [t for t in (designer.low_trial(t) for t in trials) if t is not None]
+    history = History.build(inner.encoder, low, [])
+    assert inner._local_box(history, []) is None  # the first model-based step is global
+    center, length = inner._local_box(history, [Suggestion({}, "bo")]) or ([], 0.0)
+    best = max(low, key=lambda t: t.metrics["y"])
+    assert center == inner.encoder.encode(best.config) and length == TR_LENGTH

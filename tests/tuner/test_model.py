@@ -12,7 +12,7 @@ from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabil
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.kernels.categorical import CategoricalKernel
 
-from tuner.designer.acquisition import build_acquisition, outcome_constraints
+from tuner.designer.acquisition import build_acquisition, outcome_constraints, thompson_candidates
 from tuner.designer.model import (
     FEASIBILITY,
     FitCache,
@@ -260,3 +260,61 @@ def test_noisy_expected_improvement_once_a_trial_is_feasible(fitted: Any) -> Non
     assert isinstance(acquisition, qLogNoisyExpectedImprovement)
     value = acquisition(torch.rand(3, 1, 2, dtype=torch.float64))
     assert value.shape == (3,) and bool(torch.isfinite(value).all())
+
+
+def _constrained_history() -> tuple[StudySpec, UnitBoxEncoder, list[OutcomeData]]:
+    """Maximize y = x0 + x1 subject to c = x0 <= 0.5, on a 5 x 5 grid of the unit square."""
+    spec = StudySpec.from_dict(
+        {
+            "name": "ts",
+            "knobs": [
+                {"name": "x0", "kind": "float", "low": 0.0, "high": 1.0},
+                {"name": "x1", "kind": "float", "low": 0.0, "high": 1.0},
+            ],
+            "objectives": [{"name": "y", "goal": "maximize"}],
+            "outcome_constraints": ["c <= 0.5"],
+        }
+    )
+    trials = [
+        Trial(
+            i * 5 + j + 1,
+            {"x0": i / 4, "x1": j / 4},
+            S.COMPLETED,
+            {"y": i / 4 + j / 4, "c": i / 4},
+        )
+        for i in range(5)
+        for j in range(5)
+    ]
+    encoder = UnitBoxEncoder(spec.space)
+    return spec, encoder, outcome_data(spec, encoder, tuple(trials))
+
+
+def test_thompson_candidates_stay_in_the_box_and_move_away_from_the_center() -> None:
+    spec, encoder, data = _constrained_history()
+    model = fit_models(data, encoder)
+    center = [0.5, 0.5]
+    lows, highs = (0.3, 0.2), (0.7, 0.9)
+    points = thompson_candidates(spec, model, data, center, lows, highs, q=3, seed=1)
+    assert points.shape == (3, 2)
+    assert len({tuple(row.tolist()) for row in points}) == 3
+    for row in points.tolist():
+        assert all(lo <= v <= hi for v, lo, hi in zip(row, lows, highs, strict=True))
+        assert row != center
+
+
+def test_thompson_candidates_respect_the_modelled_constraint() -> None:
+    """The objective grows with x0 but c = x0 must stay <= 0.5: samples pick points near the
+    constraint's edge, from the larger x1 side, not the infeasible half of the box."""
+    spec, encoder, data = _constrained_history()
+    model = fit_models(data, encoder)
+    picks = torch.cat(
+        [
+            thompson_candidates(spec, model, data, [0.5, 0.5], (0.0, 0.0), (1.0, 1.0), 1, seed)
+            for seed in range(8)
+        ]
+    )
+    assert float(picks[:, 0].max()) < 0.62
+    assert float(picks[:, 1].mean()) > 0.7
+    # the same seed, the same point: a restarted server suggests the same
+    again = thompson_candidates(spec, model, data, [0.5, 0.5], (0.0, 0.0), (1.0, 1.0), 1, 0)
+    assert torch.equal(again, picks[:1])

@@ -11,6 +11,16 @@ One ``suggest`` call runs the whole policy over the stored history:
 With ``expert_priors`` the initial design and the first as many model-based suggestions stay
 inside the knobs' recommended region, then the search widens (``priors.py``).
 
+With ``trust_region`` (the LlamaTune designer turns it on for its inner designer) every
+second model-based suggestion is local, TuRBO-style (Eriksson et al., NeurIPS 2019): Thompson
+sampling (``acquisition.thompson_candidates``) among perturbations of the best trial inside a
+box of side ``0.8`` of the unit box, stretched per knob by the GP's lengthscales, halved
+after every ``3`` trials in a row without an improvement and back to ``0.8`` once it falls
+below ``0.8 / 2^5``. The state is recomputed from the history on every call. Global BO in 16
+or more dimensions keeps sampling the box's faces long after it has found the right basin;
+the local half refines it, and a posterior sample (unlike the expected improvement) also
+tries the side of the best point that the model is unsure about.
+
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
 constraints, and compared with every configuration already taken; a duplicate is replaced by
 a random configuration. Numerical trouble (a Cholesky failure, NaNs, a fit that does not
@@ -22,6 +32,7 @@ so a restarted server makes the same suggestions.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import warnings
 from collections.abc import Iterator, Sequence
@@ -30,7 +41,12 @@ from contextlib import contextmanager
 import torch
 from botorch.acquisition import AcquisitionFunction
 
-from tuner.designer.acquisition import OptimizerSettings, build_acquisition, optimize_continuous
+from tuner.designer.acquisition import (
+    OptimizerSettings,
+    build_acquisition,
+    optimize_continuous,
+    thompson_candidates,
+)
 from tuner.designer.base import Designer, History, Suggestion, derive_seed
 from tuner.designer.local_search import LocalSearch
 from tuner.designer.model import FitCache, fit_models, outcome_data
@@ -47,6 +63,12 @@ _WARNING_CHARS = 300
 # overhead (and oversubscribe a shared CPU): measured 11 ms vs 38-120 ms per likelihood
 # evaluation at n=17 on 2 busy cores.
 _SINGLE_THREAD_BELOW = 400
+# Trust region (see module doc): initial side, halvings before it starts again, and how many
+# trials in a row without an improvement (by more than TR_IMPROVEMENT x |best|) halve it.
+TR_LENGTH = 0.8
+TR_HALVINGS = 5
+TR_PATIENCE = 3
+TR_IMPROVEMENT = 1e-3
 
 
 class QuasiRandomDesigner(Designer):
@@ -108,10 +130,12 @@ class BODesigner(QuasiRandomDesigner):
         spec: StudySpec,
         cache: FitCache | None = None,
         settings: OptimizerSettings | None = None,
+        trust_region: bool = False,
     ) -> None:
         super().__init__(spec)
         self.cache = cache
         self.settings = settings or OptimizerSettings()
+        self.trust_region = trust_region
 
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
@@ -136,8 +160,9 @@ class BODesigner(QuasiRandomDesigner):
         seed = derive_seed(self.spec.designer.seed, "bo", history.size, len(chosen))
         rng = random.Random(seed)
         n_random = sum(rng.random() < self.spec.designer.random_fraction for _ in range(count))
+        local = None if coarse else self._local_box(history, chosen)
         try:
-            points = self._optimize(history, chosen, count - n_random, seed, coarse)
+            points = self._optimize(history, chosen, count - n_random, seed, coarse, local)
         except Exception as err:  # numerical trouble is never the client's problem
             log.warning(
                 "study %s: model-based suggestion failed, using quasi-random",
@@ -151,8 +176,28 @@ class BODesigner(QuasiRandomDesigner):
         out = self._deduplicated(history, chosen, points)
         return out + self._space_filling(history, chosen + out, count - len(out), "random")
 
+    def _local_box(
+        self, history: History, chosen: list[Suggestion]
+    ) -> tuple[list[float], float] | None:
+        """Center and side of the trust region for this call, or None for a global step."""
+        if not self.trust_region:
+            return None
+        initial = self.spec.designer.initial_size(len(self.spec.space))
+        step = history.designed + len(chosen) - initial  # model-based suggestions so far
+        leaders = _leaders(self.spec, history.observed, 1)
+        if step % 2 == 0 or not leaders:
+            return None
+        length = trust_region_length(self.spec, history.observed, initial)
+        return self.encoder.encode(leaders[0]), length
+
     def _optimize(
-        self, history: History, chosen: list[Suggestion], q: int, seed: int, coarse: bool
+        self,
+        history: History,
+        chosen: list[Suggestion],
+        q: int,
+        seed: int,
+        coarse: bool,
+        local: tuple[list[float], float] | None = None,
     ) -> list[Config]:
         if q <= 0:
             return []
@@ -168,10 +213,17 @@ class BODesigner(QuasiRandomDesigner):
             warnings.simplefilter("always")
             torch.manual_seed(seed)
             model = fit_models(data, self.encoder, self.cache, self.spec.name)
-            acquisition = build_acquisition(
-                self.spec, model, data, data[0].X, X_pending, any_feasible, seed
-            )
-            candidates = self._maximize(acquisition, history, chosen, q, seed, coarse)
+            if local is not None:
+                box = _box_region(local[0], local[1], _objective_lengthscales(model))
+                candidates = thompson_candidates(
+                    self.spec, model, data, local[0], box.lows, box.highs, q, seed
+                )
+            else:
+                acquisition = build_acquisition(
+                    self.spec, model, data, data[0].X, X_pending, any_feasible, seed
+                )
+                region = self.region if coarse else None
+                candidates = self._maximize(acquisition, history, chosen, q, seed, region)
         for w in caught:  # jitter and optimizer notes: logged, not recorded on the trial
             log.debug("study %s: %s: %s", self.spec.name, w.category.__name__, w.message)
         configs = [self.encoder.decode(row.tolist()) for row in candidates]
@@ -184,13 +236,13 @@ class BODesigner(QuasiRandomDesigner):
         chosen: list[Suggestion],
         q: int,
         seed: int,
-        coarse: bool,
+        region: PriorRegion | None,
     ) -> torch.Tensor:
         """``q x d`` maximizers: L-BFGS-B on continuous spaces, local search otherwise.
 
-        ``coarse``: only inside the prior region (expert priors, first phase).
+        ``region``: only inside it (the prior region in the coarse phase of expert priors,
+        or the trust region).
         """
-        region = self.region if coarse else None
         if not (self.encoder.discrete_dims or self.encoder.cat_dims):
             bounds = region.bounds() if region is not None else None
             return optimize_continuous(
@@ -244,6 +296,58 @@ def _threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def trust_region_length(spec: StudySpec, observed: Sequence[Trial], skip: int = 0) -> float:
+    """The trust region's side after ``observed`` (in trial id order; see module doc).
+
+    The first ``skip`` trials (the initial design) set the best but count no failures.
+    Trials with negative ids (a caller's pseudo-observations) are ignored.
+    """
+    name = spec.objective.name
+    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
+    best: float | None = None
+    failures = 0
+    ordered = sorted((t for t in observed if t.id >= 0), key=lambda t: t.id)
+    for index, trial in enumerate(ordered):
+        value = trial.metrics.get(name)
+        if value is not None and is_feasible(spec, trial):
+            y = sign * value
+            if best is None or y < best - TR_IMPROVEMENT * abs(best):
+                best, failures = y, 0
+                continue
+        if best is not None and index >= skip:
+            failures += 1
+    return TR_LENGTH * 0.5 ** ((failures // TR_PATIENCE) % (TR_HALVINGS + 1))
+
+
+def _objective_lengthscales(model: object) -> list[float] | None:
+    """ARD lengthscales of the objective's GP (the first output), or None."""
+    if hasattr(model, "models"):
+        model = model.models[0]  # type: ignore[attr-defined]
+    kernel = getattr(model, "covar_module", None)
+    lengthscale = getattr(kernel, "lengthscale", None)
+    if lengthscale is None:
+        return None
+    values = lengthscale.detach().reshape(-1, lengthscale.shape[-1])[0]
+    return [float(v) for v in values]
+
+
+def _box_region(
+    center: list[float], length: float, lengthscales: list[float] | None
+) -> PriorRegion:
+    """The trust region: a box of side ``length`` around ``center``, each side stretched in
+    proportion to the knob's lengthscale (geometric mean 1, TuRBO), clipped to the unit box."""
+    d = len(center)
+    weights = [1.0] * d
+    if lengthscales is not None and len(lengthscales) == d and all(v > 0 for v in lengthscales):
+        mean = sum(lengthscales) / d
+        scaled = [v / mean for v in lengthscales]
+        geometric = math.exp(sum(math.log(v) for v in scaled) / d)
+        weights = [v / geometric for v in scaled]
+    lows = tuple(max(0.0, c - w * length / 2) for c, w in zip(center, weights, strict=True))
+    highs = tuple(min(1.0, c + w * length / 2) for c, w in zip(center, weights, strict=True))
+    return PriorRegion(lows, highs, {})
 
 
 def _leaders(spec: StudySpec, observed: tuple[Trial, ...], k: int = 5) -> list[Config]:

@@ -19,6 +19,21 @@ The policy, over the stored history:
    and against every configuration already taken. A rejected or duplicate projection (two
    low-dimensional points can project onto one configuration when a coordinate only drives
    choice knobs) is replaced by the projection of a random low-dimensional point.
+4. the embedding grows when the search stalls: after ``grow_after`` observed trials in a row
+   (10 by default, counted after the initial design) without a significant improvement of the
+   best feasible objective, the next suggestions come from the next *level*, which splits
+   coordinates in two (``HeSBOEmbedding`` levels: 16, 32, 64, ... up to the number of
+   knobs). Every stored point is lifted exactly into the larger embedding, so the model
+   keeps all it learned (nested embeddings, as in BAxUS: Papenmeier et al., NeurIPS 2022).
+   This is the remedy for HeSBO's blind spot: with probability about ``1/d`` two knobs that
+   matter share a coordinate, and the embedding then only holds configurations where they
+   move together. The level is a function of the stored trials (the growth rule replayed in
+   trial order, and the longest stored point), so a restarted server resumes at the same
+   level.
+
+The inner BO designer searches half of its suggestions in a trust region around the best
+trial (``BODesigner(trust_region=True)``): in 16 or more dimensions global BO keeps sampling
+the faces of the box after it has found the right basin.
 
 With ``designer.expert_priors`` the initial design is drawn from the knobs' recommended
 region (``priors.py``) and mapped into the embedding.
@@ -30,9 +45,11 @@ model would see for them is only an approximation (``HeSBOEmbedding.inverse``).
 
 from __future__ import annotations
 
+import bisect
+import math
 import random
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tuner.designer.acquisition import OptimizerSettings
 from tuner.designer.base import Designer, History, Suggestion, derive_seed
@@ -42,10 +59,13 @@ from tuner.embedding import HeSBOEmbedding, low_point_is_valid
 from tuner.encoding import ConfigKey
 from tuner.space import Config, IntKnob, SearchSpace
 from tuner.study import StudySpec
-from tuner.trial import OBSERVED, Trial, TrialStatus
+from tuner.trial import OBSERVED, Trial, TrialStatus, is_feasible
 
 _RANDOM_TRIES = 200
-_ASK_ROUNDS = 4
+_ASK_ROUNDS = 6
+# The growth rule's significant improvement, relative to the median feasible value's distance
+# from the best (scale-free, and robust to the huge values of a bad initial design).
+GROW_IMPROVEMENT = 0.01
 
 
 def low_dimensional_spec(spec: StudySpec, embedding: HeSBOEmbedding) -> StudySpec:
@@ -62,6 +82,18 @@ def low_dimensional_spec(spec: StudySpec, embedding: HeSBOEmbedding) -> StudySpe
     )
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One level of the embedding, with the inner designer working on it."""
+
+    embedding: HeSBOEmbedding
+    low_spec: StudySpec
+    inner: Designer
+
+    def low_config(self, point: tuple[float, ...]) -> Config:
+        return dict(zip(self.embedding.low_names, self.embedding.levels(point), strict=True))
+
+
 class EmbeddedDesigner(Designer):
     """LlamaTune: default first, then an inner designer in the HeSBO embedding."""
 
@@ -74,30 +106,55 @@ class EmbeddedDesigner(Designer):
         if spec.embedding is None:
             raise ValueError(f"study {spec.name} has no embedding")
         super().__init__(spec)
-        self.embedding = HeSBOEmbedding(spec.space, spec.embedding)
-        self.low_spec = low_dimensional_spec(spec, self.embedding)
+        self.settings = spec.embedding
+        self._cache, self._optimizer = cache, settings
+        self._stages: dict[int, Stage] = {}
+        base = self.stage(0)
+        self.embedding, self.low_spec = base.embedding, base.low_spec  # level 0
         self.outer = QuasiRandomDesigner(spec)  # the default configuration and repairs
-        self.inner: Designer = (
-            BODesigner(self.low_spec, cache, settings)
-            if spec.designer.algorithm == "bo"
-            else QuasiRandomDesigner(self.low_spec)
-        )
+
+    def stage(self, level: int) -> Stage:
+        """The embedding at ``level`` (0: as configured; each level splits coordinates)."""
+        if level not in self._stages:
+            embedding = HeSBOEmbedding(self.spec.space, self.settings, level)
+            low_spec = low_dimensional_spec(self.spec, embedding)
+            inner: Designer = (
+                BODesigner(low_spec, self._cache, self._optimizer, trust_region=True)
+                if self.spec.designer.algorithm == "bo"
+                else QuasiRandomDesigner(low_spec)
+            )
+            self._stages[level] = Stage(embedding, low_spec, inner)
+        return self._stages[level]
+
+    def level(self, completed: Sequence[Trial], pending: Sequence[Trial]) -> int:
+        """The level to suggest at: the highest of any stored point's level and of the level
+        the growth rule reaches over the completed trials (module doc, step 4)."""
+        sizes = self.embedding.sizes
+        stored = max(
+            (sizes.index(len(t.embedded)) for t in (*completed, *pending)
+             if low_point_is_valid(t.embedded, sizes)),
+            default=0,
+        )  # fmt: skip
+        return max(stored, grown_level(self.spec, completed, len(sizes) - 1))
 
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
         out = self.outer.default_suggestion(history, count)
-        low_completed, low_pending = self._low_trials(completed), self._low_trials(pending)
-        out += self._prior_seeds(history, out, count - len(out), low_completed, low_pending)
+        stage = self.stage(self.level(completed, pending))
+        low_completed = self._low_trials(stage, completed)
+        low_pending = self._low_trials(stage, pending)
+        out += self._prior_seeds(stage, history, out, count - len(out), low_completed, low_pending)
         if len(out) < count:
             out += self._model_based(
-                history, out, count - len(out), completed, low_completed, low_pending
+                stage, history, out, count - len(out), completed, low_completed, low_pending
             )
         return checked(out, count, self.spec)
 
     def _model_based(
         self,
+        stage: Stage,
         history: History,
         chosen: list[Suggestion],
         count: int,
@@ -116,7 +173,7 @@ class EmbeddedDesigner(Designer):
         known = {self.encoder.key(t.config): t for t in completed if t.status in OBSERVED}
         low_completed = list(low_completed)  # grows with known repeats, for this call only
         low_pending = low_pending + [
-            self._as_pending(s, -i) for i, s in enumerate(chosen, 1) if s.embedded
+            self._as_pending(stage, s, -i) for i, s in enumerate(chosen, 1) if s.embedded
         ]
         taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
         out: list[Suggestion] = []
@@ -124,13 +181,15 @@ class EmbeddedDesigner(Designer):
             want = count - len(out)
             if want <= 0:
                 break
-            pending_now = low_pending + [self._as_pending(s, -1000 - i) for i, s in enumerate(out)]
+            pending_now = low_pending + [
+                self._as_pending(stage, s, -1000 - i) for i, s in enumerate(out)
+            ]
             repeats = 0
-            for suggestion in self.inner.suggest(want, low_completed, pending_now):
-                point = self.embedding.point(
-                    [int(suggestion.config[name]) for name in self.embedding.low_names]
+            for suggestion in stage.inner.suggest(want, low_completed, pending_now):
+                point = stage.embedding.point(
+                    [int(suggestion.config[name]) for name in stage.embedding.low_names]
                 )
-                config = self._feasible_projection(point)
+                config = self._feasible_projection(stage, point)
                 if config is None:
                     continue
                 key = self.encoder.key(config)
@@ -140,7 +199,7 @@ class EmbeddedDesigner(Designer):
                     continue
                 repeats += 1
                 id_ = -2000 - len(low_completed) - len(low_pending)
-                low = Trial(id_, self._low_config(point), TrialStatus.ACTIVE, embedded=point)
+                low = Trial(id_, stage.low_config(point), TrialStatus.ACTIVE, embedded=point)
                 if key in known:  # measured: the model learns this point's value
                     twin = known[key]
                     low_completed.append(
@@ -153,21 +212,23 @@ class EmbeddedDesigner(Designer):
         missing = count - len(out)
         seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(chosen))
         for i in range(missing):
-            replacement = self._random(taken, derive_seed(seed, i))
+            replacement = self._random(stage, taken, derive_seed(seed, i))
             if replacement is None:
                 break
             taken.add(self.encoder.key(replacement.config))
             out.append(replacement)
         return out
 
-    def _as_pending(self, suggestion: Suggestion, id_: int) -> Trial:
+    @staticmethod
+    def _as_pending(stage: Stage, suggestion: Suggestion, id_: int) -> Trial:
         return Trial(
-            id_, self._low_config(suggestion.embedded), TrialStatus.ACTIVE,
+            id_, stage.low_config(suggestion.embedded), TrialStatus.ACTIVE,
             embedded=suggestion.embedded,
         )  # fmt: skip
 
     def _prior_seeds(
         self,
+        stage: Stage,
         history: History,
         chosen: list[Suggestion],
         count: int,
@@ -184,8 +245,8 @@ class EmbeddedDesigner(Designer):
         region = self.outer.region
         if region is None or count <= 0:
             return []
-        done = History.build(self.inner.encoder, low_completed, low_pending).designed
-        initial = self.low_spec.designer.initial_size(self.embedding.d)
+        done = History.build(stage.inner.encoder, low_completed, low_pending).designed
+        initial = stage.low_spec.designer.initial_size(stage.embedding.d)
         n = min(count, initial - done)
         if n <= 0:
             return []
@@ -193,42 +254,82 @@ class EmbeddedDesigner(Designer):
         samples = self.outer.sampler.sobol(seed, done + n, frozenset(), region)[done:]
         taken: set[ConfigKey] = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
         out: list[Suggestion] = []
-        for point in (self.embedding.inverse(config) for config in samples):
-            config = self._feasible_projection(point)
+        for point in (stage.embedding.inverse(config) for config in samples):
+            config = self._feasible_projection(stage, point)
             if config is not None and self.encoder.key(config) not in taken:
                 made: Suggestion | None = Suggestion(config, "sobol", "", point)
             else:
                 seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(out))
-                made = self._random(taken, seed)
+                made = self._random(stage, taken, seed)
             if made is not None:
                 taken.add(self.encoder.key(made.config))
                 out.append(made)
         return out
 
-    def _low_config(self, point: tuple[float, ...]) -> Config:
-        return dict(zip(self.embedding.low_names, self.embedding.levels(point), strict=True))
-
-    def low_trial(self, trial: Trial) -> Trial | None:
-        """``trial`` as the inner designer sees it, or None when it has no valid point."""
-        if not low_point_is_valid(trial.embedded, self.embedding.d):
+    def low_trial(self, trial: Trial, stage: Stage | None = None) -> Trial | None:
+        """``trial`` as the inner designer of ``stage`` (default: level 0) sees it, or None
+        when it has no valid point of that level or an earlier one."""
+        stage = stage or self.stage(0)
+        sizes = stage.embedding.sizes[: stage.embedding.level + 1]
+        if not low_point_is_valid(trial.embedded, sizes):
             return None
-        return replace(trial, config=self._low_config(trial.embedded))
+        point = stage.embedding.lift(trial.embedded)
+        return replace(trial, config=stage.low_config(point), embedded=point)
 
-    def _low_trials(self, trials: Sequence[Trial]) -> list[Trial]:
-        return [low for t in trials if (low := self.low_trial(t)) is not None]
+    def _low_trials(self, stage: Stage, trials: Sequence[Trial]) -> list[Trial]:
+        return [low for t in trials if (low := self.low_trial(t, stage)) is not None]
 
-    def _feasible_projection(self, point: tuple[float, ...]) -> Config | None:
+    def _feasible_projection(self, stage: Stage, point: tuple[float, ...]) -> Config | None:
         """The configuration of ``point``, moved inside the linear constraints (or None)."""
-        return self.outer.sampler.nearest_feasible(self.embedding.project(point))
+        return self.outer.sampler.nearest_feasible(stage.embedding.project(point))
 
-    def _random(self, taken: set[ConfigKey], seed: int) -> Suggestion | None:
+    def _random(self, stage: Stage, taken: set[ConfigKey], seed: int) -> Suggestion | None:
         """The projection of a random low-dimensional point that is feasible and new."""
         rng = random.Random(seed)
         for _ in range(_RANDOM_TRIES):
-            point = self.embedding.bucketize(
-                [rng.uniform(-1.0, 1.0) for _ in range(self.embedding.d)]
+            point = stage.embedding.bucketize(
+                [rng.uniform(-1.0, 1.0) for _ in range(stage.embedding.d)]
             )
-            config = self._feasible_projection(point)
+            config = self._feasible_projection(stage, point)
             if config is not None and self.encoder.key(config) not in taken:
                 return Suggestion(config, "random", "", point)
         return None
+
+
+def grown_level(spec: StudySpec, completed: Sequence[Trial], top: int) -> int:
+    """The level the growth rule reaches over ``completed`` (module doc, step 4), at most
+    ``top``: one level up each time ``grow_after`` observed trials in a row (in id order,
+    after the initial design and the default configuration) fail to improve the best
+    feasible objective by more than ``GROW_IMPROVEMENT`` of the distance from the median
+    feasible value to the best."""
+    patience = spec.embedding.grow_after if spec.embedding is not None else 0
+    if patience <= 0 or top <= 0 or spec.embedding is None or spec.embedding.dims is None:
+        return 0
+    skip = spec.designer.initial_size(spec.embedding.dims) + 1  # the design and the default
+    name = spec.objective.name
+    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
+    values: list[float] = []  # feasible objective values so far, sorted (signed: lower wins)
+    level = stalled = 0
+    ordered = sorted((t for t in completed if t.status in OBSERVED and t.id >= 0),
+                     key=lambda t: t.id)  # fmt: skip
+    for index, trial in enumerate(ordered):
+        value = trial.metrics.get(name)
+        improved = False
+        if value is not None and math.isfinite(value) and is_feasible(spec, trial):
+            y = sign * value
+            if values:
+                margin = GROW_IMPROVEMENT * (values[len(values) // 2] - values[0])
+                improved = y < values[0] - margin
+            else:
+                improved = True
+            bisect.insort(values, y)
+        if improved:
+            stalled = 0
+            continue
+        if values and index >= skip:
+            stalled += 1
+            if stalled >= patience:
+                level, stalled = level + 1, 0
+                if level == top:
+                    return level
+    return level
