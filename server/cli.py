@@ -32,10 +32,11 @@ from rich.table import Table
 
 from server.config import DEFAULT_DB, load_config
 from server.plot import plot_convergence
-from server.session import SessionResult, run_session
+from server.session import Confirmation, SessionResult, confirm, run_session
 from server.storage import SQLiteStorage
 from targets.signals import terminate_on_sigterm
 from tuner.errors import TunerError
+from tuner.study import StudySpec
 from tuner.trial import Trial, best_trial
 
 out = Console()
@@ -83,9 +84,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 progress.update(task, completed=finished, best=value)
 
             result = run_session(api, target, spec, config.trials, on_trial)
+            confirmation = None
+            if config.confirm:
+                check = progress.add_task("re-measuring", total=None, best="")
+
+                def on_measure(done: int, total: int) -> None:
+                    progress.update(check, completed=done, total=total)
+
+                confirmation = confirm(target, result, config.confirm, on_measure=on_measure)
     _print_result(result)
     path = plot_convergence(spec, result.trials, config.plot)
     out.print(f"convergence plot: {path}")
+    if confirmation is not None:
+        _print_confirmation(spec, confirmation)
+        saved = config.plot.with_name(config.plot.stem + "-confirm.json")
+        saved.write_text(json.dumps(_confirmation_dict(confirmation), indent=2) + "\n")
+        out.print(f"re-measurements: {saved}")
     return 0
 
 
@@ -195,6 +209,57 @@ def _progress() -> Iterator[Progress]:
         console=out,
     ) as progress:
         yield progress
+
+
+def _print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
+    name = spec.objective.name
+    table = Table("trial", "source", "first measured", f"mean {name}", "std", "feasible repeats")
+    for m in confirmation.measured:
+        table.add_row(
+            str(m.trial.id),
+            m.trial.source,
+            _fmt(m.trial.metrics.get(name)),
+            _fmt(m.mean),
+            _fmt(m.std),
+            f"{len(m.values)}/{m.repeats}",
+        )
+    out.print(table)
+    if confirmation.best is None:
+        out.print("[bold red]no candidate was feasible in every repeat[/]")
+    elif confirmation.ratio is None:
+        out.print(f"best by mean: trial {confirmation.best.trial.id}")
+    elif confirmation.significant:
+        out.print(
+            f"[bold]confirmed: trial {confirmation.best.trial.id}, "
+            f"{confirmation.ratio:.2f}x the default by means[/]"
+        )
+    else:
+        out.print(
+            f"[bold yellow]not confirmed: trial {confirmation.best.trial.id} is "
+            f"{confirmation.ratio:.2f}x the default by means, within the measurement noise "
+            "(less than two standard errors apart)[/]"
+        )
+
+
+def _confirmation_dict(confirmation: Confirmation) -> dict[str, Any]:
+    return {
+        "measured": [
+            {
+                "trial": m.trial.id,
+                "source": m.trial.source,
+                "first": m.trial.metrics,
+                "values": list(m.values),
+                "repeats": m.repeats,
+                "mean": m.mean,
+                "std": m.std,
+                "not_counted": list(m.reasons),
+            }
+            for m in confirmation.measured
+        ],
+        "best_trial": confirmation.best.trial.id if confirmation.best else None,
+        "ratio": confirmation.ratio,
+        "significant": confirmation.significant,
+    }
 
 
 def _print_result(result: SessionResult) -> None:

@@ -38,7 +38,7 @@ from tuner.space import BoolKnob, Knob, knob_from_dict
 from tuner.study import StudySpec
 
 _TABLES = ("study", "target", "session")
-_SESSION_KEYS = ("trials", "db", "plot")
+_SESSION_KEYS = ("trials", "db", "plot", "confirm")
 DEFAULT_DB = Path("runs/tuner.db")
 
 
@@ -51,6 +51,7 @@ class SessionConfig:
     trials: int
     db: Path
     plot: Path
+    confirm: int = 0  # repeats of the default and the best few after the session (0: none)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SessionConfig:
@@ -95,7 +96,12 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         raise ValidationError("session.trials", f"got {trials!r}", "an integer in [1, 100000]")
     db = Path(overrides.get("db") or session.get("db", DEFAULT_DB))
     plot = Path(overrides.get("plot") or session.get("plot", db.parent / f"{spec.name}.png"))
-    return SessionConfig(spec, target, trials, db, plot)
+    confirm = session.get("confirm", 0)
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or not 0 <= confirm <= 100:
+        raise ValidationError(
+            "session.confirm", f"got {confirm!r}", "an integer in [0, 100] (0: no re-measuring)"
+        )
+    return SessionConfig(spec, target, trials, db, plot, confirm)
 
 
 def _tunable(knobs: tuple[Knob, ...], allow_unsafe: object, named: object) -> tuple[Knob, ...]:

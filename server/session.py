@@ -5,12 +5,19 @@ The loop talks to anything with the service's methods: the in-process ``TuningSe
 session that was killed and started again gets its unfinished trial back (the server hands
 an ACTIVE trial to the same client) and continues toward the same trial budget instead of
 starting over.
+
+``confirm`` re-measures what a session found: a single measurement of a noisy system (a
+30-second benchmark window on a shared machine) can be off by more than the knobs change,
+so the default and the best few configurations are run again, ``repeats`` times each and
+interleaved (so that drift of the machine touches every configuration alike), and compared
+by their means.
 """
 
 from __future__ import annotations
 
 import math
 import socket
+import statistics
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -18,7 +25,7 @@ from typing import Protocol
 from targets.base import Target
 from tuner.errors import TargetError
 from tuner.study import Goal, StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial
+from tuner.trial import Trial, TrialStatus, best_trial, is_feasible
 
 _MAX_CONSECUTIVE_FAILURES = 5
 
@@ -120,3 +127,110 @@ def improvement(spec: StudySpec, default: Trial | None, best: Trial | None) -> f
     if not (math.isfinite(a) and math.isfinite(b)) or a <= 0 or b <= 0:
         return None
     return b / a if spec.objective.goal is Goal.MAXIMIZE else a / b
+
+
+@dataclass(frozen=True)
+class Remeasured:
+    """One configuration measured again.
+
+    Attributes:
+        trial: The study's trial whose configuration was re-run.
+        values: The objective of each repeat that was COMPLETED and met the outcome
+            constraints, in order.
+        repeats: How many repeats ran.
+        reasons: Why the other repeats do not count (status and reason).
+    """
+
+    trial: Trial
+    values: tuple[float, ...]
+    repeats: int
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The outcome of ``confirm``.
+
+    Attributes:
+        measured: The default first (when there is one), then the candidates best first.
+        best: The candidate with the best mean among those feasible in every repeat.
+        ratio: ``best`` against the default, by means (as ``SessionResult.ratio``).
+        significant: Whether the two means differ by more than twice the standard error of
+            their difference (Welch); False when either has fewer than two values.
+    """
+
+    measured: tuple[Remeasured, ...]
+    best: Remeasured | None
+    ratio: float | None
+    significant: bool
+
+
+def confirm(
+    target: Target,
+    result: SessionResult,
+    repeats: int,
+    top: int = 3,
+    on_measure: Callable[[int, int], None] | None = None,
+) -> Confirmation:
+    """Run the default and the ``top`` best feasible configurations ``repeats`` times each,
+    round-robin; nothing is written to the study (its trials stay as measured).
+
+    Args:
+        on_measure: Called with (measurements done, measurements in all), for progress.
+    """
+    spec = result.spec
+    name = spec.objective.name
+    sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
+    feasible = [t for t in result.trials if is_feasible(spec, t) and name in t.metrics]
+    ranked = sorted(
+        (t for t in feasible if result.default is None or t.id != result.default.id),
+        key=lambda t: -sign * t.metrics[name],
+    )[:top]
+    trials = ([result.default] if result.default is not None else []) + ranked
+    values: dict[int, list[float]] = {t.id: [] for t in trials}
+    reasons: dict[int, list[str]] = {t.id: [] for t in trials}
+    total, done = repeats * len(trials), 0
+    for _ in range(repeats):
+        for trial in trials:
+            outcome = target.run_trial(trial.config)
+            again = Trial(trial.id, trial.config, outcome.status, dict(outcome.metrics))
+            if is_feasible(spec, again) and name in again.metrics:
+                values[trial.id].append(again.metrics[name])
+            else:
+                reasons[trial.id].append(f"{outcome.status.value}: {outcome.reason}"[:200])
+            done += 1
+            if on_measure is not None:
+                on_measure(done, total)
+    measured = tuple(
+        Remeasured(t, tuple(values[t.id]), repeats, tuple(reasons[t.id])) for t in trials
+    )
+    candidates = [m for m in measured[len(trials) - len(ranked) :] if len(m.values) == repeats]
+    best = max(candidates, key=lambda m: sign * (m.mean or 0.0), default=None)
+    default = measured[0] if result.default is not None else None
+    ratio = significant = None
+    if best is not None and default is not None and default.mean is not None:
+        ratio = _ratio(spec, default.mean, best.mean or 0.0)
+        significant = _differ(default, best)
+    return Confirmation(measured, best, ratio, bool(significant))
+
+
+def _ratio(spec: StudySpec, default: float, best: float) -> float | None:
+    if not (math.isfinite(default) and math.isfinite(best)) or default <= 0 or best <= 0:
+        return None
+    return best / default if spec.objective.goal is Goal.MAXIMIZE else default / best
+
+
+def _differ(a: Remeasured, b: Remeasured) -> bool:
+    """Means more than two standard errors of their difference apart (Welch)."""
+    if a.mean is None or b.mean is None or len(a.values) < 2 or len(b.values) < 2:
+        return False
+    se = math.sqrt((a.std or 0.0) ** 2 / len(a.values) + (b.std or 0.0) ** 2 / len(b.values))
+    return abs(a.mean - b.mean) > 2 * se
