@@ -123,10 +123,7 @@ def improvement(spec: StudySpec, default: Trial | None, best: Trial | None) -> f
     name = spec.objective.name
     if default is None or best is None or name not in default.metrics:
         return None
-    a, b = default.metrics[name], best.metrics[name]
-    if not (math.isfinite(a) and math.isfinite(b)) or a <= 0 or b <= 0:
-        return None
-    return b / a if spec.objective.goal is Goal.MAXIMIZE else a / b
+    return _ratio(spec, default.metrics[name], best.metrics[name])
 
 
 @dataclass(frozen=True)
