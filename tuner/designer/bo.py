@@ -240,8 +240,8 @@ class BODesigner(QuasiRandomDesigner):
     ) -> torch.Tensor:
         """``q x d`` maximizers: L-BFGS-B on continuous spaces, local search otherwise.
 
-        ``region``: only inside it (the prior region in the coarse phase of expert priors,
-        or the trust region).
+        ``region``: only inside it (the prior region in the coarse phase of expert priors).
+        Trust-region steps do not come here: they use ``thompson_candidates``.
         """
         if not (self.encoder.discrete_dims or self.encoder.cat_dims):
             bounds = region.bounds() if region is not None else None
