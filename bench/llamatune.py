@@ -331,7 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in skipped.items():
         console.print(f"[yellow]skipping {name}: {reason}[/yellow]")
     meta = machine_info()
-    meta.update(seeds=seeds, quick=args.quick, budget_override=args.budget, threads=args.threads)
+    meta.update(
+        seeds=seeds,
+        first_seed=args.first_seed,
+        quick=args.quick,
+        budget_override=args.budget,
+        threads=args.threads,
+    )
     meta.update(skipped=skipped, data=str(args.data), all_methods=args.all_methods)
     meta["settings"] = {**asdict(settings), "mlos_python": str(settings.mlos_python)}
     meta["embedding"] = {p.name: {**EMBEDDING, "dims": settings.embed_dims(p)} for p in problems}
@@ -488,7 +494,8 @@ def _run_all(
     budget) are taken from it instead of being run again. This is how the full benchmark is
     split over several sessions or processes (one ``--out`` folder each, or one after another).
     """
-    plan = [(p, s, m) for p in problems for s in range(seeds) for m in methods]
+    first = args.first_seed
+    plan = [(p, s, m) for p in problems for s in range(first, first + seeds) for m in methods]
     plan = [(p, s, m) for p, s, m in plan if cannot_run(m, p) is None]
     if not args.all_methods:
         plan = [(p, s, m) for p, s, m in plan if not_run(m, p, _budget(p, args)) is None]
@@ -635,6 +642,12 @@ def _parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--quick", action="store_true", help=f"{QUICK_SEEDS} seeds, short budgets")
     add("--seeds", type=int, help=f"runs per method and problem (default {FULL_SEEDS})")
+    add(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="run seeds FIRST .. FIRST+N-1 (to split a run over processes or machines)",
+    )
     add("--problems", default=",".join(PROBLEMS), help="comma-separated")
     add("--methods", default=",".join(METHODS), help="comma-separated")
     add("--budget", type=int, help="override every problem's budget")
