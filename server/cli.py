@@ -4,6 +4,9 @@
 
     tuner tune CONFIG [--server HOST:PORT] [--db PATH] [--trials N] [--name NAME] [--plot PNG]
     tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051]
+    tuner create CONFIG [--name NAME]            (the study of a config, for ask/tell)
+    tuner ask STUDY [--format json|env|args] [--client-id ID]
+    tuner tell STUDY TRIAL (--metric NAME=VALUE ... | --infeasible R | --failed R | --timed-out R)
     tuner studies [--server HOST:PORT | --db PATH]
     tuner show STUDY [--json]
     tuner best STUDY [--json]
@@ -12,6 +15,24 @@
 ``tune`` runs the study in-process on a local SQLite file unless ``--server`` names a
 running server. Read commands open the file read-only (the server stays the only writer) or
 ask the server. Exit codes: 0 success, 1 the request failed (message on stderr), 2 bad usage.
+
+``ask`` and ``tell`` let a shell script drive a study (every command but ``serve`` takes
+``--server HOST:PORT`` or ``--db PATH``)::
+
+    tuner create study.toml --server 127.0.0.1:50051
+    for i in $(seq 20); do
+        eval "$(tuner ask compress --server 127.0.0.1:50051 --format env)"
+        mbps=$(./bench --level "$TUNER_LEVEL")          # the knobs as TUNER_<KNOB>
+        tuner tell compress "$TUNER_TRIAL_ID" --metric mb_per_s="$mbps" --server ...
+    done
+
+``ask`` prints one trial: ``json`` (default) ``{"study": ..., "trial": 12, "config": {...}}``
+on one line; ``env`` ``TUNER_STUDY``, ``TUNER_TRIAL_ID`` and ``TUNER_<KNOB>`` assignments,
+shell-quoted for ``eval``; ``args`` the trial id then ``--knob=value`` words, shell-quoted
+(``eval "set -- $(tuner ask S --format args)"; trial=$1; shift; ./prog "$@"``). Values print
+as the command target writes them (``true``/``false``, ``0.1``). With ``--client-id`` the
+same caller gets the same ACTIVE trial back until it tells its outcome (a retried ``ask`` is
+safe). ``tell`` prints ``trial N STATUS``.
 """
 
 from __future__ import annotations
@@ -19,6 +40,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,17 +53,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from server.config import DEFAULT_DB, load_config
+from server.config import DEFAULT_DB, load_config, load_study
 from server.plot import plot_convergence
 from server.session import Confirmation, SessionResult, confirm, run_session
 from server.storage import SQLiteStorage
+from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
 from tuner.errors import TunerError
 from tuner.study import StudySpec
-from tuner.trial import Trial, best_trial
+from tuner.trial import Trial, TrialStatus, best_trial, is_feasible
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,6 +133,82 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.INFO)
     serve(args.db, host=args.host, port=args.port)
     return 0
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    spec = load_study(args.config, args.name)
+    with _api(args.server, args.db, writable=True) as api:
+        _, created = api.create_study(spec)
+    state = "created" if created else "exists with the same spec:"
+    print(f"study {spec.name} {state} {len(spec.space)} knobs, objective {spec.objective.name}")
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    with _api(args.server, args.db, writable=True) as api:
+        (trial,) = api.suggest_trials(args.study, 1, args.client_id)
+    if args.format == "json":
+        print(json.dumps({"study": args.study, "trial": trial.id, "config": trial.config}))
+    elif args.format == "env":
+        print(f"TUNER_STUDY={shlex.quote(args.study)}")
+        print(f"TUNER_TRIAL_ID={trial.id}")
+        for name, value in trial.config.items():
+            print(f"{env_name(name)}={shlex.quote(format_value(value))}")
+    else:
+        words = [str(trial.id)]
+        words += [f"--{name}={format_value(value)}" for name, value in trial.config.items()]
+        print(" ".join(shlex.quote(w) for w in words))
+    return 0
+
+
+def cmd_tell(args: argparse.Namespace) -> int:
+    outcomes = [
+        (TrialStatus.INFEASIBLE, args.infeasible),
+        (TrialStatus.FAILED, args.failed),
+        (TrialStatus.TIMED_OUT, args.timed_out),
+    ]
+    given = [(status, reason) for status, reason in outcomes if reason is not None]
+    if len(given) + bool(args.metric) != 1:
+        err.print(
+            "error: tell takes metrics (--metric NAME=VALUE, repeatable) or one of "
+            "--infeasible/--failed/--timed-out REASON",
+            highlight=False,
+        )
+        return 2
+    metrics = _metrics(args.metric or [])
+    if metrics is None:
+        return 2
+    status, reason = given[0] if given else (TrialStatus.COMPLETED, "")
+    with _api(args.server, args.db, writable=True) as api:
+        trial = api.complete_trial(args.study, args.trial, metrics, status, reason)
+    print(f"trial {trial.id} {trial.status.value}")
+    return 0
+
+
+def _metrics(pairs: list[str]) -> dict[str, float] | None:
+    """``NAME=VALUE`` pairs as metrics; None (after a message naming the pair) if malformed."""
+    metrics: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        problem = (
+            "expected NAME=VALUE"
+            if not sep or not name
+            else f"metric {name!r} given twice"
+            if name in metrics
+            else f"{text!r} is not a finite number"
+            if not math.isfinite(value)
+            else ""
+        )
+        if problem:
+            err.print(f"error: --metric {pair!r}: {problem}", highlight=False)
+            return None
+        metrics[name] = value
+    return metrics
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
@@ -271,9 +371,15 @@ def _print_result(result: SessionResult) -> None:
         out.print("[bold red]no feasible configuration found[/]")
         return
     _print_trial("best configuration", result.best)
-    if result.ratio is not None:
+    under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
+    if result.default is not None and not is_feasible(spec, result.default):
+        out.print(
+            f"[yellow]the default configuration is not feasible under {under}[/]; "
+            "the best is the best feasible configuration found",
+            highlight=False,
+        )
+    elif result.ratio is not None:
         word = "higher" if spec.objective.goal.value == "maximize" else "lower"
-        under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
         out.print(
             f"[bold green]improvement: {result.ratio:.2f}x[/] ({name} {word} than the "
             f"default's, feasible under {under})",
@@ -347,6 +453,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--db", type=Path, default=DEFAULT_DB)
     serve.add_argument("--host", default="127.0.0.1", help="interface (default loopback)")
     serve.add_argument("--port", type=int, default=50051)
+
+    create = command("create", cmd_create, "create the study of a config (for ask/tell)")
+    create.add_argument("config", type=Path)
+    create.add_argument("--name", help="study name (overrides [study] name)")
+    ask = command("ask", cmd_ask, "print the next configuration to try, with its trial id")
+    ask.add_argument("study")
+    ask.add_argument("--format", choices=("json", "env", "args"), default="json")
+    ask.add_argument(
+        "--client-id", default="", help="caller id: a repeated ask returns its ACTIVE trial"
+    )
+    tell = command("tell", cmd_tell, "report a trial's metrics or why it has none")
+    tell.add_argument("study")
+    tell.add_argument("trial", type=int)
+    tell.add_argument(
+        "--metric", action="append", metavar="NAME=VALUE", help="a measured metric (repeat)"
+    )
+    tell.add_argument("--infeasible", metavar="REASON", help="the configuration is at fault")
+    tell.add_argument("--failed", metavar="REASON", help="the run failed for another reason")
+    tell.add_argument("--timed-out", metavar="REASON", help="the run exceeded its time limit")
 
     command("studies", cmd_studies, "list studies")
     for name, func, help_ in (

@@ -56,14 +56,39 @@ class SessionConfig:
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SessionConfig:
     """Read and validate a config file; ``overrides`` replace ``[session]``/``study.name``."""
-    path = Path(path)
+    return parse_config(_read_toml(Path(path)), overrides or {})
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValidationError("config", f"file not found: {path}") from None
     except tomllib.TOMLDecodeError as err:
         raise ValidationError("config", f"{path} is not valid TOML: {err}") from None
-    return parse_config(data, overrides or {})
+
+
+def load_study(path: str | Path, name: str | None = None) -> StudySpec:
+    """The study of a config file, for ``tuner create``: ``[target]`` may be left out.
+
+    Without a ``[target]`` table the ``[study]`` table must list its knobs; with one, the
+    whole config is validated as ``tuner tune`` would (knobs from the target's catalog).
+    """
+    path = Path(path)
+    data = _read_toml(path)
+    if "target" in data:
+        return parse_config(data, {"name": name}).spec
+    unknown = set(data) - set(_TABLES)
+    if unknown:
+        raise ValidationError(sorted(unknown)[0], "unknown table", _TABLES)
+    study = dict(_table(data, "study"))
+    if name:
+        study["name"] = name
+    if "knobs" not in study:
+        raise ValidationError(
+            "study.knobs", "a config without [target] must list its knobs", "[[study.knobs]] tables"
+        )
+    return StudySpec.from_dict(study, knobs=_listed_knobs(study.pop("knobs")))
 
 
 def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConfig:
@@ -81,13 +106,19 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         raise ValidationError("target.kind", "is required")
     named = target_table.get("knobs")
     target = build_target(kind, target_table)
-    knobs = (
-        tuple(knob_from_dict(k, f"study.knobs[{i}]") for i, k in enumerate(study.pop("knobs")))
-        if "knobs" in study
-        else _tunable(target.describe_knobs(), study.get("allow_unsafe", False), named)
-    )
+    if "knobs" in study:
+        knobs = _listed_knobs(study.pop("knobs"))
+    elif not target.describe_knobs():
+        raise ValidationError(
+            "study.knobs",
+            f"the {kind} target has no knob catalog: list the knobs to tune",
+            '[[study.knobs]] tables such as { name = "level", kind = "int", low = 1, high = 9 }',
+        )
+    else:
+        knobs = _tunable(target.describe_knobs(), study.get("allow_unsafe", False), named)
     spec = StudySpec.from_dict(study, knobs=knobs)
     _check_metrics(spec, target)
+    target.check_space(spec.space)
     unknown = set(session) - set(_SESSION_KEYS)
     if unknown:
         raise ValidationError(f"session.{sorted(unknown)[0]}", "unknown setting", _SESSION_KEYS)
@@ -102,6 +133,12 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
             "session.confirm", f"got {confirm!r}", "an integer in [0, 100] (0: no re-measuring)"
         )
     return SessionConfig(spec, target, trials, db, plot, confirm)
+
+
+def _listed_knobs(listed: Any) -> tuple[Knob, ...]:
+    if not isinstance(listed, list):
+        raise ValidationError("study.knobs", f"got {listed!r}", "a list of knob tables")
+    return tuple(knob_from_dict(k, f"study.knobs[{i}]") for i, k in enumerate(listed))
 
 
 def _tunable(knobs: tuple[Knob, ...], allow_unsafe: object, named: object) -> tuple[Knob, ...]:

@@ -119,9 +119,15 @@ def summarize(spec: StudySpec, trials: list[Trial]) -> SessionResult:
 
 
 def improvement(spec: StudySpec, default: Trial | None, best: Trial | None) -> float | None:
-    """``best / default`` (maximize) or ``default / best`` (minimize), when both are positive."""
+    """``best / default`` (maximize) or ``default / best`` (minimize), when both are positive.
+
+    None when the default has no value or breaks an outcome constraint: there is nothing
+    feasible to compare with.
+    """
     name = spec.objective.name
     if default is None or best is None or name not in default.metrics:
+        return None
+    if not is_feasible(spec, default):
         return None
     return _ratio(spec, default.metrics[name], best.metrics[name])
 

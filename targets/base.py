@@ -8,9 +8,10 @@ server, GPU clocks, ...). Its life cycle is a context manager::
         outcome = target.run_trial(config)                  # apply, measure, restore
     # __exit__ -> close(): everything setup() made is removed, on every exit path
 
-``run_trial`` turns the two target errors into trial outcomes: ``ConfigRejected`` (the
-configuration broke the system) becomes INFEASIBLE and any other ``TargetError``
-(infrastructure) becomes FAILED, both with the error text as the reason. ``restore()`` runs
+``run_trial`` turns the target errors into trial outcomes: ``ConfigRejected`` (the
+configuration broke the system) becomes INFEASIBLE, ``TrialTimedOut`` becomes TIMED_OUT and
+any other ``TargetError`` (infrastructure) becomes FAILED, each with the error text as the
+reason. ``restore()`` runs
 whatever happens; pair the session with ``targets.signals.terminate_on_sigterm`` so that a
 SIGTERM unwinds through it too.
 
@@ -30,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-from tuner.errors import ConfigRejected, TargetError, ValidationError
+from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.space import Config, Knob, SearchSpace
 from tuner.trial import TrialStatus
 
@@ -153,6 +154,13 @@ class Target(ABC):
                 )
         return cls(**options)
 
+    def check_space(self, space: SearchSpace) -> None:  # noqa: B027 - optional hook
+        """Check the study's knobs against this target's options before any trial runs.
+
+        Raises:
+            ValidationError: The options refer to a knob the study does not have (say).
+        """
+
     def default_config(self) -> Config | None:
         """The knobs' host defaults, or None when some knob has no default."""
         return SearchSpace(self.describe_knobs()).default_config()
@@ -162,7 +170,8 @@ class Target(ABC):
 
         Returns:
             COMPLETED with the metrics; INFEASIBLE with the reason on ``ConfigRejected``;
-            FAILED with the reason on any other ``TargetError``. Other exceptions
+            TIMED_OUT on ``TrialTimedOut``; FAILED with the reason on any other
+            ``TargetError``. Other exceptions
             (including ``SystemExit`` from a SIGTERM) propagate once ``restore()`` ran, and
             so does an error raised by ``restore()`` itself: the system may be left
             changed, so the session must stop.
@@ -172,6 +181,8 @@ class Target(ABC):
             metrics = self.measure()
         except ConfigRejected as exc:
             return TrialOutcome(TrialStatus.INFEASIBLE, {}, _reason(exc))
+        except TrialTimedOut as exc:
+            return TrialOutcome(TrialStatus.TIMED_OUT, {}, _reason(exc))
         except TargetError as exc:
             return TrialOutcome(TrialStatus.FAILED, {}, _reason(exc))
         finally:

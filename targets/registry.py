@@ -23,6 +23,7 @@ from tuner.errors import TargetError, ValidationError
 _ADAPTERS: dict[str, str] = {
     "sqlite": "targets.sqlite:SqliteTarget",
     "postgres": "targets.postgres:PostgresTarget",
+    "command": "targets.command:CommandTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 

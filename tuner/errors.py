@@ -13,7 +13,8 @@ nothing else decides status codes.
     ├── StateError               e.g. completing a finished trial            -> FAILED_PRECONDITION
     ├── StorageError             the database cannot be read or written       -> UNAVAILABLE
     └── TargetError              a target could not run a trial (infrastructure)
-        └── ConfigRejected       the configuration itself is at fault (INFEASIBLE trial)
+        ├── ConfigRejected       the configuration itself is at fault (INFEASIBLE trial)
+        └── TrialTimedOut        the measurement ran past its time limit (TIMED_OUT trial)
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class TargetError(TunerError):
 
 class ConfigRejected(TargetError):
     """The configuration itself made the system fail or breach a limit (an INFEASIBLE trial)."""
+
+
+class TrialTimedOut(TargetError):
+    """The measurement ran past its time limit and was stopped (a TIMED_OUT trial)."""
 
 
 def _describe_allowed(allowed: Any) -> str:
