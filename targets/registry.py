@@ -24,6 +24,7 @@ _ADAPTERS: dict[str, str] = {
     "sqlite": "targets.sqlite:SqliteTarget",
     "postgres": "targets.postgres:PostgresTarget",
     "command": "targets.command:CommandTarget",
+    "cpufreq": "targets.cpufreq:CpuFreqTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 

@@ -1,0 +1,259 @@
+"""CPU frequency as a knob: Linux cpufreq sysfs, a workload command, RAPL energy.
+
+Each trial pins (``mode = "pin"``: ``scaling_min_freq = scaling_max_freq = f``) or caps
+(``mode = "cap"``: only ``scaling_max_freq = f``, the governor scales below it) every selected
+cpufreq policy at the trial's ``cpu_khz`` level, reads the limits back, runs the workload
+command (exactly as the command target runs its program: argument list, ``{knob}``
+placeholders, ``TUNER_<KNOB>`` variables, metrics from its last JSON line, timeout kills the
+process group), and adds ``energy_j`` (and ``energy_j_per_s``) from RAPL where readable::
+
+    [target]
+    kind = "cpufreq"
+    command = ["python3", "-m", "targets.inference", "--batch", "{batch}", "--threads", "{threads}"]
+    metrics = ["requests_per_s", "p99_ms"]
+    mode = "pin"             # or "cap"
+    policies = ["policy0"]   # default: every policy
+    levels = 8               # frequency levels when the driver has no table (intel_pstate)
+    sysfs = "/sys"           # a fake tree in tests (targets/fake_sysfs.py)
+
+Levels: ``scaling_available_frequencies`` where the driver has a table (acpi-cpufreq,
+Tegra); otherwise (``intel_pstate`` in active mode, the default with HWP, which has no
+table, no ``userspace`` governor and no ``scaling_setspeed``) ``levels`` evenly spaced
+values from ``cpuinfo_min_freq`` to ``cpuinfo_max_freq``. Limits are written in the order
+the kernel accepts (min first when lowering, max first when raising). The original
+limits of every policy are read when the target is built and written back after every
+trial and at close, on every exit path (the governor is never changed).
+
+Writing these files needs root; without it a trial fails with a message that says so (the
+daemon of issue 6 moves the writes into a privileged helper). Energy needs a readable RAPL
+zone: otherwise ``energy_j`` is not among the target's metrics at all, so a study that asks
+for it is rejected with the metrics that are available.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from targets.base import Target, option_int, option_names_list
+from targets.command import CommandTarget
+from targets.rapl import RaplMeter
+from tuner.errors import ConfigRejected, TargetError, ValidationError
+from tuner.space import Config, Knob, OrdinalKnob, SearchSpace
+
+CPUFREQ = Path("devices") / "system" / "cpu" / "cpufreq"
+MODES = ("pin", "cap")
+KNOB = "cpu_khz"
+
+
+@dataclass
+class Policy:
+    """One cpufreq policy (the CPUs that share a clock) and its state at setup."""
+
+    path: Path
+    driver: str
+    governor: str
+    min_khz: int
+    max_khz: int
+    hw_min_khz: int
+    hw_max_khz: int
+    table: tuple[int, ...]
+
+    @classmethod
+    def read(cls, path: Path) -> Policy:
+        def text(name: str) -> str:
+            return (path / name).read_text().strip()
+
+        table_file = path / "scaling_available_frequencies"
+        table = (
+            tuple(sorted({int(v) for v in table_file.read_text().split()}))
+            if table_file.exists()
+            else ()
+        )
+        return cls(
+            path,
+            text("scaling_driver") if (path / "scaling_driver").exists() else "unknown",
+            text("scaling_governor"),
+            int(text("scaling_min_freq")),
+            int(text("scaling_max_freq")),
+            int(text("cpuinfo_min_freq")),
+            int(text("cpuinfo_max_freq")),
+            table,
+        )
+
+    def limits(self) -> tuple[int, int]:
+        return (
+            int((self.path / "scaling_min_freq").read_text()),
+            int((self.path / "scaling_max_freq").read_text()),
+        )
+
+    def set_limits(self, low: int, high: int) -> None:
+        """Write min and max in an order the kernel accepts (min <= max at every step)."""
+        _, current_high = self.limits()
+        order = [("scaling_max_freq", high), ("scaling_min_freq", low)]
+        if high < current_high:  # lowering: min first, so min never exceeds max
+            order.reverse()
+        for name, value in order:
+            _write(self.path / name, str(value))
+
+    def restore(self) -> None:
+        _write(self.path / "scaling_max_freq", str(self.hw_max_khz))  # room for any min
+        _write(self.path / "scaling_min_freq", str(self.min_khz))
+        _write(self.path / "scaling_max_freq", str(self.max_khz))
+
+
+class CpuFreqTarget(Target):
+    """CPU frequency levels plus a workload command (see the module doc)."""
+
+    kind: ClassVar[str] = "cpufreq"
+
+    def __init__(
+        self,
+        *,
+        command: Any = None,
+        metrics: Any = None,
+        mode: Any = "pin",
+        policies: Any = None,
+        levels: Any = 8,
+        sysfs: Any = "/sys",
+        timeout_s: Any = 600.0,
+        env: Any = None,
+        workdir: Any = None,
+        dram: Any = False,
+    ) -> None:
+        self.workload = CommandTarget(
+            command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+        )
+        if mode not in MODES:
+            raise ValidationError("target.mode", f"got {mode!r}", MODES)
+        self.mode = mode
+        self.policy_names = option_names_list("policies", policies)
+        self.levels = option_int("levels", levels, 2, 64)
+        if not isinstance(sysfs, str) or not Path(sysfs).is_dir():
+            raise ValidationError("target.sysfs", f"{sysfs!r} is not a directory", "a sysfs root")
+        self.sysfs = Path(sysfs)
+        if not isinstance(dram, bool):
+            raise ValidationError("target.dram", f"got {dram!r}", "true or false")
+        self.policies = self._discover()
+        self.meter = RaplMeter.find(self.sysfs, dram)
+        self._saved = False
+
+    # -- discovery ----------------------------------------------------------------------
+    def _discover(self) -> list[Policy]:
+        root = self.sysfs / CPUFREQ
+        found = {p.name: p for p in sorted(root.glob("policy*")) if p.is_dir()}
+        if not found:
+            raise ValidationError(
+                "target.sysfs",
+                f"no cpufreq policies under {root} (this machine or VM exposes no CPU "
+                "frequency control)",
+                "a sysfs tree with devices/system/cpu/cpufreq/policyN",
+            )
+        names = self.policy_names or sorted(found)
+        for name in names:
+            if name not in found:
+                raise ValidationError(f"target.policies.{name}", "no such policy", sorted(found))
+        try:
+            return [Policy.read(found[name]) for name in names]
+        except (OSError, ValueError) as exc:
+            raise ValidationError("target.sysfs", f"unreadable cpufreq policy: {exc}") from exc
+
+    def frequency_levels(self) -> tuple[int, ...]:
+        """The ``cpu_khz`` levels every selected policy supports, lowest first."""
+        first = self.policies[0]
+        if all(p.table for p in self.policies):
+            common = set(first.table)
+            for policy in self.policies[1:]:
+                common &= set(policy.table)
+            if len(common) >= 2:
+                return tuple(sorted(common))
+        low = max(p.hw_min_khz for p in self.policies)
+        high = min(p.hw_max_khz for p in self.policies)
+        step = (high - low) / (self.levels - 1)
+        return tuple(sorted({round(low + i * step) for i in range(self.levels)}))
+
+    # -- the adapter ------------------------------------------------------------------
+    def describe_knobs(self) -> tuple[Knob, ...]:
+        levels = self.frequency_levels()
+        return (
+            OrdinalKnob(
+                KNOB,
+                choices=levels,
+                default=levels[-1],
+                unit="kHz",
+                description=f"CPU frequency ({self.mode}) of "
+                + ", ".join(p.path.name for p in self.policies),
+            ),
+        )
+
+    def describe_metrics(self) -> dict[str, str]:
+        metrics = self.workload.describe_metrics()
+        if self.meter is not None:
+            metrics["energy_j"] = "CPU package energy during the workload (RAPL), joules"
+            metrics["power_w"] = "mean CPU package power during the workload, watts"
+        return metrics
+
+    def check_space(self, space: SearchSpace) -> None:
+        self.workload.check_space(space)
+
+    def setup(self) -> None:
+        self._saved = True  # every policy's state was read at construction
+        self.workload.setup()
+
+    def close(self) -> None:
+        try:
+            if self._saved:
+                self._restore_policies()
+        finally:
+            self._saved = False
+            self.workload.close()
+
+    def apply(self, config: Config) -> None:
+        self.workload.apply(config)
+        if KNOB not in config:
+            return
+        khz = int(config[KNOB])  # type: ignore[arg-type]
+        for policy in self.policies:
+            low = khz if self.mode == "pin" else policy.min_khz
+            policy.set_limits(min(low, khz), khz)
+            got = policy.limits()
+            if got[1] != khz or (self.mode == "pin" and got[0] != khz):
+                raise ConfigRejected(
+                    f"{policy.path.name}: asked for [{min(low, khz)}, {khz}] kHz, the kernel "
+                    f"kept [{got[0]}, {got[1]}] (a platform or thermal limit)"
+                )
+
+    def measure(self) -> dict[str, float]:
+        if self.meter is None:
+            return self.workload.measure()
+        self.meter.start()
+        started = time.perf_counter()
+        try:
+            metrics = self.workload.measure()
+        finally:
+            joules = self.meter.stop()
+            seconds = time.perf_counter() - started
+        return {**metrics, "energy_j": joules, "power_w": joules / max(seconds, 1e-9)}
+
+    def restore(self) -> None:
+        try:
+            self._restore_policies()
+        finally:
+            self.workload.restore()
+
+    def _restore_policies(self) -> None:
+        for policy in self.policies:
+            policy.restore()
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except PermissionError as exc:
+        raise TargetError(
+            f"cannot write {path}: permission denied (CPU frequency control needs root)"
+        ) from exc
+    except OSError as exc:
+        raise TargetError(f"cannot write {text!r} to {path}: {exc.strerror or exc}") from exc
