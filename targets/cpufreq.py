@@ -5,12 +5,14 @@ Each trial pins (``mode = "pin"``: ``scaling_min_freq = scaling_max_freq = f``) 
 cpufreq policy at the trial's ``cpu_khz`` level, reads the limits back, runs the workload
 command (exactly as the command target runs its program: argument list, ``{knob}``
 placeholders, ``TUNER_<KNOB>`` variables, metrics from its last JSON line, timeout kills the
-process group), and adds ``energy_j`` (and ``energy_j_per_s``) from RAPL where readable::
+process group), and adds ``energy_j`` and ``power_w`` from RAPL where readable (and
+``energy_j_per_request`` when ``metrics`` lists ``requests``, which ``targets/inference.py``
+reports)::
 
     [target]
     kind = "cpufreq"
     command = ["python3", "-m", "targets.inference", "--batch", "{batch}", "--threads", "{threads}"]
-    metrics = ["requests_per_s", "p99_ms"]
+    metrics = ["requests", "requests_per_s", "p99_ms"]
     mode = "pin"             # or "cap"
     policies = ["policy0"]   # default: every policy
     levels = 8               # frequency levels when the driver has no table (intel_pstate)
@@ -193,6 +195,8 @@ class CpuFreqTarget(Target):
         if self.meter is not None:
             metrics["energy_j"] = "CPU package energy during the workload (RAPL), joules"
             metrics["power_w"] = "mean CPU package power during the workload, watts"
+            if "requests" in metrics:
+                metrics["energy_j_per_request"] = "energy_j / requests"
         return metrics
 
     def check_space(self, space: SearchSpace) -> None:
@@ -235,7 +239,10 @@ class CpuFreqTarget(Target):
         finally:
             joules = self.meter.stop()
             seconds = time.perf_counter() - started
-        return {**metrics, "energy_j": joules, "power_w": joules / max(seconds, 1e-9)}
+        metrics = {**metrics, "energy_j": joules, "power_w": joules / max(seconds, 1e-9)}
+        if metrics.get("requests", 0) > 0:  # an inference workload (targets/inference.py)
+            metrics["energy_j_per_request"] = joules / metrics["requests"]
+        return metrics
 
     def restore(self) -> None:
         try:

@@ -1,0 +1,135 @@
+"""An inference workload to tune: a model built in code, served in batches, timed per batch.
+
+Run it as a program (the workload command of the ``cpufreq`` or ``command`` targets)::
+
+    python -m targets.inference --model encoder --batch 8 --threads 2 --seconds 5
+    {"requests": 1184, "requests_per_s": 236.5, "p50_ms": 33.6, "p99_ms": 41.2, ...}
+
+The model is built in code with seeded random weights (nothing is downloaded): ``encoder``,
+a 4-layer Transformer encoder (d_model 256, 4 heads, sequence 64; BERT-small-like work per
+request), or ``cnn``, a small ResNet-style network on 3x64x64 images. Each batch carries
+``--batch`` requests; a request's latency is its batch's (the requests of a batch arrive
+together and finish together), so larger batches trade latency for throughput, and
+``--threads`` sets torch's intra-op threads. After ``--warmup-s`` of untimed batches it runs
+for ``--seconds`` and prints one JSON line: ``requests``, ``requests_per_s``, ``p50_ms``,
+``p99_ms`` (per-request latency percentiles), ``batches`` and ``seconds``. ``--device``
+``auto`` (default) uses CUDA when torch sees a GPU, else the CPU.
+
+Energy per request is added by the target that meters the run: ``energy_j / requests``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+from torch import nn
+
+MODELS = ("encoder", "cnn")
+
+
+def build_model(name: str, seed: int = 0) -> tuple[nn.Module, tuple[int, ...]]:
+    """The model and the shape of one request's input."""
+    torch.manual_seed(seed)
+    if name == "encoder":
+        layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+        return nn.TransformerEncoder(layer, 4, enable_nested_tensor=False), (64, 256)
+    if name == "cnn":
+
+        def block(channels_in: int, channels_out: int) -> nn.Module:
+            return nn.Sequential(
+                nn.Conv2d(channels_in, channels_out, 3, stride=2, padding=1),
+                nn.BatchNorm2d(channels_out),
+                nn.ReLU(),
+                nn.Conv2d(channels_out, channels_out, 3, padding=1),
+                nn.BatchNorm2d(channels_out),
+                nn.ReLU(),
+            )
+
+        model = nn.Sequential(
+            block(3, 32),
+            block(32, 64),
+            block(64, 128),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(128, 10),
+        )
+        return model, (3, 64, 64)
+    raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def serve(
+    model: nn.Module,
+    shape: tuple[int, ...],
+    batch: int,
+    seconds: float,
+    warmup_s: float,
+    device: torch.device,
+) -> dict[str, float]:
+    """Run batches for ``warmup_s`` untimed, then ``seconds`` timed; the metrics."""
+    model = model.to(device).eval()
+    inputs = torch.randn(batch, *shape, device=device)
+    latencies: list[float] = []
+
+    def one() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            model(inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - started
+
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        one()
+    started = time.perf_counter()
+    while not latencies or time.perf_counter() - started < seconds:
+        latencies.append(one())
+    elapsed = time.perf_counter() - started
+    requests = batch * len(latencies)
+    return {
+        "requests": float(requests),
+        "requests_per_s": requests / elapsed,
+        "p50_ms": 1000 * percentile(latencies, 50),
+        "p99_ms": 1000 * percentile(latencies, 99),
+        "batches": float(len(latencies)),
+        "seconds": elapsed,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m targets.inference", description=__doc__)
+    parser.add_argument("--model", choices=MODELS, default="encoder")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--warmup-s", type=float, default=1.0)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.batch < 1 or args.threads < 1 or args.seconds <= 0 or args.warmup_s < 0:
+        print("batch and threads must be >= 1, seconds > 0, warmup-s >= 0", file=sys.stderr)
+        return 2
+    name = args.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(args.threads)
+    model, shape = build_model(args.model, args.seed)
+    metrics = serve(model, shape, args.batch, args.seconds, args.warmup_s, torch.device(name))
+    print(json.dumps({**metrics, "device": name}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

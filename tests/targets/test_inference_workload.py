@@ -1,0 +1,67 @@
+"""The inference workload as a real subprocess, alone and metered by the cpufreq target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from targets.fake_sysfs import add_rapl_zone, make_cpufreq_tree
+from targets.inference import percentile
+from targets.registry import build_target
+from tuner.trial import TrialStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = [sys.executable, "-m", "targets.inference", "--seconds", "0.3", "--warmup-s", "0.05"]
+
+
+@pytest.mark.parametrize("model", ["encoder", "cnn"])
+def test_the_workload_reports_consistent_metrics(model: str) -> None:
+    done = subprocess.run(
+        [*RUN, "--model", model, "--batch", "3", "--threads", "1", "--device", "cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    metrics = json.loads(done.stdout.strip().splitlines()[-1])
+    assert metrics["device"] == "cpu"
+    assert metrics["requests"] == 3 * metrics["batches"] >= 3
+    assert metrics["seconds"] >= 0.3
+    assert metrics["requests_per_s"] == pytest.approx(metrics["requests"] / metrics["seconds"])
+    assert 0 < metrics["p50_ms"] <= metrics["p99_ms"]
+
+
+def test_bad_arguments_exit_2() -> None:
+    done = subprocess.run([*RUN, "--batch", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "batch" in done.stderr
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (
+        50.0,
+        99.0,
+        100.0,
+    )
+    assert percentile([7.0], 99) == 7.0
+
+
+def test_cpufreq_target_adds_energy_per_request(tmp_path: Path) -> None:
+    root = make_cpufreq_tree(tmp_path / "sys")
+    add_rapl_zone(root, "package-0", energy_uj=0)  # the fake counter does not move: 0 J
+    options = {
+        "sysfs": str(root),
+        "command": [*RUN, "--model", "cnn", "--batch", "{batch}", "--threads", "1"],
+        "metrics": ["requests", "requests_per_s", "p99_ms"],
+        "workdir": str(ROOT),
+    }
+    with build_target("cpufreq", options) as target:
+        assert "energy_j_per_request" in target.describe_metrics()
+        outcome = target.run_trial({"cpu_khz": 1_600_000, "batch": 2})
+    assert outcome.status is TrialStatus.COMPLETED, outcome.reason
+    assert outcome.metrics["energy_j_per_request"] == 0.0 and outcome.metrics["requests"] >= 2
