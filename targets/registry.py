@@ -25,6 +25,7 @@ _ADAPTERS: dict[str, str] = {
     "postgres": "targets.postgres:PostgresTarget",
     "command": "targets.command:CommandTarget",
     "cpufreq": "targets.cpufreq:CpuFreqTarget",
+    "nvgpu": "targets.nvgpu:NvidiaGpuTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 

@@ -1,0 +1,198 @@
+"""The NVIDIA GPU target against the fake NVML module (CI), and on a real GPU when present."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from targets import fake_nvml
+from targets.fake_nvml import FakeDevice
+from targets.nvgpu import NvidiaGpuTarget
+from targets.registry import build_target
+from tuner.errors import TargetError, ValidationError
+from tuner.trial import TrialStatus
+
+PY = sys.executable
+SLEEP = [PY, "-c", "import json, time; time.sleep(0.4); print(json.dumps(dict(requests=8)))"]
+
+
+@pytest.fixture
+def gpu() -> Iterator[FakeDevice]:
+    (device,) = fake_nvml.configure([FakeDevice()])
+    yield device
+    fake_nvml.configure([])
+
+
+def gpu_target(**options: Any) -> NvidiaGpuTarget:
+    built = build_target(
+        "nvgpu",
+        {
+            "nvml": "targets.fake_nvml",
+            "command": SLEEP,
+            "metrics": ["requests"],
+            "settle_s": 0,
+            **options,
+        },
+    )
+    assert isinstance(built, NvidiaGpuTarget)
+    return built
+
+
+def test_knobs_are_read_from_the_device(gpu: FakeDevice) -> None:
+    knobs = {k.name: k for k in gpu_target().describe_knobs()}
+    assert set(knobs) == {"sm_mhz", "power_w"}  # one memory clock: no mem_mhz knob
+    assert knobs["sm_mhz"].choices[0] == 345 and knobs["sm_mhz"].choices[-1] == 1980
+    assert len(knobs["sm_mhz"].choices) == 110 and knobs["sm_mhz"].default == 1980
+    assert knobs["power_w"].choices[:3] == (200, 225, 250)
+    assert knobs["power_w"].choices[-1] == 700 and knobs["power_w"].default == 700
+    thin = {k.name: k for k in gpu_target(sm_levels=5).describe_knobs()}["sm_mhz"]
+    assert thin.choices == (345, 750, 1155, 1575, 1980)
+    fake_nvml.configure([FakeDevice(mem_clocks=(405, 5001, 9501))])
+    assert "mem_mhz" in {k.name for k in gpu_target().describe_knobs()}
+
+
+def test_a_trial_locks_clocks_and_power_then_restores_them(gpu: FakeDevice) -> None:
+    with gpu_target() as target:
+        outcome = target.run_trial({"sm_mhz": 990, "power_w": 300})
+        assert outcome.status is TrialStatus.COMPLETED, outcome.reason
+        assert gpu.locked_sm is None and gpu.limit_mw == 700_000  # restored at once
+        assert "SetGpuLockedClocks 990 990" in gpu.calls
+        assert "SetPowerManagementLimit 300000" in gpu.calls
+    metrics = outcome.metrics
+    assert metrics["sm_mhz_seen"] == 990
+    power = gpu.draw_w(990)
+    assert metrics["gpu_power_w"] == pytest.approx(power, rel=0.1)
+    assert power * 0.4 <= metrics["gpu_energy_j"] <= power * 5  # the run lasts >= 0.4 s
+    assert metrics["gpu_energy_j_per_request"] == pytest.approx(metrics["gpu_energy_j"] / 8)
+
+
+def test_lower_clocks_use_less_energy_and_the_power_limit_caps_the_clock(gpu: FakeDevice) -> None:
+    with gpu_target() as target:
+        fast = target.run_trial({"sm_mhz": 1980, "power_w": 700}).metrics
+        slow = target.run_trial({"sm_mhz": 1200, "power_w": 700}).metrics
+        capped = target.run_trial({"sm_mhz": 1980, "power_w": 250}).metrics
+    assert slow["gpu_energy_j"] < fast["gpu_energy_j"]
+    assert capped["sm_mhz_seen"] < 1980 and gpu.draw_w(int(capped["sm_mhz_seen"])) <= 250
+
+
+def test_without_an_energy_counter_power_is_sampled_and_integrated() -> None:
+    (device,) = fake_nvml.configure([FakeDevice(energy_counter=False)])
+    try:
+        with gpu_target() as target:
+            started = time.monotonic()
+            metrics = target.run_trial({"sm_mhz": 1500}).metrics
+            elapsed = time.monotonic() - started
+    finally:
+        fake_nvml.configure([])
+    power = device.draw_w(1500)
+    assert power * 0.35 <= metrics["gpu_energy_j"] <= power * elapsed * 1.05
+    assert metrics["gpu_power_w"] == pytest.approx(power, rel=0.1)
+
+
+def test_restored_after_a_failed_workload_and_at_close(gpu: FakeDevice) -> None:
+    target = gpu_target(command=[PY, "-c", "raise SystemExit(5)"])
+    with target:
+        outcome = target.run_trial({"sm_mhz": 600, "power_w": 200})
+        assert outcome.status is TrialStatus.FAILED and "exit status 5" in outcome.reason
+        assert gpu.locked_sm is None and gpu.limit_mw == 700_000
+        target.apply({"sm_mhz": 600, "power_w": 200})  # killed between apply and restore
+        assert gpu.locked_sm == (600, 600)
+    assert gpu.locked_sm is None and gpu.limit_mw == 700_000
+
+
+def test_an_invalid_clock_is_infeasible_and_no_permission_says_root(gpu: FakeDevice) -> None:
+    with gpu_target() as target:
+        outcome = target.run_trial({"power_w": 900})  # outside the device's constraints
+    assert outcome.status is TrialStatus.INFEASIBLE
+    gpu.writable = False
+    with gpu_target() as target:
+        with pytest.raises(TargetError, match="needs root"):  # restore cannot reset either
+            target.run_trial({"sm_mhz": 600})
+        gpu.writable = True
+
+
+def test_no_gpu_and_bad_options_are_clear_errors() -> None:
+    fake_nvml.configure([])
+    with pytest.raises(TargetError, match="NVML Shared Library Not Found"):
+        gpu_target()
+    fake_nvml.configure([FakeDevice()])
+    try:
+        with pytest.raises(ValidationError) as info:
+            gpu_target(device=3)
+        assert info.value.field == "target.device"
+        with pytest.raises(ValidationError) as info:
+            gpu_target(sm_levels=1)
+        assert info.value.field == "target.sm_levels"
+    finally:
+        fake_nvml.configure([])
+
+
+def _real_gpu() -> str | None:
+    """Why the real-GPU test cannot run here, or None when it can."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception as exc:
+        return f"no NVIDIA GPU here ({type(exc).__name__}: {exc})"
+    if count == 0:
+        return "NVML found no GPU"
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        return "setting GPU clocks needs root"
+    return None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_real_gpu() is not None, reason=str(_real_gpu()))
+def test_on_a_real_gpu_locks_measures_and_restores(tmp_path: Path) -> None:
+    import pynvml
+
+    options = {
+        "command": [
+            PY,
+            "-m",
+            "targets.inference",
+            "--model",
+            "encoder",
+            "--batch",
+            "32",
+            "--seconds",
+            "3",
+            "--device",
+            "cuda",
+        ],
+        "metrics": ["requests", "requests_per_s", "p99_ms"],
+        "workdir": str(Path(__file__).resolve().parents[2]),
+        "settle_s": 1.0,
+    }
+    target = build_target("nvgpu", options)
+    assert isinstance(target, NvidiaGpuTarget)
+    knobs = {k.name: k for k in target.describe_knobs()}
+    handle = target.handle
+    limit_before = pynvml.nvmlDeviceGetPowerManagementLimit(handle)
+    sm = knobs["sm_mhz"].choices
+    results = {}
+    with target:
+        for clock in (sm[-1], sm[len(sm) // 2]):
+            started = time.monotonic()
+            outcome = target.run_trial({"sm_mhz": clock})
+            assert outcome.status is TrialStatus.COMPLETED, outcome.reason
+            results[clock] = (outcome.metrics, time.monotonic() - started)
+    assert pynvml.nvmlDeviceGetPowerManagementLimit(handle) == limit_before
+    for clock, (metrics, _) in results.items():
+        print(
+            f"real GPU {target.name}: sm_mhz={clock} seen={metrics['sm_mhz_seen']:.0f} "
+            f"energy={metrics['gpu_energy_j']:.1f} J power={metrics['gpu_power_w']:.0f} W "
+            f"req/s={metrics['requests_per_s']:.0f} p99={metrics['p99_ms']:.1f} ms "
+            f"J/req={metrics['gpu_energy_j_per_request']:.4f}"
+        )
+    high, mid = (results[c][0] for c in (sm[-1], sm[len(sm) // 2]))
+    assert mid["sm_mhz_seen"] <= sm[len(sm) // 2] + 15
+    assert mid["gpu_power_w"] < high["gpu_power_w"]
