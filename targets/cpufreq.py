@@ -39,10 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from targets import sysfs
 from targets.base import Target, option_int, option_names_list
 from targets.command import CommandTarget
 from targets.rapl import RaplMeter
-from tuner.errors import ConfigRejected, TargetError, ValidationError
+from tuner.errors import ConfigRejected, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob, SearchSpace
 
 CPUFREQ = Path("devices") / "system" / "cpu" / "cpufreq"
@@ -256,11 +257,4 @@ class CpuFreqTarget(Target):
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except PermissionError as exc:
-        raise TargetError(
-            f"cannot write {path}: permission denied (CPU frequency control needs root)"
-        ) from exc
-    except OSError as exc:
-        raise TargetError(f"cannot write {text!r} to {path}: {exc.strerror or exc}") from exc
+    sysfs.write(path, text, "CPU frequency control")

@@ -72,3 +72,64 @@ def add_rapl_zone(
     (folder / "max_energy_range_uj").write_text(f"{max_range_uj}\n")
     (folder / "energy_uj").write_text(f"{energy_uj}\n")
     return folder / "energy_uj"
+
+
+ORIN_GPU_HZ = (
+    306_000_000,
+    408_000_000,
+    510_000_000,
+    612_000_000,
+    714_000_000,
+    816_000_000,
+    918_000_000,
+)
+ORIN_EMC_KHZ = (204_000, 665_600, 2_133_000, 3_199_000)
+
+
+def make_jetson_tree(
+    root: Path,
+    gpu: str = "17000000.ga10b",
+    gpu_hz: Sequence[int] = ORIN_GPU_HZ,
+    emc_khz: Sequence[int] | None = ORIN_EMC_KHZ,
+    rails: dict[str, tuple[int, int]] | None = None,
+) -> Path:
+    """``root`` with a Jetson's GPU devfreq node, BPMP EMC debugfs and INA3221 hwmon rails.
+
+    ``rails`` maps a label to (millivolts, milliamps); default: an Orin NX's ``VDD_IN`` at
+    5 V / 2 A, ``VDD_CPU_GPU_CV`` and an ``NC`` channel. ``emc_khz=None`` leaves debugfs out.
+    """
+    node = root / "class" / "devfreq" / gpu
+    node.mkdir(parents=True, exist_ok=True)
+    levels = sorted(gpu_hz)
+    files = {
+        "available_frequencies": " ".join(map(str, levels)),
+        "min_freq": str(levels[0]),
+        "max_freq": str(levels[-1]),
+        "cur_freq": str(levels[-1]),
+        "governor": "nvhost_podgov",
+    }
+    for name, text in files.items():
+        (node / name).write_text(text + "\n")
+    if emc_khz is not None:
+        debug = root / "kernel" / "debug" / "bpmp" / "debug"
+        (debug / "clk" / "emc").mkdir(parents=True, exist_ok=True)
+        (debug / "emc").mkdir(parents=True, exist_ok=True)
+        (debug / "emc" / "possible_rates").write_text(" ".join(map(str, sorted(emc_khz))) + "\n")
+        (debug / "clk" / "emc" / "rate").write_text(f"{max(emc_khz) * 1000}\n")
+        (debug / "clk" / "emc" / "mrq_rate_locked").write_text("0\n")
+    channels = (
+        rails
+        if rails is not None
+        else {
+            "VDD_IN": (5000, 2000),
+            "VDD_CPU_GPU_CV": (5000, 900),
+            "NC": (0, 0),
+        }
+    )
+    hwmon = root / "bus" / "i2c" / "drivers" / "ina3221" / "1-0040" / "hwmon" / "hwmon3"
+    hwmon.mkdir(parents=True, exist_ok=True)
+    for index, (label, (millivolts, milliamps)) in enumerate(channels.items(), start=1):
+        (hwmon / f"in{index}_label").write_text(label + "\n")
+        (hwmon / f"in{index}_input").write_text(f"{millivolts}\n")
+        (hwmon / f"curr{index}_input").write_text(f"{milliamps}\n")
+    return root

@@ -26,6 +26,7 @@ _ADAPTERS: dict[str, str] = {
     "command": "targets.command:CommandTarget",
     "cpufreq": "targets.cpufreq:CpuFreqTarget",
     "nvgpu": "targets.nvgpu:NvidiaGpuTarget",
+    "jetson": "targets.jetson:JetsonTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 

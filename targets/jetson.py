@@ -1,0 +1,299 @@
+"""NVIDIA Jetson GPU and memory (EMC) clocks as knobs, with energy from the INA3221 rails.
+
+The PolyThrottle knobs on a Jetson (TX2, Xavier, Orin), where NVML does not exist::
+
+    [target]
+    kind = "jetson"
+    command = ["python3", "-m", "targets.inference", "--batch", "{batch}", "--device", "cuda"]
+    metrics = ["requests", "requests_per_s", "p99_ms"]
+    gpu_mode = "pin"        # or "floor": only the governor's minimum (PolyThrottle's knob)
+    rails = ["VDD_IN"]      # INA3221 rails to sum for energy (default: the board input rail)
+    sysfs = "/sys"          # a fake tree in tests (targets/fake_sysfs.py)
+
+Knobs, read from the device: ``gpu_hz`` from the GPU devfreq node's
+``available_frequencies`` (the node under ``class/devfreq`` whose name holds gp10b, gv11b,
+ga10b, gb10b or gpu), and ``emc_khz`` from BPMP's ``possible_rates`` where debugfs is mounted
+(``kernel/debug/bpmp/debug/clk/emc``). Each trial writes the devfreq ``min_freq``/``max_freq``
+(order-safe, min <= max at every step), locks the EMC rate (``mrq_rate_locked = 1``, then
+``rate``) and reads both back (BPMP silently rounds rates it does not support: a rate that
+does not read back is INFEASIBLE), runs the workload as the command target does, and samples
+the selected rails (``inN_input`` mV x ``currN_input`` mA, the hwmon layout of JetPack 5 and
+later) every ``sample_s`` to report ``energy_j``, ``power_w`` and ``energy_j_per_request``.
+Restore writes the original devfreq limits and EMC rate back and unlocks the EMC, after
+every trial and at close. Writing these files needs root. The ``nvpmodel`` power mode caps
+every range: run under MAXN (or the mode to tune within).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from targets.base import Target, option_names_list, option_number
+from targets.command import CommandTarget
+from targets.sysfs import read_int, read_text, write
+from tuner.errors import ConfigRejected, TargetError, ValidationError
+from tuner.space import Config, Knob, OrdinalKnob, SearchSpace
+
+DEVFREQ = Path("class") / "devfreq"
+EMC = Path("kernel") / "debug" / "bpmp" / "debug" / "clk" / "emc"
+INA = Path("bus") / "i2c" / "drivers" / "ina3221"
+GPU_NAMES = ("gp10b", "gv11b", "ga10b", "gb10b", "gpu")
+INPUT_RAILS = ("VDD_IN", "POM_5V_IN", "VIN_SYS_5V0")
+GPU_MODES = ("pin", "floor")
+
+
+@dataclass(frozen=True)
+class Rail:
+    """One INA3221 channel: its label and the hwmon files of voltage (mV) and current (mA)."""
+
+    label: str
+    volts: Path
+    amps: Path
+
+    def milliwatts(self) -> float:
+        return read_int(self.volts) * read_int(self.amps) / 1000
+
+
+def find_rails(root: Path) -> list[Rail]:
+    """Every labelled INA3221 channel (not ``NC``, not the shunt-sum channel 7)."""
+    rails = []
+    for label in sorted((root / INA).glob("*/hwmon/hwmon*/in*_label")):
+        channel = label.name[2 : -len("_label")]
+        name = read_text(label)
+        if name == "NC" or channel == "7" or "sum" in name.lower():
+            continue
+        rails.append(
+            Rail(
+                name, label.with_name(f"in{channel}_input"), label.with_name(f"curr{channel}_input")
+            )
+        )
+    return rails
+
+
+class JetsonTarget(Target):
+    """GPU devfreq and EMC clocks of a Jetson, INA3221 energy (see the module doc)."""
+
+    kind: ClassVar[str] = "jetson"
+
+    def __init__(
+        self,
+        *,
+        command: Any = None,
+        metrics: Any = None,
+        gpu_mode: Any = "pin",
+        rails: Any = None,
+        sysfs: Any = "/sys",
+        sample_s: Any = 0.05,
+        timeout_s: Any = 600.0,
+        env: Any = None,
+        workdir: Any = None,
+    ) -> None:
+        self.workload = CommandTarget(
+            command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+        )
+        if gpu_mode not in GPU_MODES:
+            raise ValidationError("target.gpu_mode", f"got {gpu_mode!r}", GPU_MODES)
+        self.gpu_mode = gpu_mode
+        if not isinstance(sysfs, str) or not Path(sysfs).is_dir():
+            raise ValidationError("target.sysfs", f"{sysfs!r} is not a directory", "a sysfs root")
+        self.root = Path(sysfs)
+        self.sample_s = option_number("sample_s", sample_s, 0.001, 10.0)
+        self.gpu = self._find_gpu()
+        self.gpu_levels = tuple(
+            sorted(int(v) for v in sysfs_read(self.gpu / "available_frequencies").split())
+        )
+        self.gpu_limits = (
+            read_int(self.gpu / "min_freq"),
+            read_int(self.gpu / "max_freq"),
+        )
+        emc = self.root / EMC
+        self.emc = emc if (emc / "rate").exists() else None
+        self.emc_levels: tuple[int, ...] = ()
+        self.emc_rate = read_int(emc / "rate") if self.emc is not None else 0
+        if self.emc is not None:
+            rates = self.emc / "possible_rates"
+            if not rates.exists():
+                rates = self.emc.parent.parent / "emc" / "possible_rates"  # .../bpmp/debug/emc
+            self.emc_levels = tuple(sorted(int(v) for v in sysfs_read(rates).split()))
+        all_rails = find_rails(self.root)
+        wanted = option_names_list("rails", rails)
+        if wanted is None:
+            wanted = [r.label for r in all_rails if r.label in INPUT_RAILS][:1]
+        labels = [r.label for r in all_rails]
+        for name in wanted:
+            if name not in labels:
+                raise ValidationError(f"target.rails.{name}", "no such INA3221 rail", labels)
+        self.rails = [r for r in all_rails if r.label in wanted]
+        self._active = False
+
+    def _find_gpu(self) -> Path:
+        nodes = sorted((self.root / DEVFREQ).glob("*"))
+        for node in nodes:
+            if (
+                any(token in node.name for token in GPU_NAMES)
+                and (node / "available_frequencies").exists()
+            ):
+                return node
+        raise ValidationError(
+            "target.sysfs",
+            f"no Jetson GPU devfreq node under {self.root / DEVFREQ} "
+            f"(names with {', '.join(GPU_NAMES)})",
+            [n.name for n in nodes] or "a Jetson's sysfs",
+        )
+
+    # -- the adapter ------------------------------------------------------------------
+    def describe_knobs(self) -> tuple[Knob, ...]:
+        knobs: list[Knob] = [
+            OrdinalKnob(
+                "gpu_hz",
+                choices=self.gpu_levels,
+                default=self.gpu_levels[-1],
+                unit="Hz",
+                description=f"GPU clock ({self.gpu_mode}) of {self.gpu.name}",
+            )
+        ]
+        if len(self.emc_levels) > 1:
+            knobs.append(
+                OrdinalKnob(
+                    "emc_khz",
+                    choices=self.emc_levels,
+                    default=self.emc_levels[-1],
+                    unit="kHz",
+                    description="memory (EMC) clock, locked through BPMP",
+                )
+            )
+        return tuple(knobs)
+
+    def describe_metrics(self) -> dict[str, str]:
+        metrics = self.workload.describe_metrics()
+        if self.rails:
+            names = "+".join(r.label for r in self.rails)
+            metrics["energy_j"] = f"energy of {names} during the workload (INA3221), joules"
+            metrics["power_w"] = f"mean power of {names}, watts"
+            if "requests" in metrics:
+                metrics["energy_j_per_request"] = "energy_j / requests"
+        return metrics
+
+    def check_space(self, space: SearchSpace) -> None:
+        self.workload.check_space(space)
+
+    def setup(self) -> None:
+        self._active = True
+        self.workload.setup()
+
+    def close(self) -> None:
+        try:
+            if self._active:
+                self._reset()
+        finally:
+            self._active = False
+            self.workload.close()
+
+    def apply(self, config: Config) -> None:
+        self.workload.apply(config)
+        if "gpu_hz" in config:
+            hz = int(config["gpu_hz"])  # type: ignore[arg-type]
+            high = hz if self.gpu_mode == "pin" else self.gpu_limits[1]
+            self._set_gpu(hz, max(hz, high))
+            got = (read_int(self.gpu / "min_freq"), read_int(self.gpu / "max_freq"))
+            if got != (hz, max(hz, high)):
+                raise ConfigRejected(
+                    f"GPU devfreq asked [{hz}, {max(hz, high)}] Hz, kept {list(got)}"
+                )
+        if "emc_khz" in config and self.emc is not None:
+            khz = int(config["emc_khz"])  # type: ignore[arg-type]
+            _write(self.emc / "mrq_rate_locked", "1")
+            _write(self.emc / "rate", str(khz * 1000))
+            got_hz = read_int(self.emc / "rate")
+            if got_hz != khz * 1000:
+                raise ConfigRejected(f"EMC rate {khz} kHz not taken by BPMP (reads {got_hz} Hz)")
+
+    def measure(self) -> dict[str, float]:
+        if not self.rails:
+            return self.workload.measure()
+        sampler = _RailSampler(self.rails, self.sample_s)
+        sampler.start()
+        started = time.monotonic()
+        try:
+            metrics = self.workload.measure()
+        finally:
+            joules = sampler.stop()
+            seconds = time.monotonic() - started
+        out = {**metrics, "energy_j": joules, "power_w": joules / max(seconds, 1e-9)}
+        if out.get("requests", 0) > 0:
+            out["energy_j_per_request"] = joules / out["requests"]
+        return out
+
+    def restore(self) -> None:
+        try:
+            self._reset()
+        finally:
+            self.workload.restore()
+
+    # -- helpers ------------------------------------------------------------------------
+    def _set_gpu(self, low: int, high: int) -> None:
+        current_high = read_int(self.gpu / "max_freq")
+        order = [("max_freq", high), ("min_freq", low)]
+        if high < current_high:
+            order.reverse()  # lowering: min first
+        for name, value in order:
+            _write(self.gpu / name, str(value))
+
+    def _reset(self) -> None:
+        _write(self.gpu / "max_freq", str(self.gpu_levels[-1]))
+        _write(self.gpu / "min_freq", str(self.gpu_limits[0]))
+        _write(self.gpu / "max_freq", str(self.gpu_limits[1]))
+        if self.emc is not None and read_int(self.emc / "mrq_rate_locked") == 1:
+            _write(self.emc / "rate", str(self.emc_rate))  # back where it was, then unlock
+            _write(self.emc / "mrq_rate_locked", "0")
+
+
+class _RailSampler:
+    """Integrates the summed rail power over time in a thread (trapezoid rule)."""
+
+    def __init__(self, rails: list[Rail], period_s: float) -> None:
+        self.rails = rails
+        self.period_s = period_s
+        self.joules = 0.0
+        self._last: tuple[float, float] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ina-sample", daemon=True)
+
+    def start(self) -> None:
+        self._sample()
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return self.joules
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        try:
+            watts = sum(r.milliwatts() for r in self.rails) / 1000
+        except (OSError, ValueError):
+            return
+        now = time.monotonic()
+        if self._last is not None:
+            self.joules += (watts + self._last[1]) / 2 * (now - self._last[0])
+        self._last = (now, watts)
+
+
+def sysfs_read(path: Path) -> str:
+    try:
+        return read_text(path)
+    except OSError as exc:
+        raise TargetError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _write(path: Path, text: str) -> None:
+    write(path, text, "Jetson clock control")
