@@ -114,7 +114,7 @@ class CommandTarget(Target):
                         f"{arg!r} has a placeholder, but {name} runs without a configuration",
                         "literal arguments ({{ and }} for braces)",
                     )
-        self.metrics = _metric_names(metrics)
+        self.metrics = metric_names(metrics)
         self.timeout_s = option_number("timeout_s", timeout_s, 0.0, MAX_TIMEOUT_S, open_low=True)
         self.infeasible_exit_codes = _exit_codes(infeasible_exit_codes)
         if metrics_file is not None and (not isinstance(metrics_file, str) or not metrics_file):
@@ -452,7 +452,7 @@ def _argv(name: str, value: Any, required: bool = False) -> list[str] | None:
     return list(value)
 
 
-def _metric_names(value: Any) -> tuple[str, ...]:
+def metric_names(value: Any) -> tuple[str, ...]:
     allowed = 'a non-empty list of metric names, e.g. ["mb_per_s", "ratio"]'
     if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
         raise ValidationError("target.metrics", f"got {value!r}", allowed)

@@ -27,6 +27,7 @@ _ADAPTERS: dict[str, str] = {
     "cpufreq": "targets.cpufreq:CpuFreqTarget",
     "nvgpu": "targets.nvgpu:NvidiaGpuTarget",
     "jetson": "targets.jetson:JetsonTarget",
+    "replay": "targets.replay:ReplayTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 
