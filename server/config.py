@@ -107,7 +107,7 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
     named = target_table.get("knobs")
     target = build_target(kind, target_table)
     if "knobs" in study:
-        knobs = _listed_knobs(study.pop("knobs"))
+        knobs = _listed_knobs(study.pop("knobs"), target.describe_knobs())
     elif not target.describe_knobs():
         raise ValidationError(
             "study.knobs",
@@ -135,10 +135,28 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
     return SessionConfig(spec, target, trials, db, plot, confirm)
 
 
-def _listed_knobs(listed: Any) -> tuple[Knob, ...]:
+def _listed_knobs(listed: Any, catalog: tuple[Knob, ...] = ()) -> tuple[Knob, ...]:
+    """The study's own knob list; an entry with only a ``name`` takes the target's knob.
+
+    So a study can tune catalog knobs (read from the device) together with knobs of its own
+    (a workload's batch size): ``[{ name = "sm_mhz" }, { name = "batch", kind = "int", ...}]``.
+    """
     if not isinstance(listed, list):
         raise ValidationError("study.knobs", f"got {listed!r}", "a list of knob tables")
-    return tuple(knob_from_dict(k, f"study.knobs[{i}]") for i, k in enumerate(listed))
+    by_name = {k.name: k for k in catalog}
+    knobs = []
+    for i, entry in enumerate(listed):
+        if isinstance(entry, dict) and set(entry) == {"name"}:
+            if entry["name"] not in by_name:
+                raise ValidationError(
+                    f"study.knobs[{i}].name",
+                    f"{entry['name']!r} is not a knob of the target (give its kind and range)",
+                    tuple(by_name) or "no catalog: list kind and range",
+                )
+            knobs.append(by_name[entry["name"]])
+        else:
+            knobs.append(knob_from_dict(entry, f"study.knobs[{i}]"))
+    return tuple(knobs)
 
 
 def _tunable(knobs: tuple[Knob, ...], allow_unsafe: object, named: object) -> tuple[Knob, ...]:

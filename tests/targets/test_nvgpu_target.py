@@ -196,3 +196,22 @@ def test_on_a_real_gpu_locks_measures_and_restores(tmp_path: Path) -> None:
     high, mid = (results[c][0] for c in (sm[-1], sm[len(sm) // 2]))
     assert mid["sm_mhz_seen"] <= sm[len(sm) // 2] + 15
     assert mid["gpu_power_w"] < high["gpu_power_w"]
+
+
+def test_the_gpu_example_config_mixes_device_and_workload_knobs(gpu: FakeDevice) -> None:
+    import tomllib
+
+    from server.config import parse_config
+
+    root = Path(__file__).resolve().parents[2]
+    data = tomllib.loads((root / "examples" / "gpu_inference.toml").read_text(encoding="utf-8"))
+    data["target"]["nvml"] = "targets.fake_nvml"
+    config = parse_config(data, {})
+    space = config.spec.space
+    assert space.names == ("sm_mhz", "power_w", "batch")
+    assert len(space["sm_mhz"].choices) == 24  # type: ignore[attr-defined]
+    assert space["power_w"].default == 700
+    data["study"]["knobs"][0] = {"name": "sm_clock"}
+    with pytest.raises(ValidationError) as info:
+        parse_config(data, {})
+    assert info.value.field == "study.knobs[0].name" and "sm_mhz" in str(info.value)
