@@ -53,9 +53,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from server.config import DEFAULT_DB, load_config, load_study
+from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
 from server.plot import plot_convergence
-from server.session import Confirmation, SessionResult, confirm, run_session
+from server.session import Confirmation, SessionResult, confirm, run_phases, run_session
 from server.storage import SQLiteStorage
 from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
@@ -90,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     overrides = {"trials": args.trials, "db": args.db, "plot": args.plot, "name": args.name}
     config = load_config(args.config, overrides)
+    if config.phases:
+        return _tune_phases(args, config)
     spec = config.spec
     with terminate_on_sigterm(), _api(args.server, config.db, writable=True) as api:
         where = args.server or str(config.db)
@@ -124,6 +126,55 @@ def cmd_tune(args: argparse.Namespace) -> int:
         saved = config.plot.with_name(config.plot.stem + "-confirm.json")
         saved.write_text(json.dumps(_confirmation_dict(confirmation), indent=2) + "\n")
         out.print(f"re-measurements: {saved}")
+    return 0
+
+
+def _tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
+    """``tune`` with ``[session] phases``: one study per phase, the other knobs held."""
+    spec, phases = config.spec, config.phases
+    with terminate_on_sigterm(), _api(args.server, config.db, writable=True) as api:
+        out.print(
+            f"study [bold]{spec.name}[/]: {len(spec.space)} knobs in {len(phases)} phases, "
+            f"{config.trials} trials, target {config.target.kind}, results in "
+            f"{args.server or config.db}",
+            highlight=False,
+        )
+        out.print(f"preparing the {config.target.kind} target...")
+        with config.target as target, _progress() as progress:
+            task = progress.add_task("phase 1", total=config.trials, best="-")
+            state: dict[str, Any] = {"spec": spec, "offset": 0}
+
+            def on_phase(index: int, sub: StudySpec, held: dict[str, Any]) -> None:
+                state.update(spec=sub, offset=sum(p.trials for p in phases[:index]))
+                progress.update(task, description=f"phase {index + 1}")
+                holding = ", ".join(f"{k}={_fmt(v)}" for k, v in held.items()) or "nothing"
+                out.print(
+                    f"phase {index + 1} ({sub.name}): tuning {', '.join(sub.space.names)}; "
+                    f"holding {holding}",
+                    highlight=False,
+                )
+
+            def on_trial(trial: Trial, finished: int) -> None:
+                sub = state["spec"]
+                best = best_trial(sub, api.list_trials(sub.name))
+                value = f"{best.metrics[sub.objective.name]:.4g}" if best else "none feasible"
+                progress.update(task, completed=state["offset"] + finished, best=value)
+
+            results = run_phases(api, target, spec, phases, on_trial, on_phase)
+    for index, phase in enumerate(results):
+        out.print(f"[bold]phase {index + 1}[/]", highlight=False)
+        _print_result(phase.result)
+        stem = config.plot.with_name(f"{config.plot.stem}-phase{index + 1}{config.plot.suffix}")
+        out.print(
+            f"convergence plot: {plot_convergence(phase.result.spec, phase.result.trials, stem)}"
+        )
+    final = results[-1].best_config
+    if final is not None:
+        out.print("[bold]best configuration over all phases[/]")
+        table = Table(show_header=False)
+        for key, value in final.items():
+            table.add_row(key, _fmt(value))
+        out.print(table)
     return 0
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from server.session import Phase
 from targets.base import Target
 from targets.registry import build_target
 from tuner.errors import ValidationError
@@ -38,7 +39,7 @@ from tuner.space import BoolKnob, Knob, knob_from_dict
 from tuner.study import StudySpec
 
 _TABLES = ("study", "target", "session")
-_SESSION_KEYS = ("trials", "db", "plot", "confirm")
+_SESSION_KEYS = ("trials", "db", "plot", "confirm", "phases")
 DEFAULT_DB = Path("runs/tuner.db")
 
 
@@ -52,6 +53,7 @@ class SessionConfig:
     db: Path
     plot: Path
     confirm: int = 0  # repeats of the default and the best few after the session (0: none)
+    phases: tuple[Phase, ...] = ()  # tune these knob groups one after another (see run_phases)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SessionConfig:
@@ -132,7 +134,58 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         raise ValidationError(
             "session.confirm", f"got {confirm!r}", "an integer in [0, 100] (0: no re-measuring)"
         )
-    return SessionConfig(spec, target, trials, db, plot, confirm)
+    phases = _phases(session.get("phases"), spec, "trials" in session or overrides.get("trials"))
+    if phases:
+        trials = sum(p.trials for p in phases)
+        if confirm:
+            raise ValidationError("session.confirm", "not available with phases yet", "0")
+    return SessionConfig(spec, target, trials, db, plot, confirm, phases)
+
+
+def _phases(value: Any, spec: StudySpec, trials_given: Any) -> tuple[Phase, ...]:
+    """``[session] phases``: a list of ``{ knobs = [...], trials = N }`` tables."""
+    if value is None:
+        return ()
+    allowed = 'a list of { knobs = ["name", ...], trials = N } tables'
+    if not isinstance(value, list) or not value:
+        raise ValidationError("session.phases", f"got {value!r}", allowed)
+    if trials_given:
+        raise ValidationError("session.trials", "with phases, each phase sets its trials", allowed)
+    if spec.parameter_constraints or spec.embedding is not None:
+        raise ValidationError(
+            "session.phases",
+            "phases cannot be combined with parameter_constraints or an embedding",
+        )
+    seen: set[str] = set()
+    phases = []
+    for i, entry in enumerate(value):
+        where = f"session.phases[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"knobs", "trials"}:
+            raise ValidationError(where, f"got {entry!r}", allowed)
+        knobs, trials = entry["knobs"], entry["trials"]
+        if not isinstance(knobs, list) or not knobs:
+            raise ValidationError(
+                f"{where}.knobs", f"got {knobs!r}", "a non-empty list of knob names"
+            )
+        for j, name in enumerate(knobs):
+            if name not in spec.space:
+                raise ValidationError(
+                    f"{where}.knobs[{j}]", f"unknown knob {name!r}", spec.space.names
+                )
+            if name in seen:
+                raise ValidationError(f"{where}.knobs[{j}]", f"{name!r} is in an earlier phase")
+            seen.add(name)
+        if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= 100_000:
+            raise ValidationError(f"{where}.trials", f"got {trials!r}", "an integer in [1, 100000]")
+        phases.append(Phase(tuple(knobs), trials))
+    for knob in spec.space.knobs:
+        if knob.default is None and any(knob.name not in p.knobs for p in phases):
+            raise ValidationError(
+                f"knobs.{knob.name}.default",
+                "a knob held during a phase needs a default",
+                "a default value for the knob",
+            )
+    return tuple(phases)
 
 
 def _listed_knobs(listed: Any, catalog: tuple[Knob, ...] = ()) -> tuple[Knob, ...]:

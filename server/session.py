@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 import socket
 import statistics
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from targets.base import Target
-from tuner.errors import TargetError
+from tuner.errors import TargetError, ValidationError
+from tuner.space import Config, Knob, Scalar
 from tuner.study import Goal, StudySpec
 from tuner.trial import Trial, TrialStatus, best_trial, is_feasible
 
@@ -108,6 +109,109 @@ def run_session(
         if failures >= _MAX_CONSECUTIVE_FAILURES:
             raise TargetError(f"{failures} trials in a row failed; last reason: {outcome.reason}")
     return summarize(spec, api.list_trials(spec.name))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a phased session: the knobs it tunes and its trial budget."""
+
+    knobs: tuple[str, ...]
+    trials: int
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """A finished phase: its study's result and the values it held the other knobs at."""
+
+    result: SessionResult
+    held: dict[str, Scalar]
+
+    @property
+    def best_config(self) -> dict[str, Scalar] | None:
+        best = self.result.best
+        return None if best is None else {**self.held, **best.config}
+
+
+class HeldKnobs(Target):
+    """``inner`` with some knobs held at fixed values: a phase tunes only the others.
+
+    Set-up and close stay with ``inner`` (the caller's ``with`` block); every trial applies
+    the held values together with the phase's configuration.
+    """
+
+    def __init__(self, inner: Target, held: Mapping[str, Scalar]) -> None:
+        self.inner = inner
+        self.held = dict(held)
+
+    def describe_knobs(self) -> tuple[Knob, ...]:
+        return self.inner.describe_knobs()
+
+    def describe_metrics(self) -> dict[str, str]:
+        return self.inner.describe_metrics()
+
+    def apply(self, config: Config) -> None:
+        self.inner.apply({**self.held, **config})
+
+    def measure(self) -> dict[str, float]:
+        return self.inner.measure()
+
+    def restore(self) -> None:
+        self.inner.restore()
+
+
+def phase_spec(spec: StudySpec, index: int, phase: Phase) -> StudySpec:
+    """The study of phase ``index`` (0-based): ``spec`` over the phase's knobs only."""
+    data = spec.to_dict()
+    data["name"] = f"{spec.name}-phase{index + 1}"
+    data.pop("knobs", None)
+    knobs = tuple(spec.space[name] for name in phase.knobs)
+    return StudySpec.from_dict(data, knobs=knobs)
+
+
+def run_phases(
+    api: TuningAPI,
+    target: Target,
+    spec: StudySpec,
+    phases: Sequence[Phase],
+    on_trial: Callable[[Trial, int], None] | None = None,
+    on_phase: Callable[[int, StudySpec, dict[str, Scalar]], None] | None = None,
+) -> list[PhaseResult]:
+    """Tune the knobs phase by phase (PolyThrottle's two-phase mode, say).
+
+    Phase ``i`` is its own study, ``<name>-phase<i>``, over its knobs; every other knob is
+    held: at the best value an earlier phase found for it, else at its default. A rerun
+    resumes each phase's study where it stopped.
+
+    Raises:
+        TargetError: As ``run_session``; or an earlier phase found no feasible
+            configuration, so there is nothing to hold its knobs at.
+    """
+    found: dict[str, Scalar] = {}
+    results: list[PhaseResult] = []
+    for index, phase in enumerate(phases):
+        sub = phase_spec(spec, index, phase)
+        held: dict[str, Scalar] = {}
+        for knob in spec.space.knobs:
+            value = found.get(knob.name, knob.default)
+            if knob.name in phase.knobs:
+                continue
+            if value is None:
+                raise ValidationError(
+                    f"knobs.{knob.name}.default", "a knob held during a phase needs a default"
+                )
+            held[knob.name] = value
+        if on_phase is not None:
+            on_phase(index, sub, held)
+        result = run_session(api, HeldKnobs(target, held), sub, phase.trials, on_trial)
+        done = PhaseResult(result, held)
+        results.append(done)
+        if result.best is None:
+            raise TargetError(
+                f"phase {index + 1} ({', '.join(phase.knobs)}) found no feasible configuration; "
+                "later phases have nothing to hold its knobs at"
+            )
+        found.update(result.best.config)
+    return results
 
 
 def summarize(spec: StudySpec, trials: list[Trial]) -> SessionResult:
