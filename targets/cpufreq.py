@@ -34,17 +34,17 @@ for it is rejected with the metrics that are available.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from targets import sysfs
-from targets.base import Target, option_int, option_names_list
+from targets.base import option_int, option_names_list
 from targets.command import CommandTarget
+from targets.device import DeviceTarget
 from targets.rapl import RaplMeter
 from tuner.errors import ConfigRejected, ValidationError
-from tuner.space import Config, Knob, OrdinalKnob, SearchSpace
+from tuner.space import Config, Knob, OrdinalKnob
 
 CPUFREQ = Path("devices") / "system" / "cpu" / "cpufreq"
 MODES = ("pin", "cap")
@@ -94,23 +94,21 @@ class Policy:
 
     def set_limits(self, low: int, high: int) -> None:
         """Write min and max in an order the kernel accepts (min <= max at every step)."""
-        _, current_high = self.limits()
-        order = [("scaling_max_freq", high), ("scaling_min_freq", low)]
-        if high < current_high:  # lowering: min first, so min never exceeds max
-            order.reverse()
-        for name, value in order:
-            _write(self.path / name, str(value))
+        low_file, high_file = self.path / "scaling_min_freq", self.path / "scaling_max_freq"
+        sysfs.write_range(low_file, high_file, low, high, _write)
 
     def restore(self) -> None:
-        _write(self.path / "scaling_max_freq", str(self.hw_max_khz))  # room for any min
-        _write(self.path / "scaling_min_freq", str(self.min_khz))
-        _write(self.path / "scaling_max_freq", str(self.max_khz))
+        low_file, high_file = self.path / "scaling_min_freq", self.path / "scaling_max_freq"
+        sysfs.restore_range(
+            low_file, high_file, self.min_khz, self.max_khz, self.hw_max_khz, _write
+        )
 
 
-class CpuFreqTarget(Target):
+class CpuFreqTarget(DeviceTarget):
     """CPU frequency levels plus a workload command (see the module doc)."""
 
     kind: ClassVar[str] = "cpufreq"
+    energy_source = "the CPU package (RAPL)"
 
     def __init__(
         self,
@@ -126,8 +124,10 @@ class CpuFreqTarget(Target):
         workdir: Any = None,
         dram: Any = False,
     ) -> None:
-        self.workload = CommandTarget(
-            command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+        super().__init__(
+            CommandTarget(
+                command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+            )
         )
         if mode not in MODES:
             raise ValidationError("target.mode", f"got {mode!r}", MODES)
@@ -141,7 +141,6 @@ class CpuFreqTarget(Target):
             raise ValidationError("target.dram", f"got {dram!r}", "true or false")
         self.policies = self._discover()
         self.meter = RaplMeter.find(self.sysfs, dram)
-        self._saved = False
 
     # -- discovery ----------------------------------------------------------------------
     def _discover(self) -> list[Policy]:
@@ -191,69 +190,26 @@ class CpuFreqTarget(Target):
             ),
         )
 
-    def describe_metrics(self) -> dict[str, str]:
-        metrics = self.workload.describe_metrics()
-        if self.meter is not None:
-            metrics["energy_j"] = "CPU package energy during the workload (RAPL), joules"
-            metrics["power_w"] = "mean CPU package power during the workload, watts"
-            if "requests" in metrics:
-                metrics["energy_j_per_request"] = "energy_j / requests"
-        return metrics
-
-    def check_space(self, space: SearchSpace) -> None:
-        self.workload.check_space(space)
-
-    def setup(self) -> None:
-        self._saved = True  # every policy's state was read at construction
-        self.workload.setup()
-
-    def close(self) -> None:
-        try:
-            if self._saved:
-                self._restore_policies()
-        finally:
-            self._saved = False
-            self.workload.close()
-
-    def apply(self, config: Config) -> None:
-        self.workload.apply(config)
+    def set_device(self, config: Config) -> None:
         if KNOB not in config:
             return
         khz = int(config[KNOB])  # type: ignore[arg-type]
         for policy in self.policies:
-            low = khz if self.mode == "pin" else policy.min_khz
-            policy.set_limits(min(low, khz), khz)
+            low = min(khz if self.mode == "pin" else policy.min_khz, khz)
+            policy.set_limits(low, khz)
             got = policy.limits()
             if got[1] != khz or (self.mode == "pin" and got[0] != khz):
                 raise ConfigRejected(
-                    f"{policy.path.name}: asked for [{min(low, khz)}, {khz}] kHz, the kernel "
+                    f"{policy.path.name}: asked for [{low}, {khz}] kHz, the kernel "
                     f"kept [{got[0]}, {got[1]}] (a platform or thermal limit)"
                 )
 
-    def measure(self) -> dict[str, float]:
-        if self.meter is None:
-            return self.workload.measure()
-        self.meter.start()
-        started = time.perf_counter()
-        try:
-            metrics = self.workload.measure()
-        finally:
-            joules = self.meter.stop()
-            seconds = time.perf_counter() - started
-        metrics = {**metrics, "energy_j": joules, "power_w": joules / max(seconds, 1e-9)}
-        if metrics.get("requests", 0) > 0:  # an inference workload (targets/inference.py)
-            metrics["energy_j_per_request"] = joules / metrics["requests"]
-        return metrics
-
-    def restore(self) -> None:
-        try:
-            self._restore_policies()
-        finally:
-            self.workload.restore()
-
-    def _restore_policies(self) -> None:
+    def reset_device(self) -> None:
         for policy in self.policies:
             policy.restore()
+
+    def energy_meter(self) -> RaplMeter | None:
+        return self.meter
 
 
 def _write(path: Path, text: str) -> None:

@@ -26,17 +26,16 @@ every range: run under MAXN (or the mode to tune within).
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from targets.base import Target, option_names_list, option_number
+from targets.base import option_names_list, option_number
 from targets.command import CommandTarget
-from targets.sysfs import read_int, read_text, write
+from targets.device import DeviceTarget, SampledPower
+from targets.sysfs import read_int, read_text, restore_range, write, write_range
 from tuner.errors import ConfigRejected, TargetError, ValidationError
-from tuner.space import Config, Knob, OrdinalKnob, SearchSpace
+from tuner.space import Config, Knob, OrdinalKnob
 
 DEVFREQ = Path("class") / "devfreq"
 EMC = Path("kernel") / "debug" / "bpmp" / "debug" / "clk" / "emc"
@@ -74,7 +73,7 @@ def find_rails(root: Path) -> list[Rail]:
     return rails
 
 
-class JetsonTarget(Target):
+class JetsonTarget(DeviceTarget):
     """GPU devfreq and EMC clocks of a Jetson, INA3221 energy (see the module doc)."""
 
     kind: ClassVar[str] = "jetson"
@@ -92,8 +91,10 @@ class JetsonTarget(Target):
         env: Any = None,
         workdir: Any = None,
     ) -> None:
-        self.workload = CommandTarget(
-            command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+        super().__init__(
+            CommandTarget(
+                command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+            )
         )
         if gpu_mode not in GPU_MODES:
             raise ValidationError("target.gpu_mode", f"got {gpu_mode!r}", GPU_MODES)
@@ -128,7 +129,7 @@ class JetsonTarget(Target):
             if name not in labels:
                 raise ValidationError(f"target.rails.{name}", "no such INA3221 rail", labels)
         self.rails = [r for r in all_rails if r.label in wanted]
-        self._active = False
+        self.energy_source = "+".join(r.label for r in self.rails) + " (INA3221)"
 
     def _find_gpu(self) -> Path:
         nodes = sorted((self.root / DEVFREQ).glob("*"))
@@ -168,42 +169,14 @@ class JetsonTarget(Target):
             )
         return tuple(knobs)
 
-    def describe_metrics(self) -> dict[str, str]:
-        metrics = self.workload.describe_metrics()
-        if self.rails:
-            names = "+".join(r.label for r in self.rails)
-            metrics["energy_j"] = f"energy of {names} during the workload (INA3221), joules"
-            metrics["power_w"] = f"mean power of {names}, watts"
-            if "requests" in metrics:
-                metrics["energy_j_per_request"] = "energy_j / requests"
-        return metrics
-
-    def check_space(self, space: SearchSpace) -> None:
-        self.workload.check_space(space)
-
-    def setup(self) -> None:
-        self._active = True
-        self.workload.setup()
-
-    def close(self) -> None:
-        try:
-            if self._active:
-                self._reset()
-        finally:
-            self._active = False
-            self.workload.close()
-
-    def apply(self, config: Config) -> None:
-        self.workload.apply(config)
+    def set_device(self, config: Config) -> None:
         if "gpu_hz" in config:
             hz = int(config["gpu_hz"])  # type: ignore[arg-type]
-            high = hz if self.gpu_mode == "pin" else self.gpu_limits[1]
-            self._set_gpu(hz, max(hz, high))
+            high = hz if self.gpu_mode == "pin" else max(hz, self.gpu_limits[1])
+            write_range(self.gpu / "min_freq", self.gpu / "max_freq", hz, high, _write)
             got = (read_int(self.gpu / "min_freq"), read_int(self.gpu / "max_freq"))
-            if got != (hz, max(hz, high)):
-                raise ConfigRejected(
-                    f"GPU devfreq asked [{hz}, {max(hz, high)}] Hz, kept {list(got)}"
-                )
+            if got != (hz, high):
+                raise ConfigRejected(f"GPU devfreq asked [{hz}, {high}] Hz, kept {list(got)}")
         if "emc_khz" in config and self.emc is not None:
             khz = int(config["emc_khz"])  # type: ignore[arg-type]
             _write(self.emc / "mrq_rate_locked", "1")
@@ -212,80 +185,24 @@ class JetsonTarget(Target):
             if got_hz != khz * 1000:
                 raise ConfigRejected(f"EMC rate {khz} kHz not taken by BPMP (reads {got_hz} Hz)")
 
-    def measure(self) -> dict[str, float]:
-        if not self.rails:
-            return self.workload.measure()
-        sampler = _RailSampler(self.rails, self.sample_s)
-        sampler.start()
-        started = time.monotonic()
-        try:
-            metrics = self.workload.measure()
-        finally:
-            joules = sampler.stop()
-            seconds = time.monotonic() - started
-        out = {**metrics, "energy_j": joules, "power_w": joules / max(seconds, 1e-9)}
-        if out.get("requests", 0) > 0:
-            out["energy_j_per_request"] = joules / out["requests"]
-        return out
-
-    def restore(self) -> None:
-        try:
-            self._reset()
-        finally:
-            self.workload.restore()
-
-    # -- helpers ------------------------------------------------------------------------
-    def _set_gpu(self, low: int, high: int) -> None:
-        current_high = read_int(self.gpu / "max_freq")
-        order = [("max_freq", high), ("min_freq", low)]
-        if high < current_high:
-            order.reverse()  # lowering: min first
-        for name, value in order:
-            _write(self.gpu / name, str(value))
-
-    def _reset(self) -> None:
-        _write(self.gpu / "max_freq", str(self.gpu_levels[-1]))
-        _write(self.gpu / "min_freq", str(self.gpu_limits[0]))
-        _write(self.gpu / "max_freq", str(self.gpu_limits[1]))
+    def reset_device(self) -> None:
+        low, high = self.gpu_limits
+        ceiling = self.gpu_levels[-1]
+        restore_range(self.gpu / "min_freq", self.gpu / "max_freq", low, high, ceiling, _write)
         if self.emc is not None and read_int(self.emc / "mrq_rate_locked") == 1:
             _write(self.emc / "rate", str(self.emc_rate))  # back where it was, then unlock
             _write(self.emc / "mrq_rate_locked", "0")
 
+    def energy_meter(self) -> SampledPower | None:
+        if not self.rails:
+            return None
+        return SampledPower(self._watts, self.sample_s)
 
-class _RailSampler:
-    """Integrates the summed rail power over time in a thread (trapezoid rule)."""
-
-    def __init__(self, rails: list[Rail], period_s: float) -> None:
-        self.rails = rails
-        self.period_s = period_s
-        self.joules = 0.0
-        self._last: tuple[float, float] | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ina-sample", daemon=True)
-
-    def start(self) -> None:
-        self._sample()
-        self._thread.start()
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-        return self.joules
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self._sample()
-
-    def _sample(self) -> None:
+    def _watts(self) -> float | None:
         try:
-            watts = sum(r.milliwatts() for r in self.rails) / 1000
+            return sum(r.milliwatts() for r in self.rails) / 1000
         except (OSError, ValueError):
-            return
-        now = time.monotonic()
-        if self._last is not None:
-            self.joules += (watts + self._last[1]) / 2 * (now - self._last[0])
-        self._last = (now, watts)
+            return None
 
 
 def sysfs_read(path: Path) -> str:

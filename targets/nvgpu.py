@@ -33,24 +33,26 @@ module is imported when the target is built (``nvml = "pynvml"``, from ``nvidia-
 from __future__ import annotations
 
 import importlib
-import threading
 import time
 from types import ModuleType
 from typing import Any, ClassVar
 
-from targets.base import Target, option_int, option_number
+from targets.base import option_int, option_number
 from targets.command import CommandTarget
+from targets.device import DeviceTarget, SampledPower
 from tuner.errors import ConfigRejected, TargetError, ValidationError
-from tuner.space import Config, Knob, OrdinalKnob, SearchSpace
+from tuner.space import Config, Knob, OrdinalKnob
 
 KNOBS = ("sm_mhz", "mem_mhz", "power_w")
 POWER_SAMPLE_S = 0.05
 
 
-class NvidiaGpuTarget(Target):
+class NvidiaGpuTarget(DeviceTarget):
     """SM clock, memory clock and power limit of one NVIDIA GPU (see the module doc)."""
 
     kind: ClassVar[str] = "nvgpu"
+    energy_prefix: ClassVar[str] = "gpu_"
+    energy_source = "the GPU (NVML)"
 
     def __init__(
         self,
@@ -66,8 +68,10 @@ class NvidiaGpuTarget(Target):
         workdir: Any = None,
         nvml: Any = "pynvml",
     ) -> None:
-        self.workload = CommandTarget(
-            command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+        super().__init__(
+            CommandTarget(
+                command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
+            )
         )
         self.index = option_int("device", device, 0, 63)
         self.settle_s = option_number("settle_s", settle_s, 0.0, 600.0)
@@ -100,7 +104,7 @@ class NvidiaGpuTarget(Target):
             self._call("nvmlDeviceGetPowerManagementDefaultLimit", self.handle) // 1000
         )
         self.original_power_mw = int(self._call("nvmlDeviceGetPowerManagementLimit", self.handle))
-        self._active = False
+        self._meter: _NvmlMeter | None = None
 
     # -- NVML calls ---------------------------------------------------------------------
     def _call(self, name: str, *args: Any) -> Any:
@@ -157,32 +161,7 @@ class NvidiaGpuTarget(Target):
             )
         return tuple(knobs)
 
-    def describe_metrics(self) -> dict[str, str]:
-        metrics = self.workload.describe_metrics()
-        metrics["gpu_energy_j"] = "GPU energy during the workload, joules"
-        metrics["gpu_power_w"] = "mean GPU power during the workload, watts"
-        metrics["sm_mhz_seen"] = "mean SM clock while the workload ran, MHz"
-        if "requests" in metrics:
-            metrics["gpu_energy_j_per_request"] = "gpu_energy_j / requests"
-        return metrics
-
-    def check_space(self, space: SearchSpace) -> None:
-        self.workload.check_space(space)
-
-    def setup(self) -> None:
-        self._active = True
-        self.workload.setup()
-
-    def close(self) -> None:
-        try:
-            if self._active:
-                self._reset()
-        finally:
-            self._active = False
-            self.workload.close()
-
-    def apply(self, config: Config) -> None:
-        self.workload.apply(config)
+    def set_device(self, config: Config) -> None:
         if "sm_mhz" in config:
             sm = int(config["sm_mhz"])  # type: ignore[arg-type]
             self._call("nvmlDeviceSetGpuLockedClocks", self.handle, sm, sm)
@@ -200,42 +179,7 @@ class NvidiaGpuTarget(Target):
         if self.settle_s:
             time.sleep(self.settle_s)
 
-    def measure(self) -> dict[str, float]:
-        sampler = _Sampler(self)
-        counter = self._energy_mj()
-        sampler.start()
-        started = time.monotonic()
-        try:
-            metrics = self.workload.measure()
-        finally:
-            seconds = time.monotonic() - started
-            power_j = sampler.stop()
-        after = self._energy_mj()
-        joules = (after - counter) / 1000 if counter is not None and after is not None else power_j
-        out = {
-            **metrics,
-            "gpu_energy_j": joules,
-            "gpu_power_w": joules / max(seconds, 1e-9),
-            "sm_mhz_seen": sampler.mean_clock(),
-        }
-        if out.get("requests", 0) > 0:
-            out["gpu_energy_j_per_request"] = joules / out["requests"]
-        return out
-
-    def restore(self) -> None:
-        try:
-            self._reset()
-        finally:
-            self.workload.restore()
-
-    # -- helpers ------------------------------------------------------------------------
-    def _energy_mj(self) -> float | None:
-        try:
-            return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
-        except self.nvml.NVMLError:
-            return None  # before Volta: integrate sampled power instead
-
-    def _reset(self) -> None:
+    def reset_device(self) -> None:
         self._call("nvmlDeviceResetGpuLockedClocks", self.handle)
         if len(self.mem_clocks) > 1:
             try:
@@ -245,43 +189,53 @@ class NvidiaGpuTarget(Target):
                     raise
         self._call("nvmlDeviceSetPowerManagementLimit", self.handle, self.original_power_mw)
 
+    def energy_meter(self) -> _NvmlMeter:
+        self._meter = _NvmlMeter(self)
+        return self._meter
 
-class _Sampler:
-    """Samples power and SM clock every ``POWER_SAMPLE_S`` in a thread; integrates power."""
+    def device_metrics(self) -> dict[str, str]:
+        return {"sm_mhz_seen": "mean SM clock while the workload ran, MHz"}
+
+    def device_measurements(self) -> dict[str, float]:
+        return {"sm_mhz_seen": self._meter.mean_clock() if self._meter else 0.0}
+
+
+class _NvmlMeter:
+    """The total-energy counter (Volta and later), else sampled power; SM clock samples."""
 
     def __init__(self, target: NvidiaGpuTarget) -> None:
-        self.target = target
-        self.joules = 0.0
+        self.nvml, self.handle = target.nvml, target.handle
         self.clocks: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nvml-sample", daemon=True)
-        self._last: tuple[float, float] | None = None
+        self.power = SampledPower(self._watts, POWER_SAMPLE_S)
+        self._counter: float | None = None
 
     def start(self) -> None:
-        self._sample()
-        self._thread.start()
+        self.clocks = []
+        self._counter = self._energy_mj()
+        self.power.start()
 
     def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-        return self.joules
+        sampled = self.power.stop()
+        after = self._energy_mj()
+        if self._counter is None or after is None:
+            return sampled
+        return (after - self._counter) / 1000
 
     def mean_clock(self) -> float:
         return sum(self.clocks) / len(self.clocks) if self.clocks else 0.0
 
-    def _run(self) -> None:
-        while not self._stop.wait(POWER_SAMPLE_S):
-            self._sample()
-
-    def _sample(self) -> None:
-        nvml, handle = self.target.nvml, self.target.handle
+    def _energy_mj(self) -> float | None:
         try:
-            watts = nvml.nvmlDeviceGetPowerUsage(handle) / 1000
-            self.clocks.append(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
-        except nvml.NVMLError:
-            return
-        now = time.monotonic()
-        if self._last is not None:  # trapezoid between samples
-            self.joules += (watts + self._last[1]) / 2 * (now - self._last[0])
-        self._last = (now, watts)
+            return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        except self.nvml.NVMLError:
+            return None  # before Volta: integrate sampled power instead
+
+    def _watts(self) -> float | None:
+        try:
+            watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000
+            self.clocks.append(
+                int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+            )
+        except self.nvml.NVMLError:
+            return None
+        return float(watts)

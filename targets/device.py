@@ -1,0 +1,154 @@
+"""What the hardware targets share: a device's knobs around a workload command, and energy.
+
+``DeviceTarget`` runs the workload exactly as the command target runs its program and adds
+the device's part: ``set_device(config)`` before the workload, ``reset_device()`` after every
+trial and at close (on every exit path), and an energy meter around the workload. The meter
+gives ``<prefix>energy_j`` and ``<prefix>power_w``, plus ``<prefix>energy_j_per_request``
+when the workload reports ``requests``; a target without a readable energy source has no
+meter and so no energy metrics at all (never invented ones).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import ClassVar, Protocol
+
+from targets.base import Target
+from targets.command import CommandTarget
+from tuner.space import Config, SearchSpace
+
+
+class EnergyMeter(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> float:
+        """Joules since ``start``."""
+        ...
+
+
+class SampledPower:
+    """Integrates ``read_watts()`` over time in a thread (trapezoid rule).
+
+    A reading of None (the sensor could not be read this time) is skipped; the first and
+    last readings are taken in ``start`` and ``stop``.
+    """
+
+    def __init__(self, read_watts: Callable[[], float | None], period_s: float) -> None:
+        self.read_watts = read_watts
+        self.period_s = period_s
+        self.joules = 0.0
+        self._last: tuple[float, float] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.joules, self._last = 0.0, None
+        self._stop.clear()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="power-sample", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        return self.joules
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        watts = self.read_watts()
+        if watts is None:
+            return
+        now = time.monotonic()
+        if self._last is not None:
+            self.joules += (watts + self._last[1]) / 2 * (now - self._last[0])
+        self._last = (now, watts)
+
+
+class DeviceTarget(Target):
+    """A device's knobs plus a workload command; subclasses supply the device part."""
+
+    energy_prefix: ClassVar[str] = ""
+    energy_source: str = "the device"  # what the meter measures, for metric descriptions
+
+    def __init__(self, workload: CommandTarget) -> None:
+        self.workload = workload
+        self._active = False
+
+    # -- what a device provides -------------------------------------------------------
+    def set_device(self, config: Config) -> None:
+        """Put the device knobs of ``config`` into effect (and check they took)."""
+
+    def reset_device(self) -> None:
+        """Put the device back as it was when the target was built."""
+
+    def energy_meter(self) -> EnergyMeter | None:
+        """A meter for one workload run, or None when no energy source is readable."""
+        return None
+
+    def device_metrics(self) -> dict[str, str]:
+        """Further metrics ``device_measurements`` adds, name -> meaning."""
+        return {}
+
+    def device_measurements(self) -> dict[str, float]:
+        """Further metrics of the run that just ended (after the meter stopped)."""
+        return {}
+
+    # -- the Target contract ------------------------------------------------------------
+    def describe_metrics(self) -> dict[str, str]:
+        metrics = self.workload.describe_metrics()
+        if self.energy_meter() is not None:
+            p = self.energy_prefix
+            metrics[f"{p}energy_j"] = f"energy of {self.energy_source} during the workload, J"
+            metrics[f"{p}power_w"] = f"mean power of {self.energy_source} during the workload, W"
+            if "requests" in metrics:
+                metrics[f"{p}energy_j_per_request"] = f"{p}energy_j / requests"
+        return {**metrics, **self.device_metrics()}
+
+    def check_space(self, space: SearchSpace) -> None:
+        self.workload.check_space(space)
+
+    def setup(self) -> None:
+        self._active = True
+        self.workload.setup()
+
+    def close(self) -> None:
+        try:
+            if self._active:
+                self.reset_device()
+        finally:
+            self._active = False
+            self.workload.close()
+
+    def apply(self, config: Config) -> None:
+        self.workload.apply(config)
+        self.set_device(config)
+
+    def measure(self) -> dict[str, float]:
+        meter = self.energy_meter()
+        if meter is None:
+            return {**self.workload.measure(), **self.device_measurements()}
+        meter.start()
+        started = time.monotonic()
+        try:
+            metrics = self.workload.measure()
+        finally:
+            joules = meter.stop()
+            seconds = time.monotonic() - started
+        p = self.energy_prefix
+        out = {**metrics, f"{p}energy_j": joules, f"{p}power_w": joules / max(seconds, 1e-9)}
+        if out.get("requests", 0) > 0:
+            out[f"{p}energy_j_per_request"] = joules / out["requests"]
+        return {**out, **self.device_measurements()}
+
+    def restore(self) -> None:
+        try:
+            self.reset_device()
+        finally:
+            self.workload.restore()
