@@ -500,11 +500,16 @@ def _run_all(
     if not args.all_methods:
         plan = [(p, s, m) for p, s, m in plan if not_run(m, p, _budget(p, args)) is None]
     log = (args.out or RESULTS_DIR) / RUNS_LOG
-    done = _logged_runs(log, {p.name: _budget(p, args) for p in problems}) if args.resume else {}
+    resume = args.resume or args.logged_only
+    done = _logged_runs(log, {p.name: _budget(p, args) for p in problems}) if resume else {}
     runs: list[RunResult] = [done[(p.name, s, m)] for p, s, m in plan if (p.name, s, m) in done]
     plan = [(p, s, m) for p, s, m in plan if (p.name, s, m) not in done]
     if runs:
         console.print(f"resuming: {len(runs)} runs taken from {log}")
+    if args.logged_only:
+        missing = ", ".join(f"{p.name} seed {s} {m}" for p, s, m in plan)
+        console.print(f"[yellow]--logged-only: not running {missing or 'nothing'}[/yellow]")
+        plan = []
     log.parent.mkdir(parents=True, exist_ok=True)
     columns = [*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn()]
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
@@ -675,6 +680,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--no-plot", action="store_true", help="skip the PNG")
     add("--markdown", action="store_true", help="print tables as Markdown")
     add("--report", type=Path, help="only print the tables of a results file")
+    add(
+        "--logged-only",
+        action="store_true",
+        help="with --resume: tables from the logged runs only, running none of the missing",
+    )
     add(
         "--resume",
         action="store_true",
