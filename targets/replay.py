@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 from targets.base import Target, option_int
 from targets.command import metric_names
+from tuner.constraints import is_number
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.space import CategoricalKnob, Config, Knob, OrdinalKnob, Scalar
 
@@ -67,7 +68,7 @@ class ReplayTarget(Target):
             raise ValidationError(
                 "target.table", "no knob columns (every column is a metric)", header
             )
-        numeric = {name: all(_is_number(row[name]) for row in rows) for name in self.knob_names}
+        numeric = {name: all(is_number(row[name]) for row in rows) for name in self.knob_names}
         convert = {name: (_as_number if numeric[name] else str) for name in self.knob_names}
         self._cells: dict[Cell, list[dict[str, str]]] = defaultdict(list)
         columns: dict[str, list[Scalar]] = {name: [] for name in self.knob_names}
@@ -137,14 +138,6 @@ def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     if not rows:
         raise ValidationError("target.table", f"{path} has no rows")
     return header, rows
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _as_number(text: str) -> Scalar:

@@ -167,18 +167,19 @@ def _split_hyphens(tokens: list[tuple[str, str]], space: SearchSpace) -> list[tu
             kind != "name"
             or value in space
             or len(parts) < 2
-            or not all(p in space or _is_number(p) for p in parts)
+            or not all(p in space or is_number(p) for p in parts)
         ):
             out.append((kind, value))
             continue
         for i, part in enumerate(parts):
             if i:
                 out.append(("sym", "-"))
-            out.append(("num" if _is_number(part) else "name", part))
+            out.append(("num" if is_number(part) else "name", part))
     return out
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    """Whether ``text`` parses as a float."""
     try:
         float(text)
     except ValueError:
