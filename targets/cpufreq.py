@@ -57,7 +57,6 @@ class Policy:
 
     path: Path
     driver: str
-    governor: str
     min_khz: int
     max_khz: int
     hw_min_khz: int
@@ -78,7 +77,6 @@ class Policy:
         return cls(
             path,
             text("scaling_driver") if (path / "scaling_driver").exists() else "unknown",
-            text("scaling_governor"),
             int(text("scaling_min_freq")),
             int(text("scaling_max_freq")),
             int(text("cpuinfo_min_freq")),
