@@ -61,7 +61,7 @@ from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
 from tuner.errors import TunerError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, is_feasible
+from tuner.trial import Trial, TrialStatus, best_trial, dominates, is_feasible, pareto_front
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
@@ -105,8 +105,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             task = progress.add_task("tuning", total=config.trials, best="-")
 
             def on_trial(trial: Trial, finished: int) -> None:
-                best = best_trial(spec, api.list_trials(spec.name))
-                value = f"{best.metrics[spec.objective.name]:.4g}" if best else "none feasible"
+                value = _standing(spec, api.list_trials(spec.name))
                 progress.update(task, completed=finished, best=value)
 
             result = run_session(api, target, spec, config.trials, on_trial)
@@ -155,9 +154,7 @@ def _tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
                 )
 
             def on_trial(trial: Trial, finished: int) -> None:
-                sub = state["spec"]
-                best = best_trial(sub, api.list_trials(sub.name))
-                value = f"{best.metrics[sub.objective.name]:.4g}" if best else "none feasible"
+                value = _standing(state["spec"], api.list_trials(state["spec"].name))
                 progress.update(task, completed=state["offset"] + finished, best=value)
 
             results = run_phases(api, target, spec, phases, on_trial, on_phase)
@@ -305,6 +302,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_front(args: argparse.Namespace) -> int:
+    with _api(args.server, args.db) as api:
+        spec = api.get_study(args.study).spec
+        front = api.get_pareto_front(args.study)
+    if args.json:
+        print(json.dumps([_trial_dict(t) for t in front], indent=2))
+    elif not front:
+        out.print(f"study {args.study} has no feasible trial yet")
+    else:
+        _print_front(spec, front)
+    return 0
+
+
 def cmd_best(args: argparse.Namespace) -> int:
     with _api(args.server, args.db) as api:
         trial = api.get_best_trial(args.study)
@@ -413,11 +423,42 @@ def _confirmation_dict(confirmation: Confirmation) -> dict[str, Any]:
     }
 
 
+def _standing(spec: StudySpec, trials: list[Trial]) -> str:
+    """The progress bar's "best" column: the best value, or the Pareto front's size."""
+    if spec.multi_objective:
+        front = pareto_front(spec, trials)
+        return f"front of {len(front)}" if front else "none feasible"
+    best = best_trial(spec, trials)
+    return f"{best.metrics[spec.objective.name]:.4g}" if best else "none feasible"
+
+
+def _print_front(spec: StudySpec, front: Sequence[Trial], default: Trial | None = None) -> None:
+    """The Pareto front as a table, one row per trial, objectives first; ``*`` marks the
+    trials that dominate the default configuration."""
+    names = [o.name for o in spec.objectives]
+    metrics = [m for m in spec.metric_names if m not in names]
+    goals = ", ".join(f"{o.goal.value} {o.name}" for o in spec.objectives)
+    table = Table(title=f"Pareto front of {spec.name} ({len(front)} trials; {goals})")
+    for column in ("trial", *names, *metrics, *spec.space.names):
+        table.add_column(column)
+    for t in front:
+        mark = "*" if default is not None and dominates(spec, t.metrics, default.metrics) else ""
+        table.add_row(
+            f"{t.id}{mark}",
+            *[_fmt(t.metrics.get(m)) for m in (*names, *metrics)],
+            *[_fmt(t.config.get(k)) for k in spec.space.names],
+        )
+    out.print(table)
+
+
 def _print_result(result: SessionResult) -> None:
     spec = result.spec
     name = spec.objective.name
     if result.default is not None:
         _print_trial("default configuration", result.default)
+    if spec.multi_objective:
+        _print_multi_result(result)
+        return
     if result.best is None:
         out.print("[bold red]no feasible configuration found[/]")
         return
@@ -436,6 +477,25 @@ def _print_result(result: SessionResult) -> None:
             f"default's, feasible under {under})",
             highlight=False,
         )
+
+
+def _print_multi_result(result: SessionResult) -> None:
+    spec, default = result.spec, result.default
+    if not result.front:
+        out.print("[bold red]no feasible configuration found[/]")
+        return
+    feasible_default = default if default is not None and is_feasible(spec, default) else None
+    _print_front(spec, result.front, feasible_default)
+    if feasible_default is not None:
+        better = sum(dominates(spec, t.metrics, feasible_default.metrics) for t in result.front)
+        out.print(
+            f"{better} of {len(result.front)} front trials (*) are better than the default in "
+            "every objective",
+            highlight=False,
+        )
+    elif default is not None:
+        under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
+        out.print(f"[yellow]the default configuration is not feasible under {under}[/]")
 
 
 def _print_trial(title: str, trial: Trial) -> None:
@@ -528,6 +588,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, func, help_ in (
         ("show", cmd_show, "show a study's trials"),
         ("best", cmd_best, "show a study's best feasible trial"),
+        ("front", cmd_front, "show a study's Pareto front (several objectives)"),
     ):
         p = command(name, func, help_)
         p.add_argument("study")

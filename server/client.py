@@ -161,6 +161,12 @@ class TunerClient:
         request = pb.GetBestTrialRequest(study=study)
         return convert.trial_from_proto(self._call(self._stub.GetBestTrial, request))
 
+    def get_pareto_front(self, study: str) -> list[Trial]:
+        """The feasible trials no other feasible trial dominates, in id order."""
+        request = pb.GetParetoFrontRequest(study=study)
+        reply = self._call(self._stub.GetParetoFront, request)
+        return [convert.trial_from_proto(t) for t in reply.trials]
+
     # -- private -----------------------------------------------------------------------
     def _call(self, method: Callable[..., _Reply], request: Any) -> _Reply:
         try:

@@ -134,6 +134,12 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         raise ValidationError(
             "session.confirm", f"got {confirm!r}", "an integer in [0, 100] (0: no re-measuring)"
         )
+    if confirm and spec.multi_objective:
+        raise ValidationError(
+            "session.confirm",
+            "re-measures one best trial; not available with several objectives",
+            "0",
+        )
     phases = _phases(session.get("phases"), spec, "trials" in session or overrides.get("trials"))
     if phases:
         trials = sum(p.trials for p in phases)
@@ -155,6 +161,13 @@ def _phases(value: Any, spec: StudySpec, trials_given: Any) -> tuple[Phase, ...]
         raise ValidationError(
             "session.phases",
             "phases cannot be combined with parameter_constraints or an embedding",
+        )
+    if spec.multi_objective:
+        raise ValidationError(
+            "session.phases",
+            "a phase holds its knobs at one best configuration; a study with several "
+            "objectives has a Pareto front instead",
+            "one objective",
         )
     seen: set[str] = set()
     phases = []

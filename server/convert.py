@@ -60,7 +60,10 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
     return pb.StudySpec(
         name=spec.name,
         knobs=[knob_to_proto(k) for k in spec.space.knobs],
-        objectives=[pb.Objective(name=o.name, goal=_GOALS[o.goal]) for o in spec.objectives],
+        objectives=[
+            pb.Objective(name=o.name, goal=_GOALS[o.goal], reference=o.reference)
+            for o in spec.objectives
+        ],
         outcome_constraints=[
             f"{c.metric} {c.op} {_exact_number(c.bound)}" for c in spec.outcome_constraints
         ],
@@ -115,10 +118,7 @@ def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
         knobs = tuple(_knob_from_proto(k, f"knobs[{i}]") for i, k in enumerate(message.knobs))
         data: dict[str, Any] = {
             "name": message.name,
-            "objectives": [
-                {"name": o.name, "goal": _goal_from_proto(o.goal, f"objectives[{i}].goal")}
-                for i, o in enumerate(message.objectives)
-            ],
+            "objectives": [_objective_from_proto(o, i) for i, o in enumerate(message.objectives)],
             "outcome_constraints": list(message.outcome_constraints),
             "parameter_constraints": list(message.parameter_constraints),
             "allow_unsafe": message.allow_unsafe,
@@ -365,6 +365,16 @@ def _designer_from_proto(message: pb.DesignerSettings) -> dict[str, Any]:
     if message.HasField("start_with_default"):
         data["start_with_default"] = message.start_with_default
     return data
+
+
+def _objective_from_proto(message: pb.Objective, i: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": message.name,
+        "goal": _goal_from_proto(message.goal, f"objectives[{i}].goal"),
+    }
+    if message.HasField("reference"):
+        out["reference"] = message.reference
+    return out
 
 
 def _goal_from_proto(value: int, path: str) -> str:

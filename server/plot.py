@@ -3,25 +3,32 @@
 Each measured trial is a dot (feasible) or a cross (it violated an outcome constraint);
 configurations that broke the system (INFEASIBLE, TIMED_OUT) are marked on the bottom edge.
 The line is the best feasible value so far, and the dashed line the default configuration.
+
+A study with several objectives gets a trade-off plot instead: every measured trial at its
+first two objectives, coloured by trial id, with the Pareto front as a staircase and the
+default configuration marked.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_so_far, is_feasible
+from tuner.study import Goal, StudySpec
+from tuner.trial import Trial, TrialStatus, best_so_far, is_feasible, pareto_front
 
 
 def plot_convergence(spec: StudySpec, trials: list[Trial], path: str | Path) -> Path:
     """Write the study's convergence plot to ``path`` (PNG) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if spec.multi_objective:
+        return plot_front(spec, trials, path)
     name = spec.objective.name
     trials = sorted(trials, key=lambda t: t.id)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
@@ -41,6 +48,74 @@ def plot_convergence(spec: StudySpec, trials: list[Trial], path: str | Path) -> 
         )
         ax.set_xlabel("trial")
         ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_front(spec: StudySpec, trials: list[Trial], path: Path) -> Path:
+    """The trade-off plot of a multi-objective study (first two objectives) at ``path``."""
+    first, second = spec.objectives[0], spec.objectives[1]
+    measured = [
+        t for t in sorted(trials, key=lambda t: t.id)
+        if t.status is TrialStatus.COMPLETED and first.name in t.metrics
+        and second.name in t.metrics
+    ]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(7, 5.5), dpi=110)
+    try:
+        ok = [t for t in measured if is_feasible(spec, t)]
+        bad = [t for t in measured if not is_feasible(spec, t)]
+        if ok:
+            dots = ax.scatter(
+                [t.metrics[first.name] for t in ok],
+                [t.metrics[second.name] for t in ok],
+                c=[t.id for t in ok],
+                cmap="viridis",
+                s=20,
+                zorder=3,
+                label="feasible trial",
+            )
+            fig.colorbar(dots, ax=ax, label="trial")
+        if bad:
+            ax.scatter(
+                [t.metrics[first.name] for t in bad],
+                [t.metrics[second.name] for t in bad],
+                marker="x",
+                color="tab:orange",
+                s=22,
+                label="violates a constraint",
+            )
+        front = sorted(
+            (t.metrics[first.name], t.metrics[second.name]) for t in pareto_front(spec, trials)
+        )
+        if front:
+            xs, ys = [x for x, _ in front], [y for _, y in front]
+            # between two front points the attainable value of the second objective is the
+            # left point's when the first is minimized, the right point's when maximized
+            where: Literal["pre", "post"] = "pre" if first.goal is Goal.MAXIMIZE else "post"
+            ax.step(xs, ys, where=where, color="tab:red", lw=1.5, label="Pareto front")
+            ax.scatter(xs, ys, s=60, facecolors="none", edgecolors="tab:red", zorder=4)
+        default = next((t for t in measured if t.source == "default"), None)
+        if default is not None:
+            ax.scatter(
+                [default.metrics[first.name]],
+                [default.metrics[second.name]],
+                marker="*",
+                s=160,
+                color="black",
+                zorder=5,
+                label="default config",
+            )
+        more = f"; {len(spec.objectives) - 2} more objectives not shown" if len(
+            spec.objectives) > 2 else ""  # fmt: skip
+        ax.set_title(f"{spec.name}: {first.goal.value} {first.name}, "
+                     f"{second.goal.value} {second.name}{more}", fontsize=10)  # fmt: skip
+        ax.set_xlabel(first.name)
+        ax.set_ylabel(second.name)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from server.storage import NewTrial, Storage
 from tuner.designer import FitCache, make_designer
-from tuner.errors import AlreadyExistsError, NotFoundError, ValidationError
+from tuner.errors import AlreadyExistsError, NotFoundError, StateError, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial
+from tuner.trial import Trial, TrialStatus, best_trial, pareto_front
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class TuningService:
     def get_study(self, name: str) -> StudyInfo:
         stored = self.storage.get_study(_study_name(name))
         trials = self.storage.list_trials(stored.name)
-        best = best_trial(stored.spec, trials)
+        best = None if stored.spec.multi_objective else best_trial(stored.spec, trials)
         counts = Counter(t.status.value for t in trials)
         return StudyInfo(stored.spec, stored.created_at, dict(counts), best.id if best else None)
 
@@ -162,12 +162,24 @@ class TuningService:
         return self.storage.get_trial(_study_name(study), trial_id)
 
     def get_best_trial(self, study: str) -> Trial:
-        """The best feasible trial; NotFoundError while there is none."""
+        """The best feasible trial; NotFoundError while there is none, StateError when the
+        study has several objectives."""
         spec = self.storage.get_study(_study_name(study)).spec
+        if spec.multi_objective:
+            names = ", ".join(o.name for o in spec.objectives)
+            raise StateError(
+                f"study {study!r} has {len(spec.objectives)} objectives ({names}) and no single "
+                "best trial; ask for its Pareto front (GetParetoFront, `tuner front`)"
+            )
         best = best_trial(spec, self.storage.list_trials(study, [TrialStatus.COMPLETED]))
         if best is None:
             raise NotFoundError(f"study {study!r} has no feasible completed trial yet")
         return best
+
+    def get_pareto_front(self, study: str) -> list[Trial]:
+        """Feasible trials no other feasible trial dominates (``tuner.trial.pareto_front``)."""
+        spec = self.storage.get_study(_study_name(study)).spec
+        return pareto_front(spec, self.storage.list_trials(study, [TrialStatus.COMPLETED]))
 
     def close(self) -> None:
         self.storage.close()

@@ -91,3 +91,12 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
     ) -> pb.Trial:
         trial = self._service.get_best_trial(request.study)
         return convert.trial_to_proto(trial, request.study)
+
+    @grpc_errors
+    def GetParetoFront(
+        self, request: pb.GetParetoFrontRequest, context: grpc.ServicerContext
+    ) -> pb.ListTrialsResponse:
+        front = self._service.get_pareto_front(request.study)
+        return pb.ListTrialsResponse(
+            trials=[convert.trial_to_proto(t, request.study) for t in front]
+        )

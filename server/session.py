@@ -26,7 +26,7 @@ from targets.base import Target
 from tuner.errors import TargetError, ValidationError
 from tuner.space import Config, Knob, Scalar
 from tuner.study import Goal, StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, is_feasible
+from tuner.trial import Trial, TrialStatus, best_trial, is_feasible, pareto_front
 
 _MAX_CONSECUTIVE_FAILURES = 5
 
@@ -59,9 +59,10 @@ class SessionResult:
     Attributes:
         trials: Every trial of the study, in id order.
         default: The trial that measured the knobs' defaults, if any.
-        best: The best feasible trial, if any.
+        best: The best feasible trial, if any (None with several objectives: see ``front``).
         ratio: How many times better the best is than the default (``best / default`` when
             maximizing, ``default / best`` when minimizing); None when not computable.
+        front: The Pareto front (``tuner.trial.pareto_front``); with one objective, the best.
     """
 
     spec: StudySpec
@@ -69,6 +70,7 @@ class SessionResult:
     default: Trial | None
     best: Trial | None
     ratio: float | None
+    front: tuple[Trial, ...] = ()
 
 
 def client_id_for(spec: StudySpec) -> str:
@@ -218,8 +220,11 @@ def summarize(spec: StudySpec, trials: list[Trial]) -> SessionResult:
     """The default trial, the best trial and the improvement ratio of a study's trials."""
     trials = sorted(trials, key=lambda t: t.id)
     default = next((t for t in trials if t.source == "default"), None)
+    front = tuple(pareto_front(spec, trials))
+    if spec.multi_objective:
+        return SessionResult(spec, trials, default, None, None, front)
     best = best_trial(spec, trials)
-    return SessionResult(spec, trials, default, best, improvement(spec, default, best))
+    return SessionResult(spec, trials, default, best, improvement(spec, default, best), front)
 
 
 def improvement(spec: StudySpec, default: Trial | None, best: Trial | None) -> float | None:

@@ -1,7 +1,8 @@
 """Study specifications: what to tune, toward which goal, under which constraints.
 
-A ``StudySpec`` is a search space, one objective with a goal, outcome constraints on measured
-metrics, linear constraints on the knobs, and designer settings (initial design size, seed).
+A ``StudySpec`` is a search space, one objective with a goal (or up to four, for a Pareto
+front), outcome constraints on measured metrics, linear constraints on the knobs, and
+designer settings (initial design size, seed).
 It round-trips through a plain dictionary (``to_dict``/``from_dict``) — the same shape as the
 ``[study]`` part of a TOML config and the JSON stored with a study — so a spec that went in
 comes back equal, and two specs are the same study exactly when their dictionaries are equal.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -36,6 +38,10 @@ _SPEC_FIELDS = (
 _EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
 DEFAULT_GROW_AFTER = 10
 DEFAULT_EMBEDDING_DIMS = 16
+# More objectives than this make the hypervolume expensive and the Pareto front most of the
+# space; Ax and Vizier also stop at a handful.
+MAX_OBJECTIVES = 4
+_OBJECTIVE_FIELDS = ("name", "goal", "reference")
 
 
 class Goal(StrEnum):
@@ -45,10 +51,17 @@ class Goal(StrEnum):
 
 @dataclass(frozen=True)
 class Objective:
-    """A metric to minimize or maximize."""
+    """A metric to minimize or maximize.
+
+    ``reference`` (multi-objective studies only): the worst value of this metric still worth
+    having. The hypervolume the designer improves is measured from it, so the search spends
+    no trials on trade-offs beyond it. Unset, it is inferred from the trials measured so far
+    (10 % beyond the worst value on the Pareto front, as BoTorch's ``infer_reference_point``).
+    """
 
     name: str
     goal: Goal = Goal.MAXIMIZE
+    reference: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not METRIC_NAME.match(self.name):
@@ -65,6 +78,24 @@ class Objective:
                 f"unknown goal {self.goal!r}",
                 [g.value for g in Goal],
             ) from None
+        if self.reference is not None and (
+            isinstance(self.reference, bool)
+            or not isinstance(self.reference, int | float)
+            or not math.isfinite(self.reference)
+        ):
+            raise ValidationError(
+                f"objectives.{self.name}.reference",
+                f"got {self.reference!r}",
+                "a finite number",
+            )
+        if self.reference is not None:
+            object.__setattr__(self, "reference", float(self.reference))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "goal": self.goal.value}
+        if self.reference is not None:  # only when set: older specs keep their fingerprints
+            out["reference"] = self.reference
+        return out
 
     def better(self, a: float, b: float) -> bool:
         """True when ``a`` is strictly better than ``b``."""
@@ -257,11 +288,23 @@ class StudySpec:
                 "1-128 characters: letters, digits, '_', '.', '-', starting with a letter or digit",
             )
         objectives = tuple(self.objectives)
-        if len(objectives) != 1:
+        if not 1 <= len(objectives) <= MAX_OBJECTIVES:
             raise ValidationError(
                 "objectives",
-                f"got {len(objectives)} objectives; multi-objective studies are not supported yet",
-                "exactly one objective",
+                f"got {len(objectives)} objectives",
+                f"1 to {MAX_OBJECTIVES} objectives",
+            )
+        names = [o.name for o in objectives]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValidationError(
+                    f"objectives[{i}].name", f"metric {name!r} is already an objective"
+                )
+        if len(objectives) == 1 and objectives[0].reference is not None:
+            raise ValidationError(
+                f"objectives.{objectives[0].name}.reference",
+                "a reference point only applies to a study with several objectives",
+                "no reference with one objective",
             )
         object.__setattr__(self, "objectives", objectives)
         object.__setattr__(self, "outcome_constraints", tuple(self.outcome_constraints))
@@ -310,7 +353,12 @@ class StudySpec:
 
     @property
     def objective(self) -> Objective:
+        """The objective, or the first of several (multi-objective studies)."""
         return self.objectives[0]
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -331,7 +379,7 @@ class StudySpec:
         return {
             "name": self.name,
             "knobs": [k.to_dict() for k in self.space.knobs],
-            "objectives": [{"name": o.name, "goal": o.goal.value} for o in self.objectives],
+            "objectives": [o.to_dict() for o in self.objectives],
             "outcome_constraints": [str(c) for c in self.outcome_constraints],
             "parameter_constraints": [str(c) for c in self.parameter_constraints],
             "designer": self.designer.to_dict(),
@@ -388,11 +436,16 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
 
 
 def _objective(data: Any, i: int) -> Objective:
-    if not isinstance(data, dict) or set(data) - {"name", "goal"} or "name" not in data:
+    if not isinstance(data, dict) or "name" not in data:
         raise ValidationError(
-            f"objectives[{i}]", "must be a table with 'name' and 'goal'", ["name", "goal"]
+            f"objectives[{i}]", "must be a table with 'name' and 'goal'", _OBJECTIVE_FIELDS
         )
-    return Objective(data["name"], data.get("goal", Goal.MAXIMIZE.value))
+    unknown = sorted(set(data) - set(_OBJECTIVE_FIELDS))
+    if unknown:
+        raise ValidationError(
+            f"objectives[{i}].{unknown[0]}", "unknown objective setting", _OBJECTIVE_FIELDS
+        )
+    return Objective(data["name"], data.get("goal", Goal.MAXIMIZE.value), data.get("reference"))
 
 
 def _embedding(data: Any) -> EmbeddingSettings | None:

@@ -17,13 +17,13 @@ measurement*; ``best_trial`` ranks only trials that satisfy every constraint.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tuner.errors import StateError
 from tuner.space import Config
-from tuner.study import StudySpec
+from tuner.study import Goal, StudySpec
 
 
 class TrialStatus(StrEnum):
@@ -127,6 +127,77 @@ def best_trial(spec: StudySpec, trials: Iterable[Trial]) -> Trial | None:
         ):
             best = trial
     return best
+
+
+def dominates(spec: StudySpec, a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    """True when metrics ``a`` are at least as good as ``b`` in every objective and strictly
+    better in one."""
+    strictly = False
+    for objective in spec.objectives:
+        x, y = a[objective.name], b[objective.name]
+        if objective.better(y, x):
+            return False
+        strictly = strictly or objective.better(x, y)
+    return strictly
+
+
+def pareto_front(spec: StudySpec, trials: Iterable[Trial]) -> list[Trial]:
+    """Feasible trials no other feasible trial dominates, in id order. Of trials with equal
+    objective values only the earliest is kept. With one objective: the best trial."""
+    feasible = sorted((t for t in trials if is_feasible(spec, t)), key=lambda t: t.id)
+    names = [o.name for o in spec.objectives]
+    front: list[Trial] = []
+    seen: set[tuple[float, ...]] = set()
+    for trial in feasible:
+        values = tuple(trial.metrics[n] for n in names)
+        if values in seen or any(dominates(spec, o.metrics, trial.metrics) for o in feasible):
+            continue
+        seen.add(values)
+        front.append(trial)
+    return front
+
+
+REFERENCE_MARGIN = 0.1
+
+
+def reference_point(spec: StudySpec, trials: Iterable[Trial]) -> list[float] | None:
+    """The hypervolume reference point, one value per objective in metric units: the
+    objective's ``reference`` where set, otherwise ``REFERENCE_MARGIN`` of the Pareto front's
+    range beyond its worst value (of ``|worst|``, or 1, when the front is a single value), as
+    BoTorch's ``infer_reference_point``. None while no trial is feasible and some objective
+    has no reference."""
+    front = pareto_front(spec, trials)
+    out: list[float] = []
+    for objective in spec.objectives:
+        if objective.reference is not None:
+            out.append(objective.reference)
+            continue
+        if not front:
+            return None
+        values = [t.metrics[objective.name] for t in front]
+        sign = 1.0 if objective.goal is Goal.MAXIMIZE else -1.0  # larger signed is better
+        worst = min(sign * v for v in values)
+        span = max(sign * v for v in values) - worst or abs(worst) or 1.0
+        out.append(sign * (worst - REFERENCE_MARGIN * span))
+    return out
+
+
+def hypervolume(spec: StudySpec, trials: Iterable[Trial], reference: Sequence[float]) -> float:
+    """The volume the feasible trials dominate between their Pareto front and ``reference``
+    (in metric units, one value per objective); 0 when no trial is better than it."""
+    import torch  # only the multi-objective reports need it
+    from botorch.utils.multi_objective.hypervolume import Hypervolume
+
+    signs = [1.0 if o.goal is Goal.MAXIMIZE else -1.0 for o in spec.objectives]
+    ref = torch.tensor([s * r for s, r in zip(signs, reference, strict=True)], dtype=torch.float64)
+    points = [
+        [s * t.metrics[o.name] for s, o in zip(signs, spec.objectives, strict=True)]
+        for t in pareto_front(spec, trials)
+    ]
+    kept = [p for p in points if all(v > r for v, r in zip(p, ref.tolist(), strict=True))]
+    if not kept:
+        return 0.0
+    return float(Hypervolume(ref).compute(torch.tensor(kept, dtype=torch.float64)))
 
 
 def best_so_far(spec: StudySpec, trials: Iterable[Trial]) -> list[float | None]:

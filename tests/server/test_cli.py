@@ -180,6 +180,59 @@ def test_bad_config_exits_1_naming_the_field(
     assert "ValidationError" in err and fragment in err
 
 
+PARETO = (
+    'objectives = [{ name = "ops_per_s", goal = "maximize" }]\n'
+    'outcome_constraints = ["p95_ms <= 50"]',
+    'objectives = [{ name = "ops_per_s", goal = "maximize" }, '
+    '{ name = "p95_ms", goal = "minimize", reference = 50 }]',
+)
+
+
+def test_tune_with_two_objectives_reports_the_pareto_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, name="pareto", trials=6, measure_s=0.1)
+    config.write_text(config.read_text().replace(*PARETO))
+    assert main(["tune", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "Pareto front of pareto" in out and "improvement:" not in out
+    png = tmp_path / "runs" / "pareto.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    db = str(tmp_path / "runs" / "tuner.db")
+    assert main(["front", "pareto", "--db", db, "--json"]) == 0
+    front = json.loads(capsys.readouterr().out)
+    trials = finished(tmp_path / "runs" / "tuner.db", "pareto")
+    assert len(trials) == 6 and front
+    for member in front:  # no measured trial beats a front member in both objectives
+        ops, p95 = member["metrics"]["ops_per_s"], member["metrics"]["p95_ms"]
+        assert not any(
+            t.metrics["ops_per_s"] >= ops and t.metrics["p95_ms"] <= p95
+            and (t.metrics["ops_per_s"], t.metrics["p95_ms"]) != (ops, p95)
+            for t in trials
+        )  # fmt: skip
+    assert main(["best", "pareto", "--db", db]) == 1
+    assert "Pareto front" in capsys.readouterr().err
+    assert main(["front", "pareto", "--db", db]) == 0
+    assert "Pareto front of pareto" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("session", "field"),
+    [("confirm = 3", "session.confirm"), ('phases = [{ knobs = ["cache_size"] }]', "phases")],
+)
+def test_two_objectives_reject_single_best_features(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], session: str, field: str
+) -> None:
+    config = write_config(tmp_path, name="pareto")
+    text = config.read_text().replace(*PARETO)
+    if "phases" in session:
+        text = text.replace("trials = 5\n", "")
+    config.write_text(text.replace("[session]\n", f"[session]\n{session}\n"))
+    assert main(["tune", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert field in err and "objectives" in err
+
+
 def test_read_commands_without_a_database_fail_clearly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +338,48 @@ def test_get_best_trial_before_and_after_a_feasible_trial(client: TunerClient) -
     info = client.get_study(spec.name)
     assert info.best_trial_id == good.id
     assert info.trial_counts[TrialStatus.COMPLETED.value] == 2
+
+
+def test_pareto_front_of_a_study_with_two_objectives(
+    client: TunerClient, stub: pb_grpc.TunerServiceStub
+) -> None:
+    spec = replace(
+        make_spec("energy-latency", constraints=("p99_ms <= 100",)),
+        objectives=(
+            Objective("joules", Goal.MINIMIZE, reference=50.0),
+            Objective("p99_ms", Goal.MINIMIZE),
+        ),
+    )
+    info, _ = client.create_study(spec)
+    assert info.spec == spec and info.spec.objectives[0].reference == 50.0
+    assert client.get_pareto_front(spec.name) == []
+    measured = [(10.0, 80.0), (20.0, 40.0), (25.0, 45.0), (5.0, 150.0)]  # 3: dominated; 4: slow
+    trials = client.suggest_trials(spec.name, 4, "w")
+    for t, (joules, p99) in zip(trials, measured, strict=True):
+        client.complete_trial(spec.name, t.id, {"joules": joules, "p99_ms": p99})
+    front = client.get_pareto_front(spec.name)
+    assert [t.id for t in front] == [trials[0].id, trials[1].id]
+    assert front[1].metrics == {"joules": 20.0, "p99_ms": 40.0}
+    assert client.get_study(spec.name).best_trial_id is None
+    message = rpc_error(
+        stub.GetBestTrial, pb.GetBestTrialRequest(study=spec.name), StatusCode.FAILED_PRECONDITION
+    )
+    assert "2 objectives (joules, p99_ms)" in message and "GetParetoFront" in message
+    rpc_error(stub.GetParetoFront, pb.GetParetoFrontRequest(study="nope"), StatusCode.NOT_FOUND)
+
+
+def test_bad_reference_point_over_the_wire_names_the_field(
+    stub: pb_grpc.TunerServiceStub,
+) -> None:
+    message = convert.spec_to_proto(make_spec("ref"))
+    message.objectives[0].reference = 3.0
+    request = pb.CreateStudyRequest(spec=message)
+    detail = rpc_error(stub.CreateStudy, request, StatusCode.INVALID_ARGUMENT)
+    assert "objectives.tps.reference" in detail and "several objectives" in detail
+    message.objectives.add(name="tps", goal=pb.GOAL_MINIMIZE)
+    request = pb.CreateStudyRequest(spec=message)
+    detail = rpc_error(stub.CreateStudy, request, StatusCode.INVALID_ARGUMENT)
+    assert "objectives[1].name" in detail
 
 
 def test_get_unknown_trial_is_not_found(client: TunerClient) -> None:

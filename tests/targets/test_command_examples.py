@@ -27,6 +27,17 @@ def test_the_compress_example_config_is_valid() -> None:
     assert [str(c) for c in config.spec.outcome_constraints] == ["ratio >= 3"]
 
 
+def test_the_compress_pareto_example_trades_speed_for_ratio() -> None:
+    config = load_config(ROOT / "examples" / "compress_pareto.toml")
+    assert config.spec.multi_objective and not config.spec.outcome_constraints
+    assert [(o.name, o.goal.value, o.reference) for o in config.spec.objectives] == [
+        ("mb_per_s", "maximize", 2.0),
+        ("ratio", "maximize", 2.0),
+    ]
+    same = load_config(ROOT / "examples" / "compress.toml")
+    assert config.spec.space == same.spec.space and config.target.command == same.target.command
+
+
 @pytest.mark.slow
 def test_tune_runs_the_compressor_through_the_command_target(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

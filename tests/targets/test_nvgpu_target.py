@@ -211,6 +211,11 @@ def test_the_gpu_example_config_mixes_device_and_workload_knobs(gpu: FakeDevice)
     assert space.names == ("sm_mhz", "power_w", "batch")
     assert len(space["sm_mhz"].choices) == 24  # type: ignore[attr-defined]
     assert space["power_w"].default == 700
+    pareto = tomllib.loads((root / "examples" / "gpu_pareto.toml").read_text(encoding="utf-8"))
+    pareto["target"]["nvml"] = "targets.fake_nvml"
+    front = parse_config(pareto, {}).spec
+    assert front.space == space and front.multi_objective
+    assert [o.name for o in front.objectives] == ["gpu_energy_j_per_request", "p99_ms"]
     data["study"]["knobs"][0] = {"name": "sm_clock"}
     with pytest.raises(ValidationError) as info:
         parse_config(data, {})

@@ -3,6 +3,9 @@
 * Once some trial is feasible, ``qLogNoisyExpectedImprovement`` (Ament et al. 2023) over the
   objective model, with each outcome constraint (and the feasibility classifier, if any
   configuration broke the system) entering as a smoothed indicator on posterior samples.
+* With several objectives, ``qLogNoisyExpectedHypervolumeImprovement`` (Daulton et al. 2021,
+  with the log-smoothing of Ament et al.) instead: the expected growth of the hypervolume the
+  Pareto front dominates above a reference point, under the same constraints.
 * Before that, ``qLogProbabilityOfFeasibility``: the search looks for the feasible region
   first, as Ax does, because improvement is undefined without a feasible incumbent.
 
@@ -17,6 +20,8 @@ References:
     improvement for Bayesian optimization", NeurIPS 2023.
     Gardner, Kusner, Xu, Weinberger, Cunningham, "Bayesian optimization with inequality
     constraints", ICML 2014.
+    Daulton, Balandat, Bakshy, "Parallel Bayesian optimization of multiple noisy objectives
+    with expected hypervolume improvement", NeurIPS 2021.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from dataclasses import dataclass
 import torch
 from botorch.acquisition import AcquisitionFunction
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabilityOfFeasibility
+from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
+from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
@@ -62,19 +69,29 @@ def build_acquisition(
     X_pending: torch.Tensor | None,
     any_feasible: bool,
     seed: int,
+    reference: list[float] | None = None,
 ) -> AcquisitionFunction:
-    """qLogNEI with outcome constraints, or qLogPoF while no trial is feasible.
+    """qLogNEI (qLogNEHVI with several objectives) with outcome constraints, or qLogPoF while
+    no trial is feasible.
 
     Args:
-        model: One output per entry of ``data``, in the same order (objective first).
+        model: One output per entry of ``data``, in the same order (objectives first).
         X_baseline: ``n x d`` inputs of trials with an objective value.
         X_pending: ``m x d`` inputs of pending trials, or None.
+        reference: Multi-objective only: the reference point in metric units, one value per
+            objective (``reference_point``).
     """
     sampler = SobolQMCNormalSampler(sample_shape=torch.Size([MC_SAMPLES]), seed=seed)
     constraints = outcome_constraints(spec, data)
     if not any_feasible:
         return qLogProbabilityOfFeasibility(
             model=model, constraints=constraints, sampler=sampler, X_pending=X_pending
+        )
+    if spec.multi_objective:
+        if reference is None:
+            raise ValueError("a multi-objective acquisition needs a reference point")
+        return _hypervolume(
+            spec, model, data, X_baseline, X_pending, constraints, sampler, reference
         )
     sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
 
@@ -92,6 +109,52 @@ def build_acquisition(
         prune_baseline=True,
         cache_root=None,  # BoTorch caches the baseline Cholesky where the model allows
     )
+
+
+def _hypervolume(
+    spec: StudySpec,
+    model: Model,
+    data: list[OutcomeData],
+    X_baseline: torch.Tensor,
+    X_pending: torch.Tensor | None,
+    constraints: list[Callable[[torch.Tensor], torch.Tensor]],
+    sampler: SobolQMCNormalSampler,
+    reference: list[float],
+) -> AcquisitionFunction:
+    """qLogNEHVI on the objectives' outputs, signed so that larger is better, with the
+    reference point mapped into the model's units (log for log-modelled metrics)."""
+    index = {outcome.name: i for i, outcome in enumerate(data)}
+    columns = [index[o.name] for o in spec.objectives]
+    signs = torch.tensor(
+        [1.0 if o.goal is Goal.MAXIMIZE else -1.0 for o in spec.objectives], dtype=torch.float64
+    )
+    ref = [
+        sign * _model_units(data[i], value)
+        for i, sign, value in zip(columns, signs.tolist(), reference, strict=True)
+    ]
+
+    def signed(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
+        return samples[..., columns] * signs
+
+    return qLogNoisyExpectedHypervolumeImprovement(
+        model=model,
+        ref_point=ref,
+        X_baseline=X_baseline,
+        sampler=sampler,
+        objective=GenericMCMultiOutputObjective(signed),
+        constraints=constraints or None,
+        X_pending=X_pending,
+        prune_baseline=True,
+        cache_root=None,
+    )
+
+
+def _model_units(outcome: OutcomeData, value: float) -> float:
+    """``value`` in the model's units; a bound <= 0 on a log-modelled (positive) metric maps
+    just below the smallest observation, where every measured value lies above it."""
+    if outcome.log and value <= 0:
+        return float(outcome.Y.min()) - 1.0
+    return outcome.transform(value)
 
 
 def thompson_candidates(

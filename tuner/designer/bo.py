@@ -55,7 +55,7 @@ from tuner.designer.quasirandom import FeasibleSampler
 from tuner.errors import StateError
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, is_feasible
+from tuner.trial import Trial, TrialStatus, is_feasible, pareto_front, reference_point
 
 log = logging.getLogger(__name__)
 _WARNING_CHARS = 300
@@ -180,8 +180,8 @@ class BODesigner(QuasiRandomDesigner):
         self, history: History, chosen: list[Suggestion]
     ) -> tuple[list[float], float] | None:
         """Center and side of the trust region for this call, or None for a global step."""
-        if not self.trust_region:
-            return None
+        if not self.trust_region or self.spec.multi_objective:
+            return None  # a trust region follows one best trial; a Pareto front has many
         initial = self.spec.designer.initial_size(len(self.spec.space))
         step = history.designed + len(chosen) - initial  # model-based suggestions so far
         leaders = _leaders(self.spec, history.observed, 1)
@@ -219,8 +219,9 @@ class BODesigner(QuasiRandomDesigner):
                     self.spec, model, data, local[0], box.lows, box.highs, q, seed
                 )
             else:
+                reference = reference_point(self.spec, history.observed)
                 acquisition = build_acquisition(
-                    self.spec, model, data, data[0].X, X_pending, any_feasible, seed
+                    self.spec, model, data, data[0].X, X_pending, any_feasible, seed, reference
                 )
                 region = self.region if coarse else None
                 candidates = self._maximize(acquisition, history, chosen, q, seed, region)
@@ -351,12 +352,15 @@ def _box_region(
 
 
 def _leaders(spec: StudySpec, observed: tuple[Trial, ...], k: int = 5) -> list[Config]:
-    """Configurations of the ``k`` best trials: feasible ones by objective, then the rest."""
+    """Configurations of the ``k`` best trials: feasible ones by objective, then the rest
+    (with several objectives: the Pareto front first, then by the first objective)."""
     name = spec.objective.name
     sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
-    measured = [t for t in observed if name in t.metrics]
+    front = pareto_front(spec, observed) if spec.multi_objective else []
+    ids = {t.id for t in front}
+    measured = [t for t in observed if name in t.metrics and t.id not in ids]
     ranked = sorted(measured, key=lambda t: (not is_feasible(spec, t), sign * t.metrics[name]))
-    return [t.config for t in ranked[:k]]
+    return [t.config for t in [*front, *ranked][:k]]
 
 
 def checked(out: list[Suggestion], count: int, spec: StudySpec) -> list[Suggestion]:

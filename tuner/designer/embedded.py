@@ -59,7 +59,7 @@ from tuner.embedding import HeSBOEmbedding, low_point_is_valid
 from tuner.encoding import ConfigKey
 from tuner.space import Config, IntKnob, SearchSpace
 from tuner.study import StudySpec
-from tuner.trial import OBSERVED, Trial, TrialStatus, is_feasible
+from tuner.trial import OBSERVED, Trial, TrialStatus, dominates, is_feasible
 
 _RANDOM_TRIES = 200
 _ASK_ROUNDS = 6
@@ -301,7 +301,8 @@ def grown_level(spec: StudySpec, completed: Sequence[Trial], top: int) -> int:
     ``top``: one level up each time ``grow_after`` observed trials in a row (in id order,
     after the initial design and the default configuration) fail to improve the best
     feasible objective by more than ``GROW_IMPROVEMENT`` of the distance from the median
-    feasible value to the best."""
+    feasible value to the best. With several objectives a trial improves when no earlier
+    feasible trial dominates or equals it."""
     patience = spec.embedding.grow_after if spec.embedding is not None else 0
     if patience <= 0 or top <= 0 or spec.embedding is None or spec.embedding.dims is None:
         return 0
@@ -312,10 +313,15 @@ def grown_level(spec: StudySpec, completed: Sequence[Trial], top: int) -> int:
     level = stalled = 0
     ordered = sorted((t for t in completed if t.status in OBSERVED and t.id >= 0),
                      key=lambda t: t.id)  # fmt: skip
+    front: list[Trial] = []  # several objectives: a trial improves when it joins the front
+    seen = False  # some trial so far was feasible
     for index, trial in enumerate(ordered):
         value = trial.metrics.get(name)
         improved = False
-        if value is not None and math.isfinite(value) and is_feasible(spec, trial):
+        if spec.multi_objective:
+            if is_feasible(spec, trial):
+                improved, seen = _joins_front(spec, front, trial), True
+        elif value is not None and math.isfinite(value) and is_feasible(spec, trial):
             y = sign * value
             if values:
                 margin = GROW_IMPROVEMENT * (values[len(values) // 2] - values[0])
@@ -323,13 +329,27 @@ def grown_level(spec: StudySpec, completed: Sequence[Trial], top: int) -> int:
             else:
                 improved = True
             bisect.insort(values, y)
+            seen = True
         if improved:
             stalled = 0
             continue
-        if values and index >= skip:
+        if seen and index >= skip:
             stalled += 1
             if stalled >= patience:
                 level, stalled = level + 1, 0
                 if level == top:
                     return level
     return level
+
+
+def _joins_front(spec: StudySpec, front: list[Trial], trial: Trial) -> bool:
+    """Add ``trial`` to ``front`` (in place) unless a member dominates or equals it."""
+    names = [o.name for o in spec.objectives]
+    for member in front:
+        if dominates(spec, member.metrics, trial.metrics) or all(
+            member.metrics[n] == trial.metrics[n] for n in names
+        ):
+            return False
+    front[:] = [m for m in front if not dominates(spec, trial.metrics, m.metrics)]
+    front.append(trial)
+    return True

@@ -129,12 +129,14 @@ class Knob(_message.Message):
     def __init__(self, name: _Optional[str] = ..., float_range: _Optional[_Union[FloatRange, _Mapping]] = ..., int_range: _Optional[_Union[IntRange, _Mapping]] = ..., categorical: _Optional[_Union[Choices, _Mapping]] = ..., ordinal: _Optional[_Union[Choices, _Mapping]] = ..., bool_knob: _Optional[_Union[BoolKnob, _Mapping]] = ..., default_value: _Optional[_Union[Value, _Mapping]] = ..., special_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unsafe_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unit: _Optional[str] = ..., description: _Optional[str] = ..., restart: _Optional[bool] = ..., recommended: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., recommended_source: _Optional[str] = ...) -> None: ...
 
 class Objective(_message.Message):
-    __slots__ = ("name", "goal")
+    __slots__ = ("name", "goal", "reference")
     NAME_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     goal: Goal
-    def __init__(self, name: _Optional[str] = ..., goal: _Optional[_Union[Goal, str]] = ...) -> None: ...
+    reference: float
+    def __init__(self, name: _Optional[str] = ..., goal: _Optional[_Union[Goal, str]] = ..., reference: _Optional[float] = ...) -> None: ...
 
 class DesignerSettings(_message.Message):
     __slots__ = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction", "expert_priors")
@@ -341,6 +343,12 @@ class GetTrialRequest(_message.Message):
     def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ...) -> None: ...
 
 class GetBestTrialRequest(_message.Message):
+    __slots__ = ("study",)
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    def __init__(self, study: _Optional[str] = ...) -> None: ...
+
+class GetParetoFrontRequest(_message.Message):
     __slots__ = ("study",)
     STUDY_FIELD_NUMBER: _ClassVar[int]
     study: str

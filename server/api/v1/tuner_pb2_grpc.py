@@ -77,6 +77,11 @@ class TunerServiceStub:
                 request_serializer=tuner_dot_v1_dot_tuner__pb2.GetBestTrialRequest.SerializeToString,
                 response_deserializer=tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
                 _registered_method=True)
+        self.GetParetoFront = channel.unary_unary(
+                '/tuner.v1.TunerService/GetParetoFront',
+                request_serializer=tuner_dot_v1_dot_tuner__pb2.GetParetoFrontRequest.SerializeToString,
+                response_deserializer=tuner_dot_v1_dot_tuner__pb2.ListTrialsResponse.FromString,
+                _registered_method=True)
 
 
 class TunerServiceServicer:
@@ -139,7 +144,17 @@ class TunerServiceServicer:
 
     def GetBestTrial(self, request, context):
         """Returns the feasible COMPLETED trial with the best objective value (earliest wins ties);
-        NOT_FOUND while no trial is feasible yet.
+        NOT_FOUND while no trial is feasible yet; FAILED_PRECONDITION for a study with several
+        objectives, which has a Pareto front instead (GetParetoFront).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetParetoFront(self, request, context):
+        """Returns the feasible COMPLETED trials that no other feasible trial dominates, in id order
+        (of equal objective values only the earliest). With one objective: the best trial. An
+        empty list while no trial is feasible.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -187,6 +202,11 @@ def add_TunerServiceServicer_to_server(servicer, server):
                     servicer.GetBestTrial,
                     request_deserializer=tuner_dot_v1_dot_tuner__pb2.GetBestTrialRequest.FromString,
                     response_serializer=tuner_dot_v1_dot_tuner__pb2.Trial.SerializeToString,
+            ),
+            'GetParetoFront': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetParetoFront,
+                    request_deserializer=tuner_dot_v1_dot_tuner__pb2.GetParetoFrontRequest.FromString,
+                    response_serializer=tuner_dot_v1_dot_tuner__pb2.ListTrialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -407,6 +427,33 @@ class TunerService:
             '/tuner.v1.TunerService/GetBestTrial',
             tuner_dot_v1_dot_tuner__pb2.GetBestTrialRequest.SerializeToString,
             tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetParetoFront(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuner.v1.TunerService/GetParetoFront',
+            tuner_dot_v1_dot_tuner__pb2.GetParetoFrontRequest.SerializeToString,
+            tuner_dot_v1_dot_tuner__pb2.ListTrialsResponse.FromString,
             options,
             channel_credentials,
             insecure,
