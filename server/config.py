@@ -162,6 +162,13 @@ def _phases(value: Any, spec: StudySpec, trials_given: Any) -> tuple[Phase, ...]
             "session.phases",
             "phases cannot be combined with parameter_constraints or an embedding",
         )
+    relative = [str(c) for c in spec.outcome_constraints if c.relative]
+    if relative:
+        raise ValidationError(
+            "session.phases",
+            f"{relative[0]!r} is relative to the default configuration, and each phase measures "
+            "its own default (the earlier phases' best); use an absolute bound",
+        )
     if spec.multi_objective:
         raise ValidationError(
             "session.phases",

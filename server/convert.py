@@ -65,7 +65,8 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
             for o in spec.objectives
         ],
         outcome_constraints=[
-            f"{c.metric} {c.op} {_exact_number(c.bound)}" for c in spec.outcome_constraints
+            str(c) if c.relative else f"{c.metric} {c.op} {_exact_number(c.bound)}"
+            for c in spec.outcome_constraints
         ],
         parameter_constraints=[str(c) for c in spec.parameter_constraints],
         designer=pb.DesignerSettings(

@@ -20,13 +20,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from tuner.study import Goal, StudySpec
-from tuner.trial import Trial, TrialStatus, best_so_far, is_feasible, pareto_front
+from tuner.trial import (
+    Trial,
+    TrialStatus,
+    best_so_far,
+    is_feasible,
+    pareto_front,
+    with_resolved_constraints,
+)
 
 
 def plot_convergence(spec: StudySpec, trials: list[Trial], path: str | Path) -> Path:
     """Write the study's convergence plot to ``path`` (PNG) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    spec = with_resolved_constraints(spec, trials)
     if spec.multi_objective:
         return plot_front(spec, trials, path)
     name = spec.objective.name

@@ -23,7 +23,7 @@ from server.storage import NewTrial, Storage
 from tuner.designer import FitCache, make_designer
 from tuner.errors import AlreadyExistsError, NotFoundError, StateError, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, pareto_front
+from tuner.trial import Trial, TrialStatus, best_trial, pareto_front, with_resolved_constraints
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,8 @@ class TuningService:
             trials = self.storage.list_trials(study)
             completed = [t for t in trials if t.status.is_final]
             pending = [t for t in trials if not t.status.is_final]
-            designer = make_designer(spec, self.fit_cache)
+            # relative outcome constraints take their bounds from the measured default
+            designer = make_designer(with_resolved_constraints(spec, completed), self.fit_cache)
             suggestions = designer.suggest(count - len(mine), completed, pending)
             new = self.storage.add_trials(
                 study,

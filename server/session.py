@@ -26,7 +26,14 @@ from targets.base import Target
 from tuner.errors import TargetError, ValidationError
 from tuner.space import Config, Knob, Scalar
 from tuner.study import Goal, StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, is_feasible, pareto_front
+from tuner.trial import (
+    Trial,
+    TrialStatus,
+    best_trial,
+    is_feasible,
+    pareto_front,
+    with_resolved_constraints,
+)
 
 _MAX_CONSECUTIVE_FAILURES = 5
 
@@ -217,8 +224,11 @@ def run_phases(
 
 
 def summarize(spec: StudySpec, trials: list[Trial]) -> SessionResult:
-    """The default trial, the best trial and the improvement ratio of a study's trials."""
+    """The default trial, the best trial and the improvement ratio of a study's trials.
+
+    The result's spec has its relative outcome constraints resolved against the default."""
     trials = sorted(trials, key=lambda t: t.id)
+    spec = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.source == "default"), None)
     front = tuple(pareto_front(spec, trials))
     if spec.multi_objective:

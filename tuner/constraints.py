@@ -25,13 +25,24 @@ _TOKEN = re.compile(
 METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
 
 
+#: The word that makes an outcome constraint relative to the default configuration.
+DEFAULT_WORD = "default"
+
+
 @dataclass(frozen=True)
 class OutcomeConstraint:
-    """A bound on a measured metric: ``metric <= bound`` or ``metric >= bound``."""
+    """A bound on a measured metric: ``metric <= bound`` or ``metric >= bound``.
+
+    ``relative``: the bound is a multiple of the value the knobs' default configuration
+    measured (``"samples_per_s >= 0.99 * default"``: at most 1 % slower than the default).
+    Such a constraint is unresolved until the default trial completes; ``resolved`` turns it
+    into an absolute one.
+    """
 
     metric: str
     op: str
     bound: float
+    relative: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not METRIC_NAME.match(self.metric):
@@ -49,14 +60,27 @@ class OutcomeConstraint:
         if not math.isfinite(self.bound):
             raise ValidationError("outcome_constraints.bound", "must be finite")
         object.__setattr__(self, "bound", float(self.bound))
+        if not isinstance(self.relative, bool):
+            raise ValidationError("outcome_constraints.relative", "must be true or false")
+        if self.relative and self.bound <= 0:
+            raise ValidationError(
+                "outcome_constraints.bound",
+                f"a multiple of the default must be positive, got {self.bound!r}",
+            )
 
     @classmethod
     def parse(cls, text: Any, field: str = "outcome_constraints") -> OutcomeConstraint:
-        """Parse ``"metric <= number"`` or ``"metric >= number"``."""
+        """Parse ``"metric <= number"``, ``"metric >= number"``, or a bound relative to the
+        default configuration: ``"metric >= 0.99 * default"``, ``"metric <= default"``."""
         if not isinstance(text, str):
             raise ValidationError(field, f"must be a string like 'p95_ms <= 20', got {text!r}")
         tokens = _tokenize(text, field)
         shape = [kind for kind, _ in tokens]
+        words = [value for _, value in tokens]
+        if shape == ["name", "op", "name"] and words[2] == DEFAULT_WORD:
+            return cls(words[0], words[1], 1.0, relative=True)
+        if shape == ["name", "op", "num", "sym", "name"] and words[3:] == ["*", DEFAULT_WORD]:
+            return cls(words[0], words[1], float(words[2]), relative=True)
         sign = 1.0
         if shape[:3] == ["name", "op", "sym"] and tokens[2][1] == "-" and len(tokens) == 4:
             sign, tokens = -1.0, [*tokens[:2], tokens[3]]
@@ -65,18 +89,30 @@ class OutcomeConstraint:
             raise ValidationError(
                 field,
                 f"cannot parse {text!r}",
-                "'<metric> <= <number>' or '<metric> >= <number>'",
+                "'<metric> <= <number>', '<metric> >= <number>' or "
+                "'<metric> >= <number> * default'",
             )
         return cls(tokens[0][1], tokens[1][1], sign * float(tokens[2][1]))
+
+    def resolved(self, default_value: float) -> OutcomeConstraint:
+        """The absolute constraint, given the default configuration's value of the metric."""
+        if not self.relative:
+            return self
+        return OutcomeConstraint(self.metric, self.op, self.bound * default_value)
 
     def slack(self, value: float) -> float:
         """Signed distance to the bound; ``>= 0`` means satisfied."""
         return self.bound - value if self.op == "<=" else value - self.bound
 
     def satisfied(self, value: float) -> bool:
-        return self.slack(value) >= 0.0
+        """Whether ``value`` meets the bound; never for a relative constraint still waiting
+        for the default configuration's value."""
+        return not self.relative and self.slack(value) >= 0.0
 
     def __str__(self) -> str:
+        if self.relative:
+            factor = "" if self.bound == 1.0 else f"{_number(self.bound)} * "
+            return f"{self.metric} {self.op} {factor}{DEFAULT_WORD}"
         return f"{self.metric} {self.op} {_number(self.bound)}"
 
 

@@ -315,6 +315,22 @@ class StudySpec:
             object.__setattr__(
                 self, "space", SearchSpace(tuple(k.safe() for k in self.space.knobs))
             )
+        relative = [str(c) for c in self.outcome_constraints if c.relative]
+        if relative and not self.designer.start_with_default:
+            raise ValidationError(
+                "designer.start_with_default",
+                f"{relative[0]!r} is relative to the default configuration, which is only "
+                "measured with start_with_default = true",
+                "true",
+            )
+        if relative and self.space.default_config() is None:
+            missing = [k.name for k in self.space.knobs if k.default is None]
+            raise ValidationError(
+                "outcome_constraints",
+                f"{relative[0]!r} is relative to the default configuration, but knob "
+                f"{missing[0]!r} has no default",
+                "an absolute bound, or a default for every knob",
+            )
         for constraint in self.parameter_constraints:
             for name, _ in constraint.terms:
                 if name not in self.space:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from tuner.errors import StateError
@@ -104,8 +104,30 @@ class Trial:
     updated_at: float = 0.0
 
 
+def with_resolved_constraints(spec: StudySpec, trials: Iterable[Trial]) -> StudySpec:
+    """``spec`` with each relative outcome constraint (``"tps >= 0.99 * default"``) turned
+    into an absolute one by the value the default configuration measured. A constraint whose
+    metric the default trial has not (yet) reported stays relative, and nothing satisfies it.
+    """
+    if not any(c.relative for c in spec.outcome_constraints):
+        return spec
+    default = next(
+        (t for t in sorted(trials, key=lambda t: t.id)
+         if t.source == "default" and t.status is TrialStatus.COMPLETED),
+        None,
+    )  # fmt: skip
+    resolved = []
+    for constraint in spec.outcome_constraints:
+        value = default.metrics.get(constraint.metric) if default is not None else None
+        if constraint.relative and value is not None and math.isfinite(value):
+            constraint = constraint.resolved(value)
+        resolved.append(constraint)
+    return replace(spec, outcome_constraints=tuple(resolved))
+
+
 def is_feasible(spec: StudySpec, trial: Trial) -> bool:
-    """COMPLETED with every study metric present, finite, and inside every outcome constraint."""
+    """COMPLETED with every study metric present, finite, and inside every outcome constraint
+    (a relative constraint must be resolved first: ``with_resolved_constraints``)."""
     if trial.status is not TrialStatus.COMPLETED:
         return False
     for name in spec.metric_names:
@@ -117,6 +139,8 @@ def is_feasible(spec: StudySpec, trial: Trial) -> bool:
 
 def best_trial(spec: StudySpec, trials: Iterable[Trial]) -> Trial | None:
     """The feasible trial with the best objective value (earliest wins ties); None if none."""
+    trials = list(trials)
+    spec = with_resolved_constraints(spec, trials)
     objective = spec.objective
     best: Trial | None = None
     for trial in sorted(trials, key=lambda t: t.id):
@@ -144,6 +168,8 @@ def dominates(spec: StudySpec, a: Mapping[str, float], b: Mapping[str, float]) -
 def pareto_front(spec: StudySpec, trials: Iterable[Trial]) -> list[Trial]:
     """Feasible trials no other feasible trial dominates, in id order. Of trials with equal
     objective values only the earliest is kept. With one objective: the best trial."""
+    trials = list(trials)
+    spec = with_resolved_constraints(spec, trials)
     feasible = sorted((t for t in trials if is_feasible(spec, t)), key=lambda t: t.id)
     names = [o.name for o in spec.objectives]
     front: list[Trial] = []
@@ -202,6 +228,8 @@ def hypervolume(spec: StudySpec, trials: Iterable[Trial], reference: Sequence[fl
 
 def best_so_far(spec: StudySpec, trials: Iterable[Trial]) -> list[float | None]:
     """Best feasible objective value after each trial, in id order (None before the first)."""
+    trials = list(trials)
+    spec = with_resolved_constraints(spec, trials)
     objective = spec.objective
     out: list[float | None] = []
     current: float | None = None

@@ -233,6 +233,39 @@ def test_two_objectives_reject_single_best_features(
     assert field in err and "objectives" in err
 
 
+def test_tune_with_a_bound_relative_to_the_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, name="rel", trials=4, measure_s=0.1)
+    config.write_text(config.read_text().replace('"p95_ms <= 50"', '"p95_ms <= 1.5 * default"'))
+    assert main(["tune", str(config)]) == 0
+    out = capsys.readouterr().out
+    trials = finished(tmp_path / "runs" / "tuner.db", "rel")
+    default = trials[0]
+    assert default.source == "default"
+    bound = 1.5 * default.metrics["p95_ms"]
+    assert "improvement:" in out  # the default is feasible under its own bound
+    db = str(tmp_path / "runs" / "tuner.db")
+    assert main(["best", "rel", "--db", db, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert best["metrics"]["p95_ms"] <= bound
+    better = [t for t in trials if t.metrics["ops_per_s"] > best["metrics"]["ops_per_s"]]
+    assert all(t.metrics["p95_ms"] > bound for t in better)
+
+
+def test_phases_reject_bounds_relative_to_each_phase_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, name="rel")
+    text = config.read_text().replace('"p95_ms <= 50"', '"p95_ms <= 1.5 * default"')
+    text = text.replace("trials = 5\n", "")
+    phases = 'phases = [{ knobs = ["cache_size"], trials = 2 }]'
+    config.write_text(text.replace("[session]\n", f"[session]\n{phases}\n"))
+    assert main(["tune", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "session.phases" in err and "p95_ms <= 1.5 * default" in err
+
+
 def test_read_commands_without_a_database_fail_clearly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -368,6 +368,32 @@ def test_pareto_front_of_a_study_with_two_objectives(
     rpc_error(stub.GetParetoFront, pb.GetParetoFrontRequest(study="nope"), StatusCode.NOT_FOUND)
 
 
+def test_a_bound_relative_to_the_default_resolves_once_the_default_is_measured(
+    client: TunerClient,
+) -> None:
+    spec = replace(
+        make_spec("envpipe"),
+        objectives=(Objective("joules", Goal.MINIMIZE),),
+        outcome_constraints=(OutcomeConstraint.parse("tps >= 0.95 * default"),),
+        designer=DesignerSettings(algorithm="bo", seed=3, initial_trials=3),
+    )
+    info, _ = client.create_study(spec)
+    assert info.spec == spec
+    assert [str(c) for c in info.spec.outcome_constraints] == ["tps >= 0.95 * default"]
+    (default,) = client.suggest_trials(spec.name, 1, "w")
+    assert default.source == "default"
+    cheaper_but_slow, cheaper = client.suggest_trials(spec.name, 2, "w2")
+    client.complete_trial(spec.name, cheaper_but_slow.id, {"joules": 5.0, "tps": 90.0})
+    client.complete_trial(spec.name, cheaper.id, {"joules": 8.0, "tps": 96.0})
+    with pytest.raises(NotFoundError):  # nothing can be judged before the default's tps
+        client.get_best_trial(spec.name)
+    client.complete_trial(spec.name, default.id, {"joules": 10.0, "tps": 100.0})
+    assert client.get_best_trial(spec.name).id == cheaper.id  # 96 >= 95; 90 is too slow
+    # the designer models the resolved bound (and keeps suggesting new configurations)
+    after = client.suggest_trials(spec.name, 2, "w3")
+    assert len({tuple(sorted(t.config.items())) for t in after}) == 2
+
+
 def test_bad_reference_point_over_the_wire_names_the_field(
     stub: pb_grpc.TunerServiceStub,
 ) -> None:

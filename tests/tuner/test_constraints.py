@@ -57,10 +57,13 @@ def test_outcome_constraint_parse_errors(text: str, fragment: str) -> None:
     assert fragment in str(info.value)
 
 
+EXPECTED = r"'<metric> <= <number>', '<metric> >= <number>' or '<metric> >= <number> \* default'"
+
+
 def test_outcome_constraint_parse_error_says_what_is_expected() -> None:
-    with pytest.raises(ValidationError, match=r"'<metric> <= <number>' or '<metric> >= <number>'"):
+    with pytest.raises(ValidationError, match=EXPECTED):
         OutcomeConstraint.parse("p95_ms 20")
-    with pytest.raises(ValidationError, match=r"'<metric> <= <number>' or '<metric> >= <number>'"):
+    with pytest.raises(ValidationError, match=EXPECTED):
         OutcomeConstraint.parse("p95_ms <= x")
 
 
@@ -109,6 +112,42 @@ def test_outcome_constraint_slack_and_satisfied() -> None:
 def test_outcome_constraint_str_parses_back_to_the_same_constraint(text: str) -> None:
     constraint = OutcomeConstraint.parse(text)
     assert OutcomeConstraint.parse(str(constraint)) == constraint
+
+
+@pytest.mark.parametrize(
+    ("text", "op", "factor", "shown"),
+    [
+        ("samples_per_s >= 0.99 * default", ">=", 0.99, "samples_per_s >= 0.99 * default"),
+        ("p99_ms<=1.1*default", "<=", 1.1, "p99_ms <= 1.1 * default"),
+        ("p99_ms <= default", "<=", 1.0, "p99_ms <= default"),
+    ],
+)
+def test_relative_outcome_constraints_parse_resolve_and_print(
+    text: str, op: str, factor: float, shown: str
+) -> None:
+    constraint = OutcomeConstraint.parse(text)
+    assert constraint.relative and constraint.op == op and constraint.bound == factor
+    assert str(constraint) == shown and OutcomeConstraint.parse(shown) == constraint
+    assert not constraint.satisfied(1e9) and not constraint.satisfied(-1e9)  # unresolved
+    absolute = constraint.resolved(200.0)
+    assert not absolute.relative and absolute.bound == pytest.approx(200.0 * factor)
+    assert absolute.satisfied(200.0)  # the default itself is feasible under any factor >= 1
+    assert absolute.resolved(5.0) is absolute
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("tps >= default * 0.99", "'<metric> >= <number> * default'"),
+        ("tps >= -0.5 * default", "cannot parse"),
+        ("tps >= 0 * default", "a multiple of the default must be positive"),
+        ("tps >= 0.9 * baseline", "cannot parse"),
+    ],
+)
+def test_relative_outcome_constraint_errors(text: str, fragment: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        OutcomeConstraint.parse(text)
+    assert fragment in str(info.value)
 
 
 # -- linear parameter constraints -------------------------------------------------------

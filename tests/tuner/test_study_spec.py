@@ -369,3 +369,26 @@ def test_dict_round_trip_keeps_outcome_bound_precision() -> None:
     again = StudySpec.from_dict(spec.to_dict())
     assert again.outcome_constraints == spec.outcome_constraints
     assert again == spec
+
+
+def test_relative_constraints_need_the_default_configuration_measured() -> None:
+    knobs = [
+        {"name": "x", "kind": "float", "default": 0.5},
+        {"name": "y", "kind": "int", "high": 9},
+    ]
+    relative = ["tps >= 0.99 * default"]
+    with pytest.raises(ValidationError, match="knob 'y' has no default") as info:
+        _spec(knobs=knobs, outcome_constraints=relative, parameter_constraints=[])
+    assert info.value.field == "outcome_constraints"
+    knobs[1]["default"] = 3
+    with pytest.raises(ValidationError, match="start_with_default = true") as info:
+        _spec(
+            knobs=knobs,
+            outcome_constraints=relative,
+            parameter_constraints=[],
+            designer={"start_with_default": False},
+        )
+    assert info.value.field == "designer.start_with_default"
+    spec = _spec(knobs=knobs, outcome_constraints=relative, parameter_constraints=[])
+    assert spec.to_dict()["outcome_constraints"] == ["tps >= 0.99 * default"]
+    assert StudySpec.from_dict(spec.to_dict()) == spec

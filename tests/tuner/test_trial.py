@@ -9,7 +9,15 @@ import pytest
 
 from tuner.errors import StateError
 from tuner.study import StudySpec
-from tuner.trial import OBSERVED, Trial, TrialStatus, best_so_far, best_trial, is_feasible
+from tuner.trial import (
+    OBSERVED,
+    Trial,
+    TrialStatus,
+    best_so_far,
+    best_trial,
+    is_feasible,
+    with_resolved_constraints,
+)
 
 S = TrialStatus
 FINAL = (S.COMPLETED, S.INFEASIBLE, S.FAILED, S.ABANDONED, S.TIMED_OUT)
@@ -175,3 +183,31 @@ def test_best_so_far_sorts_by_id() -> None:
 def test_best_so_far_accepts_any_iterable() -> None:
     trials = (_t(i, tps=float(i % 3), p95=1.0) for i in range(1, 6))
     assert best_so_far(_spec(), trials) == [1.0, 2.0, 2.0, 2.0, 2.0]
+
+
+def test_relative_constraints_resolve_against_the_measured_default() -> None:
+    spec = StudySpec.from_dict(
+        {
+            "name": "envpipe",
+            "knobs": [{"name": "x", "kind": "float", "default": 0.5}],
+            "objectives": [{"name": "energy", "goal": "minimize"}],
+            "outcome_constraints": ["tps >= 0.99 * default", "p95 <= 20"],
+        }
+    )
+    fast = Trial(2, {"x": 0.1}, S.COMPLETED, {"energy": 50.0, "tps": 99.5, "p95": 5.0})
+    slow = Trial(3, {"x": 0.2}, S.COMPLETED, {"energy": 40.0, "tps": 98.0, "p95": 5.0})
+    # before the default is measured nothing can be judged against it
+    assert with_resolved_constraints(spec, [fast, slow]) == spec
+    assert best_trial(spec, [fast, slow]) is None
+    default = Trial(
+        1, {"x": 0.5}, S.COMPLETED, {"energy": 60.0, "tps": 100.0, "p95": 5.0}, source="default"
+    )
+    resolved = with_resolved_constraints(spec, [slow, default, fast])
+    assert [str(c) for c in resolved.outcome_constraints] == ["tps >= 99", "p95 <= 20"]
+    assert is_feasible(resolved, fast) and not is_feasible(resolved, slow)
+    best = best_trial(spec, [default, fast, slow])  # resolves by itself
+    assert best is not None and best.id == 2
+    assert best_so_far(spec, [default, fast, slow]) == [60.0, 50.0, 50.0]
+    # a default that failed leaves the bound unresolved
+    broken = Trial(1, {"x": 0.5}, S.INFEASIBLE, {}, reason="crash", source="default")
+    assert with_resolved_constraints(spec, [broken, fast]) == spec

@@ -218,8 +218,8 @@ def outcome_constraints(
     index = {outcome.name: i for i, outcome in enumerate(data)}
     out: list[Callable[[torch.Tensor], torch.Tensor]] = []
     for constraint in spec.outcome_constraints:
-        if constraint.metric not in index:
-            continue
+        if constraint.metric not in index or constraint.relative:
+            continue  # no data yet, or a bound waiting for the default's measurement
         i = index[constraint.metric]
         bound = (
             data[i].transform(constraint.bound) if constraint.bound > 0 or not data[i].log else None

@@ -76,7 +76,8 @@ def low_dimensional_spec(spec: StudySpec, embedding: HeSBOEmbedding) -> StudySpe
         name=spec.name,
         space=SearchSpace(knobs),
         objectives=spec.objectives,
-        outcome_constraints=spec.outcome_constraints,
+        # a relative constraint still waiting for the default's value cannot be judged
+        outcome_constraints=tuple(c for c in spec.outcome_constraints if not c.relative),
         designer=replace(spec.designer, start_with_default=False),
         allow_unsafe=True,
     )
