@@ -92,6 +92,10 @@ class DeviceTarget(Target):
         """A meter for one workload run, or None when no energy source is readable."""
         return None
 
+    def has_energy(self) -> bool:
+        """Whether runs are metered (a target whose meters cost something says so cheaply)."""
+        return self.energy_meter() is not None
+
     def device_metrics(self) -> dict[str, str]:
         """Further metrics ``device_measurements`` adds, name -> meaning."""
         return {}
@@ -103,7 +107,7 @@ class DeviceTarget(Target):
     # -- the Target contract ------------------------------------------------------------
     def describe_metrics(self) -> dict[str, str]:
         metrics = self.workload.describe_metrics()
-        if self.energy_meter() is not None:
+        if self.has_energy():
             p = self.energy_prefix
             metrics[f"{p}energy_j"] = f"energy of {self.energy_source} during the workload, J"
             metrics[f"{p}power_w"] = f"mean power of {self.energy_source} during the workload, W"

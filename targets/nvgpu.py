@@ -25,6 +25,14 @@ not read back, or a clock NVML refuses as invalid, makes the trial INFEASIBLE. R
 the locked clocks and puts the original power limit back, after every trial and at close,
 on every exit path (with ``terminate_on_sigterm``, SIGTERM too).
 
+With ``devices = [0, 1, 2, 3]`` (instead of ``device``) the target drives several GPUs at
+once, as a pipeline-parallel job needs (EnvPipe lowers the SM clock of the stages that have
+slack): each GPU gets its own knobs, suffixed with its index (``sm_mhz_0``, ``sm_mhz_1``,
+...), ``gpu_energy_j`` is the sum over the GPUs and ``gpu_energy_j_<i>`` and
+``sm_mhz_seen_<i>`` are reported per GPU. ``knobs = ["sm_mhz"]`` keeps only the listed
+kinds of knob (of ``sm_mhz``, ``mem_mhz``, ``power_w``). Restore resets every GPU even when
+one of them fails, then reports the first failure.
+
 NVML's setters need root; without it the trial fails with a message that says so. The NVML
 module is imported when the target is built (``nvml = "pynvml"``, from ``nvidia-ml-py``);
 ``nvml = "targets.fake_nvml"`` selects the simulated GPU that the tests use.
@@ -39,7 +47,7 @@ from typing import Any, ClassVar
 
 from targets.base import option_int, option_number
 from targets.command import CommandTarget
-from targets.device import DeviceTarget, SampledPower
+from targets.device import DeviceTarget, EnergyMeter, SampledPower
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
 
@@ -47,8 +55,28 @@ KNOBS = ("sm_mhz", "mem_mhz", "power_w")
 POWER_SAMPLE_S = 0.05
 
 
+class _Gpu:
+    """One GPU's handle, what it supports, and the power limit to put back."""
+
+    def __init__(self, target: NvidiaGpuTarget, index: int, suffix: str) -> None:
+        call = target._call
+        self.index, self.suffix = index, suffix
+        self.handle = call("nvmlDeviceGetHandleByIndex", index)
+        self.name = str(call("nvmlDeviceGetName", self.handle))
+        self.mem_clocks = tuple(sorted(call("nvmlDeviceGetSupportedMemoryClocks", self.handle)))
+        self.sm_clocks = tuple(
+            sorted(
+                set(call("nvmlDeviceGetSupportedGraphicsClocks", self.handle, self.mem_clocks[-1]))
+            )
+        )
+        low_mw, high_mw = call("nvmlDeviceGetPowerManagementLimitConstraints", self.handle)
+        self.power_range_w = (low_mw // 1000, high_mw // 1000)
+        self.default_power_w = call("nvmlDeviceGetPowerManagementDefaultLimit", self.handle) // 1000
+        self.original_power_mw = int(call("nvmlDeviceGetPowerManagementLimit", self.handle))
+
+
 class NvidiaGpuTarget(DeviceTarget):
-    """SM clock, memory clock and power limit of one NVIDIA GPU (see the module doc)."""
+    """SM clock, memory clock and power limit of one or several NVIDIA GPUs (module doc)."""
 
     kind: ClassVar[str] = "nvgpu"
     energy_prefix: ClassVar[str] = "gpu_"
@@ -60,6 +88,8 @@ class NvidiaGpuTarget(DeviceTarget):
         command: Any = None,
         metrics: Any = None,
         device: Any = 0,
+        devices: Any = None,
+        knobs: Any = None,
         settle_s: Any = 1.5,
         sm_levels: Any = None,
         power_step_w: Any = 25,
@@ -73,7 +103,9 @@ class NvidiaGpuTarget(DeviceTarget):
                 command=command, metrics=metrics, timeout_s=timeout_s, env=env, workdir=workdir
             )
         )
-        self.index = option_int("device", device, 0, 63)
+        indexes = _device_list(device, devices)
+        self.index = indexes[0]
+        self.kinds = _knob_kinds(knobs)
         self.settle_s = option_number("settle_s", settle_s, 0.0, 600.0)
         self.sm_levels = None if sm_levels is None else option_int("sm_levels", sm_levels, 2, 1000)
         self.power_step_w = option_int("power_step_w", power_step_w, 1, 1000)
@@ -87,24 +119,18 @@ class NvidiaGpuTarget(DeviceTarget):
             ) from exc
         self._call("nvmlInit")
         count = self._call("nvmlDeviceGetCount")
-        if self.index >= count:
-            raise ValidationError("target.device", f"no GPU {self.index}", f"0..{count - 1}")
-        self.handle = self._call("nvmlDeviceGetHandleByIndex", self.index)
-        self.name = str(self._call("nvmlDeviceGetName", self.handle))
-        self.mem_clocks = tuple(
-            sorted(self._call("nvmlDeviceGetSupportedMemoryClocks", self.handle))
-        )
-        top_mem = self.mem_clocks[-1]
-        self.sm_clocks = tuple(
-            sorted(set(self._call("nvmlDeviceGetSupportedGraphicsClocks", self.handle, top_mem)))
-        )
-        low_mw, high_mw = self._call("nvmlDeviceGetPowerManagementLimitConstraints", self.handle)
-        self.power_range_w = (low_mw // 1000, high_mw // 1000)
-        self.default_power_w = (
-            self._call("nvmlDeviceGetPowerManagementDefaultLimit", self.handle) // 1000
-        )
-        self.original_power_mw = int(self._call("nvmlDeviceGetPowerManagementLimit", self.handle))
-        self._meter: _NvmlMeter | None = None
+        for i in indexes:
+            if i >= count:
+                field = "target.devices" if devices is not None else "target.device"
+                raise ValidationError(field, f"no GPU {i}", f"0..{count - 1}")
+        several = len(indexes) > 1
+        self.gpus = [_Gpu(self, i, f"_{i}" if several else "") for i in indexes]
+        first = self.gpus[0]
+        self.handle, self.name = first.handle, first.name
+        self.mem_clocks, self.sm_clocks = first.mem_clocks, first.sm_clocks
+        self._meters: list[_NvmlMeter] = []
+        if several:
+            self.energy_source = f"GPUs {', '.join(map(str, indexes))} (NVML)"
 
     # -- NVML calls ---------------------------------------------------------------------
     def _call(self, name: str, *args: Any) -> Any:
@@ -123,91 +149,166 @@ class NvidiaGpuTarget(DeviceTarget):
 
     # -- the adapter ------------------------------------------------------------------
     def describe_knobs(self) -> tuple[Knob, ...]:
-        sm = self.sm_clocks
+        knobs: list[Knob] = []
+        for gpu in self.gpus:
+            for knob in self._gpu_knobs(gpu):
+                if knob.name.removesuffix(gpu.suffix) in self.kinds:
+                    knobs.append(knob)
+        return tuple(knobs)
+
+    def _gpu_knobs(self, gpu: _Gpu) -> list[Knob]:
+        sm = gpu.sm_clocks
         if self.sm_levels is not None and self.sm_levels < len(sm):
             step = (len(sm) - 1) / (self.sm_levels - 1)
             sm = tuple(sorted({sm[round(i * step)] for i in range(self.sm_levels)}))
+        of = f"{gpu.name} (GPU {gpu.index})"
         knobs: list[Knob] = [
             OrdinalKnob(
-                "sm_mhz",
+                f"sm_mhz{gpu.suffix}",
                 choices=sm,
                 default=sm[-1],
                 unit="MHz",
-                description=f"locked SM clock of {self.name}",
+                description=f"locked SM clock of {of}",
             )
         ]
-        if len(self.mem_clocks) > 1:
+        if len(gpu.mem_clocks) > 1:
             knobs.append(
                 OrdinalKnob(
-                    "mem_mhz",
-                    choices=self.mem_clocks,
-                    default=self.mem_clocks[-1],
+                    f"mem_mhz{gpu.suffix}",
+                    choices=gpu.mem_clocks,
+                    default=gpu.mem_clocks[-1],
                     unit="MHz",
-                    description="locked memory clock",
+                    description=f"locked memory clock of {of}",
                 )
             )
-        low, high = self.power_range_w
+        low, high = gpu.power_range_w
         if high > low:
-            watts = set(range(low, high + 1, self.power_step_w)) | {high, self.default_power_w}
+            watts = set(range(low, high + 1, self.power_step_w)) | {high, gpu.default_power_w}
             levels = tuple(sorted(w for w in watts if low <= w <= high))
             knobs.append(
                 OrdinalKnob(
-                    "power_w",
+                    f"power_w{gpu.suffix}",
                     choices=levels,
-                    default=self.default_power_w,
+                    default=gpu.default_power_w,
                     unit="W",
-                    description="power limit",
+                    description=f"power limit of {of}",
                 )
             )
-        return tuple(knobs)
+        return knobs
 
     def set_device(self, config: Config) -> None:
-        if "sm_mhz" in config:
-            sm = int(config["sm_mhz"])  # type: ignore[arg-type]
-            self._call("nvmlDeviceSetGpuLockedClocks", self.handle, sm, sm)
-        if "mem_mhz" in config:
-            mem = int(config["mem_mhz"])  # type: ignore[arg-type]
-            self._call("nvmlDeviceSetMemoryLockedClocks", self.handle, mem, mem)
-        if "power_w" in config:
-            watts = int(config["power_w"])  # type: ignore[arg-type]
-            self._call("nvmlDeviceSetPowerManagementLimit", self.handle, watts * 1000)
-            got = int(self._call("nvmlDeviceGetPowerManagementLimit", self.handle))
-            if got != watts * 1000:
-                raise ConfigRejected(
-                    f"power limit {watts} W did not take effect (reads {got / 1000:g} W)"
-                )
+        for gpu in self.gpus:
+            self._set_gpu(gpu, config)
         if self.settle_s:
             time.sleep(self.settle_s)
 
+    def _set_gpu(self, gpu: _Gpu, config: Config) -> None:
+        sm, mem, power = (f"{k}{gpu.suffix}" for k in KNOBS)
+        if sm in config:
+            mhz = int(config[sm])  # type: ignore[arg-type]
+            self._call("nvmlDeviceSetGpuLockedClocks", gpu.handle, mhz, mhz)
+        if mem in config:
+            mhz = int(config[mem])  # type: ignore[arg-type]
+            self._call("nvmlDeviceSetMemoryLockedClocks", gpu.handle, mhz, mhz)
+        if power in config:
+            watts = int(config[power])  # type: ignore[arg-type]
+            self._call("nvmlDeviceSetPowerManagementLimit", gpu.handle, watts * 1000)
+            got = int(self._call("nvmlDeviceGetPowerManagementLimit", gpu.handle))
+            if got != watts * 1000:
+                raise ConfigRejected(
+                    f"power limit {watts} W of GPU {gpu.index} did not take effect "
+                    f"(reads {got / 1000:g} W)"
+                )
+
     def reset_device(self) -> None:
-        self._call("nvmlDeviceResetGpuLockedClocks", self.handle)
-        if len(self.mem_clocks) > 1:
+        """Reset every GPU, even when one of them fails; then raise the first failure."""
+        failure: TargetError | None = None
+        for gpu in self.gpus:
             try:
-                self._call("nvmlDeviceResetMemoryLockedClocks", self.handle)
+                self._reset_gpu(gpu)
+            except TargetError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _reset_gpu(self, gpu: _Gpu) -> None:
+        self._call("nvmlDeviceResetGpuLockedClocks", gpu.handle)
+        if len(gpu.mem_clocks) > 1:
+            try:
+                self._call("nvmlDeviceResetMemoryLockedClocks", gpu.handle)
             except TargetError as exc:
                 if "Not Supported" not in str(exc):
                     raise
-        self._call("nvmlDeviceSetPowerManagementLimit", self.handle, self.original_power_mw)
+        self._call("nvmlDeviceSetPowerManagementLimit", gpu.handle, gpu.original_power_mw)
 
-    def energy_meter(self) -> _NvmlMeter:
-        self._meter = _NvmlMeter(self)
-        return self._meter
+    def has_energy(self) -> bool:
+        return True  # the energy counter, or else sampled power
+
+    def energy_meter(self) -> EnergyMeter:
+        self._meters = [_NvmlMeter(self, gpu) for gpu in self.gpus]
+        return _SumMeter(self._meters)
 
     def device_metrics(self) -> dict[str, str]:
-        return {"sm_mhz_seen": "mean SM clock while the workload ran, MHz"}
+        out = {}
+        for gpu in self.gpus:
+            out[f"sm_mhz_seen{gpu.suffix}"] = (
+                f"mean SM clock of GPU {gpu.index} while the workload ran, MHz"
+            )
+            if gpu.suffix:
+                out[f"gpu_energy_j{gpu.suffix}"] = f"energy of GPU {gpu.index}, J"
+        return out
 
     def device_measurements(self) -> dict[str, float]:
-        return {"sm_mhz_seen": self._meter.mean_clock() if self._meter else 0.0}
+        out = {}
+        for gpu, meter in zip(self.gpus, self._meters, strict=False):
+            out[f"sm_mhz_seen{gpu.suffix}"] = meter.mean_clock()
+            if gpu.suffix:
+                out[f"gpu_energy_j{gpu.suffix}"] = meter.joules
+        return out
+
+
+class _SumMeter:
+    """Several GPUs' meters read as one: the sum of their energies."""
+
+    def __init__(self, meters: list[_NvmlMeter]) -> None:
+        self.meters = meters
+
+    def start(self) -> None:
+        for meter in self.meters:
+            meter.start()
+
+    def stop(self) -> float:
+        return sum(meter.stop() for meter in self.meters)
+
+
+def _device_list(device: Any, devices: Any) -> list[int]:
+    if devices is None:
+        return [option_int("device", device, 0, 63)]
+    if not isinstance(devices, list) or not devices:
+        raise ValidationError("target.devices", f"got {devices!r}", "a list of GPU indexes")
+    indexes = [option_int(f"devices[{i}]", d, 0, 63) for i, d in enumerate(devices)]
+    if len(set(indexes)) != len(indexes):
+        raise ValidationError("target.devices", f"{indexes} repeats a GPU", "distinct indexes")
+    return indexes
+
+
+def _knob_kinds(knobs: Any) -> tuple[str, ...]:
+    if knobs is None:
+        return KNOBS
+    if not isinstance(knobs, list) or not knobs or any(k not in KNOBS for k in knobs):
+        raise ValidationError("target.knobs", f"got {knobs!r}", KNOBS)
+    return tuple(knobs)
 
 
 class _NvmlMeter:
     """The total-energy counter (Volta and later), else sampled power; SM clock samples."""
 
-    def __init__(self, target: NvidiaGpuTarget) -> None:
-        self.nvml, self.handle = target.nvml, target.handle
+    def __init__(self, target: NvidiaGpuTarget, gpu: _Gpu) -> None:
+        self.nvml, self.handle = target.nvml, gpu.handle
         self.clocks: list[int] = []
         self.power = SampledPower(self._watts, POWER_SAMPLE_S)
         self._counter: float | None = None
+        self.joules = 0.0
 
     def start(self) -> None:
         self.clocks = []
@@ -218,8 +319,10 @@ class _NvmlMeter:
         sampled = self.power.stop()
         after = self._energy_mj()
         if self._counter is None or after is None:
-            return sampled
-        return (after - self._counter) / 1000
+            self.joules = sampled
+        else:
+            self.joules = (after - self._counter) / 1000
+        return self.joules
 
     def mean_clock(self) -> float:
         return sum(self.clocks) / len(self.clocks) if self.clocks else 0.0

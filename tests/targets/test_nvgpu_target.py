@@ -220,3 +220,64 @@ def test_the_gpu_example_config_mixes_device_and_workload_knobs(gpu: FakeDevice)
     with pytest.raises(ValidationError) as info:
         parse_config(data, {})
     assert info.value.field == "study.knobs[0].name" and "sm_mhz" in str(info.value)
+
+
+def test_several_gpus_get_a_knob_each_and_their_energy_adds_up() -> None:
+    first, second = fake_nvml.configure([FakeDevice(), FakeDevice(name="Fake NVIDIA A100")])
+    try:
+        target = gpu_target(devices=[0, 1], knobs=["sm_mhz"])
+        knobs = {k.name: k for k in target.describe_knobs()}
+        assert set(knobs) == {"sm_mhz_0", "sm_mhz_1"}
+        assert "GPU 1" in knobs["sm_mhz_1"].description
+        metrics = target.describe_metrics()
+        assert {"gpu_energy_j", "gpu_energy_j_0", "gpu_energy_j_1", "sm_mhz_seen_1"} <= set(metrics)
+        with target:
+            outcome = target.run_trial({"sm_mhz_0": 1980, "sm_mhz_1": 990})
+            assert outcome.status is TrialStatus.COMPLETED, outcome.reason
+            assert first.locked_sm is None and second.locked_sm is None  # both restored
+        m = outcome.metrics
+        assert (m["sm_mhz_seen_0"], m["sm_mhz_seen_1"]) == (1980, 990)
+        assert m["gpu_energy_j"] == pytest.approx(m["gpu_energy_j_0"] + m["gpu_energy_j_1"])
+        assert m["gpu_energy_j_1"] < m["gpu_energy_j_0"]  # the slower stage draws less
+        assert "SetGpuLockedClocks 990 990" in second.calls
+        assert not any("PowerManagementLimit 2" in c for c in first.calls)  # power untouched
+    finally:
+        fake_nvml.configure([])
+
+
+def test_every_gpu_is_reset_even_when_one_cannot_be() -> None:
+    first, second = fake_nvml.configure([FakeDevice(), FakeDevice()])
+    try:
+        target = gpu_target(devices=[0, 1])
+        target.setup()
+        target.apply({"sm_mhz_0": 600, "sm_mhz_1": 600})
+        first.writable = False
+        with pytest.raises(TargetError, match="needs root"):
+            target.restore()
+        assert second.locked_sm is None  # the second GPU was reset all the same
+        first.writable = True
+        target.close()
+        assert first.locked_sm is None
+    finally:
+        fake_nvml.configure([])
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"devices": []}, "target.devices"),
+        ({"devices": [0, 0]}, "target.devices"),
+        ({"devices": [0, 5]}, "target.devices"),
+        ({"devices": "0,1"}, "target.devices"),
+        ({"knobs": ["sm_clock"]}, "target.knobs"),
+        ({"knobs": []}, "target.knobs"),
+    ],
+)
+def test_bad_device_lists_name_the_field(options: dict[str, Any], field: str) -> None:
+    fake_nvml.configure([FakeDevice(), FakeDevice()])
+    try:
+        with pytest.raises(ValidationError) as info:
+            gpu_target(**options)
+        assert info.value.field == field
+    finally:
+        fake_nvml.configure([])
