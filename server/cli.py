@@ -3,6 +3,7 @@
 ::
 
     tuner tune CONFIG [--server HOST:PORT] [--db PATH] [--trials N] [--name NAME] [--plot PNG]
+    tuner daemon CONFIG [--server HOST:PORT] [--db PATH] [--state FILE] [--max-windows N]
     tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051]
     tuner create CONFIG [--name NAME]            (the study of a config, for ask/tell)
     tuner ask STUDY [--format json|env|args] [--client-id ID]
@@ -45,6 +46,7 @@ import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,32 @@ def _tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
         for key, value in final.items():
             table.add_row(key, _fmt(value))
         out.print(table)
+    return 0
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    from server.daemon import Daemon, DaemonSettings, EventLog
+
+    overrides = {"db": args.db, "name": args.name}
+    config = load_config(args.config, overrides)
+    settings = config.daemon or DaemonSettings(
+        state=config.db.parent / f"{config.spec.name}.daemon.json",
+        watch=(config.spec.objective.name,),
+    )
+    if args.state:
+        settings = replace(settings, state=args.state)
+    if args.max_windows is not None:
+        settings = replace(settings, max_windows=args.max_windows)
+    events = EventLog(settings.log)
+    try:
+        with (
+            terminate_on_sigterm(),
+            _api(args.server, config.db, writable=True) as api,
+            config.target as target,
+        ):
+            Daemon(api, target, config.spec, config.trials, settings, events).run()
+    finally:
+        events.close()
     return 0
 
 
@@ -559,6 +587,15 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
     tune.add_argument("--name", help="study name (overrides [study] name)")
     tune.add_argument("--plot", type=Path, help="convergence plot PNG path")
+
+    daemon = command("daemon", cmd_daemon, "tune, apply the best, watch, re-tune (unattended)")
+    daemon.set_defaults(db=None)
+    daemon.add_argument("config", type=Path)
+    daemon.add_argument("--name", help="study name (overrides [study] name)")
+    daemon.add_argument("--state", type=Path, help="state file (overrides [daemon] state)")
+    daemon.add_argument(
+        "--max-windows", type=int, help="stop after N watch windows (overrides [daemon])"
+    )
 
     serve = command("serve", cmd_serve, "serve studies over gRPC", db=False)
     serve.add_argument("--db", type=Path, default=DEFAULT_DB)

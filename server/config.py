@@ -1,6 +1,6 @@
 """Study configs: the TOML file behind ``tuner tune CONFIG``.
 
-A config has three tables::
+A config has three tables (and ``[daemon]`` for ``tuner daemon``, see ``server/daemon.py``)::
 
     [study]            # StudySpec.from_dict's shape; knobs default to the target's catalog
     name = "sqlite-oltp"
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from server.daemon import DaemonSettings, parse_daemon
 from server.session import Phase
 from targets.base import Target
 from targets.registry import build_target
@@ -38,7 +39,7 @@ from tuner.errors import ValidationError
 from tuner.space import BoolKnob, Knob, knob_from_dict
 from tuner.study import StudySpec
 
-_TABLES = ("study", "target", "session")
+_TABLES = ("study", "target", "session", "daemon")
 _SESSION_KEYS = ("trials", "db", "plot", "confirm", "phases")
 DEFAULT_DB = Path("runs/tuner.db")
 
@@ -54,6 +55,7 @@ class SessionConfig:
     plot: Path
     confirm: int = 0  # repeats of the default and the best few after the session (0: none)
     phases: tuple[Phase, ...] = ()  # tune these knob groups one after another (see run_phases)
+    daemon: DaemonSettings | None = None  # the [daemon] table, for `tuner daemon`
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SessionConfig:
@@ -145,7 +147,16 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         trials = sum(p.trials for p in phases)
         if confirm:
             raise ValidationError("session.confirm", "not available with phases yet", "0")
-    return SessionConfig(spec, target, trials, db, plot, confirm, phases)
+    daemon = None
+    if "daemon" in data:
+        daemon = parse_daemon(_table(data, "daemon"), spec, db)
+        available = target.describe_metrics()
+        for i, name in enumerate(daemon.watch):
+            if name not in available:
+                raise ValidationError(
+                    f"daemon.watch[{i}]", f"the target reports no metric {name!r}", available
+                )
+    return SessionConfig(spec, target, trials, db, plot, confirm, phases, daemon)
 
 
 def _phases(value: Any, spec: StudySpec, trials_given: Any) -> tuple[Phase, ...]:

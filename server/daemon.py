@@ -1,0 +1,454 @@
+"""The unattended tuner on a device: ``tuner daemon CONFIG``.
+
+The daemon cycles through two phases and keeps its place in a state file:
+
+1. **Tuning** round ``k``: a study ``<name>.r<k>`` (the default configuration first, then
+   the designer) with ``[session] trials`` trials. Each trial measures up to
+   ``windows_per_trial`` windows (one ``Target.measure()`` each) and its metrics are the
+   mean over them; a window that breaks the SLO ends the trial at once (it is stored with
+   that window's metrics, infeasible by measurement, so the model learns from it) and the
+   daemon *rolls back*: the last good configuration is applied again before anything else
+   runs, within the measurement window that saw the breach. A configuration the system
+   rejects, or a workload that fails or times out, ends the trial the same way.
+2. **Watching**: the best feasible configuration of the round is applied and stays applied;
+   the daemon measures window after window (``interval_s`` apart). The first
+   ``baseline_windows`` windows set a baseline of the ``watch`` metrics (the objective and
+   the workload's rate, say). When ``drift_windows`` windows in a row move some watched
+   metric more than ``drift`` (relative) away from its baseline, the workload has changed
+   and round ``k + 1`` starts from the configuration now applied. A window that breaks the
+   SLO puts the system's default configuration back at once and starts the next round too.
+
+The SLO is the study's outcome constraints (bounds relative to the default resolve against
+each round's default trial). Every transition is an event: one JSON object per line on
+stdout and in ``log`` (``start``, ``resume``, ``trial``, ``slo_breach``, ``rollback``,
+``applied``, ``baseline``, ``window``, ``drift``, ``round``, ``stop``), with a UTC timestamp.
+
+The state file (JSON, replaced atomically after every transition and every window) holds
+the round, the phase, the applied and last good configurations and the baseline. After a
+restart the daemon resumes: while watching, it applies the stored configuration again and
+keeps the baseline; while tuning, it continues the round's study, whose trials are in the
+database (an unfinished trial of its own is handed back to it and measured again). A state
+file written for a different study spec is set aside and the daemon starts over. Every exit
+path (``max_windows`` or ``max_rounds`` reached, SIGTERM, an error) restores the target and
+writes a ``stop`` event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from server.session import TuningAPI
+from targets.base import Target
+from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus, best_trial, with_resolved_constraints
+
+DAEMON_KEYS = (
+    "state",
+    "log",
+    "windows_per_trial",
+    "watch",
+    "drift",
+    "drift_windows",
+    "baseline_windows",
+    "interval_s",
+    "max_windows",
+    "max_rounds",
+)
+TUNING, WATCHING = "tuning", "watching"
+_MAX_CONSECUTIVE_FAILURES = 5
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """The ``[daemon]`` table (see the module doc)."""
+
+    state: Path
+    log: Path | None = None
+    windows_per_trial: int = 3
+    watch: tuple[str, ...] = ()
+    drift: float = 0.25
+    drift_windows: int = 3
+    baseline_windows: int = 3
+    interval_s: float = 0.0
+    max_windows: int = 0  # stop after this many watch windows in all (0: never)
+    max_rounds: int = 0  # stop after this many tuning rounds, once watching (0: never)
+
+
+def parse_daemon(table: Mapping[str, Any], spec: StudySpec, db: Path) -> DaemonSettings:
+    """Validate the ``[daemon]`` table; errors name ``daemon.<key>``."""
+    unknown = sorted(set(table) - set(DAEMON_KEYS))
+    if unknown:
+        raise ValidationError(f"daemon.{unknown[0]}", "unknown setting", DAEMON_KEYS)
+    if spec.multi_objective:
+        raise ValidationError(
+            "study.objectives",
+            "the daemon applies one best configuration; a study with several objectives has "
+            "a Pareto front instead",
+            "one objective",
+        )
+    state = Path(table.get("state", db.parent / f"{spec.name}.daemon.json"))
+    log = table.get("log")
+    watch = table.get("watch", [spec.objective.name])
+    if not isinstance(watch, list) or not watch or not all(isinstance(w, str) for w in watch):
+        raise ValidationError("daemon.watch", f"got {watch!r}", "a list of metric names")
+    return DaemonSettings(
+        state=state,
+        log=None if log is None else Path(log),
+        windows_per_trial=_int(table, "windows_per_trial", 3, 1, 1000),
+        watch=tuple(watch),
+        drift=_number(table, "drift", 0.25, 0.0, 100.0),
+        drift_windows=_int(table, "drift_windows", 3, 1, 10_000),
+        baseline_windows=_int(table, "baseline_windows", 3, 1, 10_000),
+        interval_s=_number(table, "interval_s", 0.0, 0.0, 86_400.0),
+        max_windows=_int(table, "max_windows", 0, 0, 10**9),
+        max_rounds=_int(table, "max_rounds", 0, 0, 10**6),
+    )
+
+
+@dataclass
+class DaemonState:
+    """What the daemon must remember across restarts."""
+
+    fingerprint: str
+    round: int = 1
+    phase: str = TUNING
+    applied: dict[str, Any] | None = None  # in effect while watching
+    last_good: dict[str, Any] | None = None  # what a rollback puts back (None: the default)
+    baseline: dict[str, float] | None = None
+    samples: list[dict[str, float]] = field(default_factory=list)  # windows toward a baseline
+    windows: int = 0  # watch windows measured, all rounds
+    drifting: int = 0  # windows in a row past the drift threshold
+
+    @classmethod
+    def load(cls, path: Path, fingerprint: str) -> tuple[DaemonState, str]:
+        """The stored state, or a fresh one; the second value says which and why."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls(fingerprint), "new"
+        except (OSError, ValueError) as exc:
+            _set_aside(path)
+            return cls(fingerprint), f"unreadable state file set aside ({exc})"
+        if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
+            _set_aside(path)
+            return cls(fingerprint), "the study spec changed; old state set aside"
+        try:
+            return cls(**data), "resumed"
+        except TypeError as exc:
+            _set_aside(path)
+            return cls(fingerprint), f"state file of another version set aside ({exc})"
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".tmp")
+        with open(partial, "w", encoding="utf-8") as out:
+            json.dump(asdict(self), out, indent=1, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, path)
+
+
+class EventLog:
+    """Structured events: one JSON object per line, to a stream and/or a file."""
+
+    def __init__(self, path: Path | None, stream: TextIO | None = sys.stdout) -> None:
+        self.stream = stream
+        self._file: TextIO | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "event": event}
+        record.update(fields)
+        line = json.dumps(record, default=str)
+        for out in (self.stream, self._file):
+            if out is not None:
+                out.write(line + "\n")
+                out.flush()
+        return record
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class Daemon:
+    """Tune, apply, watch, re-tune (module doc). Use ``run()`` inside the target's ``with``."""
+
+    def __init__(
+        self,
+        api: TuningAPI,
+        target: Target,
+        spec: StudySpec,
+        trials: int,
+        settings: DaemonSettings,
+        events: EventLog,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api, self.target, self.spec = api, target, spec
+        self.trials, self.settings, self.events = trials, settings, events
+        self.sleep = sleep
+        self.state, self._how = DaemonState.load(settings.state, spec.fingerprint())
+        self.client_id = f"daemon:{socket.gethostname()}:{spec.name}"
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until ``max_windows``/``max_rounds`` says stop; the target is restored on
+        every way out. Returns the number of watch windows measured in this run."""
+        start = self.state.windows
+        reason = "error"
+        try:
+            self._begin()
+            while True:
+                if self.state.phase == TUNING:
+                    self._tune_round()
+                    continue
+                if self._done():
+                    reason = "limit reached"
+                    break
+                self._watch_window()
+        except SystemExit as exc:
+            reason = f"exit {exc.code} (signal)"
+            raise
+        except Exception as exc:
+            reason = f"error: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            try:
+                self.target.restore()
+            finally:
+                self.state.save(self.settings.state)
+                self.events.emit(
+                    "stop", reason=reason, round=self.state.round, phase=self.state.phase
+                )
+        return self.state.windows - start
+
+    def _begin(self) -> None:
+        state = self.state
+        fields = {"study": self.spec.name, "round": state.round, "phase": state.phase}
+        if self._how == "resumed":
+            self.events.emit("resume", **fields, windows=state.windows)
+            if state.phase == WATCHING and state.applied is not None:
+                self.target.apply(state.applied)
+                self.events.emit("applied", round=state.round, config=state.applied)
+        else:
+            self.events.emit("start", **fields, note=self._how)
+        state.save(self.settings.state)
+
+    def _done(self) -> bool:
+        s = self.settings
+        rounds_done = self.state.round if self.state.phase == WATCHING else self.state.round - 1
+        return bool(
+            (s.max_windows and self.state.windows >= s.max_windows)
+            or (s.max_rounds and rounds_done >= s.max_rounds)
+        )
+
+    # -- tuning -------------------------------------------------------------------------
+    def round_spec(self) -> StudySpec:
+        return self.spec.with_name(f"{self.spec.name}.r{self.state.round}")
+
+    def _tune_round(self) -> None:
+        spec = self.round_spec()
+        self.api.create_study(spec)
+        finished = sum(t.status.is_final for t in self.api.list_trials(spec.name))
+        failures = 0
+        while finished < self.trials:
+            [trial] = self.api.suggest_trials(spec.name, 1, self.client_id)
+            status, metrics, reason = self._measure_trial(spec, trial)
+            self.api.complete_trial(spec.name, trial.id, metrics, status, reason)
+            finished += 1
+            self.events.emit(
+                "trial", round=self.state.round, trial=trial.id, status=status.value,
+                config=trial.config, metrics=metrics, reason=reason,
+            )  # fmt: skip
+            failures = failures + 1 if status is TrialStatus.FAILED else 0
+            if failures >= _MAX_CONSECUTIVE_FAILURES:
+                raise TargetError(f"{failures} trials in a row failed; last reason: {reason}")
+        best = best_trial(spec, self.api.list_trials(spec.name))
+        state = self.state
+        if best is not None:
+            state.applied = dict(best.config)
+            self.target.apply(state.applied)
+            state.last_good = dict(best.config)
+            value = best.metrics[spec.objective.name]
+            self.events.emit(
+                "applied", round=state.round, trial=best.id, config=state.applied,
+                **{spec.objective.name: value},
+            )  # fmt: skip
+        else:  # nothing met the SLO: keep what was good before (or the default)
+            state.applied = state.last_good
+            self.target.restore()
+            if state.applied is not None:
+                self.target.apply(state.applied)
+            self.events.emit(
+                "applied", round=state.round, trial=None, config=state.applied,
+                note="no feasible trial this round; kept the last good configuration",
+            )  # fmt: skip
+        state.phase, state.baseline, state.samples, state.drifting = WATCHING, None, [], 0
+        state.save(self.settings.state)
+
+    def _measure_trial(
+        self, spec: StudySpec, trial: Trial
+    ) -> tuple[TrialStatus, dict[str, float], str]:
+        """Apply, measure window by window (stop at an SLO breach), restore; roll back to
+        the last good configuration when the trial broke something."""
+        windows: list[dict[str, float]] = []
+        status, reason, broke = TrialStatus.COMPLETED, "", False
+        slo = self._slo(spec)
+        try:
+            self.target.apply(trial.config)
+            for index in range(self.settings.windows_per_trial):
+                metrics = self.target.measure()
+                windows.append(metrics)
+                breach = _breach(slo, metrics)
+                if breach:
+                    broke = True
+                    self.events.emit(
+                        "slo_breach", round=self.state.round, trial=trial.id, window=index + 1,
+                        constraint=breach, metrics=metrics,
+                    )  # fmt: skip
+                    return status, metrics, reason
+        except ConfigRejected as exc:
+            status, reason, broke = TrialStatus.INFEASIBLE, str(exc), True
+        except TrialTimedOut as exc:
+            status, reason, broke = TrialStatus.TIMED_OUT, str(exc), True
+        except TargetError as exc:
+            status, reason, broke = TrialStatus.FAILED, str(exc), True
+        finally:
+            self._after_trial(broke)
+        if status is not TrialStatus.COMPLETED:
+            return status, {}, reason
+        return status, _mean(windows), reason
+
+    def _after_trial(self, broke: bool) -> None:
+        started = time.monotonic()
+        self.target.restore()
+        if broke:
+            last_good = self.state.last_good
+            if last_good is not None:
+                self.target.apply(last_good)
+            self.events.emit(
+                "rollback", round=self.state.round,
+                to="last good configuration" if last_good else "default configuration",
+                config=last_good, seconds=round(time.monotonic() - started, 3),
+            )  # fmt: skip
+
+    def _slo(self, spec: StudySpec) -> StudySpec:
+        return with_resolved_constraints(spec, self.api.list_trials(spec.name))
+
+    # -- watching -----------------------------------------------------------------------
+    def _watch_window(self) -> None:
+        state, settings = self.state, self.settings
+        if state.windows and settings.interval_s:
+            self.sleep(settings.interval_s)
+        metrics = self.target.measure()
+        state.windows += 1
+        breach = _breach(self._slo(self.round_spec()), metrics)
+        watched = {k: metrics[k] for k in settings.watch if k in metrics}
+        self.events.emit("window", round=state.round, n=state.windows, metrics=watched)
+        if breach:
+            self.events.emit(
+                "slo_breach", round=state.round, window=state.windows, constraint=breach,
+                metrics=metrics, config=state.applied,
+            )  # fmt: skip
+            started = time.monotonic()
+            self.target.restore()  # the system's own configuration, until the next round
+            self.events.emit(
+                "rollback", round=state.round, to="default configuration", config=None,
+                seconds=round(time.monotonic() - started, 3),
+            )  # fmt: skip
+            state.applied = state.last_good = None
+            self._next_round("slo breach")
+            return
+        if state.baseline is None:
+            state.samples.append(watched)
+            if len(state.samples) >= settings.baseline_windows:
+                state.baseline = _mean(state.samples)
+                state.samples = []
+                self.events.emit("baseline", round=state.round, baseline=state.baseline)
+        else:
+            moved = _relative_change(state.baseline, watched)
+            far = {k: v for k, v in moved.items() if v > settings.drift}
+            state.drifting = state.drifting + 1 if far else 0
+            if state.drifting >= settings.drift_windows:
+                self.events.emit(
+                    "drift", round=state.round, windows=state.drifting, baseline=state.baseline,
+                    metrics=watched, change={k: round(v, 4) for k, v in far.items()},
+                )  # fmt: skip
+                self._next_round("drift")
+                return
+        state.save(settings.state)
+
+    def _next_round(self, why: str) -> None:
+        state = self.state
+        state.round += 1
+        state.phase, state.baseline, state.samples, state.drifting = TUNING, None, [], 0
+        self.events.emit("round", round=state.round, reason=why, study=self.round_spec().name)
+        state.save(self.settings.state)
+
+
+def _breach(spec: StudySpec, metrics: Mapping[str, float]) -> str:
+    """The first resolved outcome constraint ``metrics`` break ('' when none does). A
+    constraint whose metric is missing or not finite counts as broken; a relative one still
+    waiting for the default's value is not judged."""
+    for constraint in spec.outcome_constraints:
+        if constraint.relative:
+            continue
+        value = metrics.get(constraint.metric)
+        if value is None or not math.isfinite(value) or not constraint.satisfied(value):
+            return f"{constraint} (measured {value})"
+    return ""
+
+
+def _mean(windows: list[dict[str, float]]) -> dict[str, float]:
+    """Per metric, the mean over the windows that reported it."""
+    names = dict.fromkeys(k for w in windows for k in w)
+    out = {}
+    for name in names:
+        values = [w[name] for w in windows if name in w]
+        out[name] = sum(values) / len(values)
+    return out
+
+
+def _relative_change(
+    baseline: Mapping[str, float], metrics: Mapping[str, float]
+) -> dict[str, float]:
+    out = {}
+    for name, base in baseline.items():
+        if name in metrics:
+            out[name] = abs(metrics[name] - base) / max(abs(base), 1e-12)
+    return out
+
+
+def _set_aside(path: Path) -> None:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    with contextlib.suppress(OSError):
+        os.replace(path, path.with_name(f"{path.name}.{stamp}.old"))
+
+
+def _int(table: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(f"daemon.{key}", f"got {value!r}", f"an integer in [{low}, {high}]")
+    return value
+
+
+def _number(table: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ValidationError(f"daemon.{key}", f"got {value!r}", f"a number in [{low}, {high}]")
+    return float(value)
