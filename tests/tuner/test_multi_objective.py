@@ -206,3 +206,23 @@ def test_growth_counts_trials_that_join_no_front() -> None:
     # a trade-off that no earlier trial dominates is progress, and resets the count
     joins = trial(skip + 3, f1=0.5, f2=30.0)
     assert grown_level(spec, design + worse[:2] + [joins], top=2) == 0
+
+
+def test_objectives_of_a_pareto_study_are_modelled_in_metric_units() -> None:
+    # f1 spans four orders of magnitude: one objective alone would be modelled in log space,
+    # but a hypervolume in log units would chase values near zero without bound
+    from tuner.designer.model import outcome_data
+    from tuner.encoding import UnitBoxEncoder
+
+    spec = spec_of(MIN_MIN, constraints=("x_sum <= 5",))
+    trials = [
+        Trial(i + 1, {"x0": i / 10, "x1": 0.5}, S.COMPLETED,
+              {"f1": 10.0 ** (i - 3), "f2": 1.0 + i, "x_sum": 10.0 ** (i - 2)})
+        for i in range(6)
+    ]  # fmt: skip
+    data = {d.name: d for d in outcome_data(spec, UnitBoxEncoder(spec.space), tuple(trials))}
+    assert not data["f1"].log and not data["f2"].log
+    assert data["x_sum"].log  # a constrained metric keeps its log scale
+    single = spec_of([{"name": "f1", "goal": "minimize"}])
+    alone = outcome_data(single, UnitBoxEncoder(single.space), tuple(trials))
+    assert alone[0].log

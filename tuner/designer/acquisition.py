@@ -121,20 +121,23 @@ def _hypervolume(
     sampler: SobolQMCNormalSampler,
     reference: list[float],
 ) -> AcquisitionFunction:
-    """qLogNEHVI on the objectives' outputs, signed so that larger is better, with the
-    reference point mapped into the model's units (log for log-modelled metrics)."""
+    """qLogNEHVI on the objectives' outputs, signed so that larger is better.
+
+    The hypervolume is measured in metric units: samples of a log-modelled objective are
+    exponentiated first. (A log scale would change which trade-offs the volume favours: it
+    stretches the values near zero without bound.)
+    """
     index = {outcome.name: i for i, outcome in enumerate(data)}
     columns = [index[o.name] for o in spec.objectives]
+    logged = torch.tensor([data[i].log for i in columns])
     signs = torch.tensor(
         [1.0 if o.goal is Goal.MAXIMIZE else -1.0 for o in spec.objectives], dtype=torch.float64
     )
-    ref = [
-        sign * _model_units(data[i], value)
-        for i, sign, value in zip(columns, signs.tolist(), reference, strict=True)
-    ]
+    ref = [sign * value for sign, value in zip(signs.tolist(), reference, strict=True)]
 
     def signed(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
-        return samples[..., columns] * signs
+        values = samples[..., columns]
+        return torch.where(logged, values.exp(), values) * signs
 
     return qLogNoisyExpectedHypervolumeImprovement(
         model=model,
@@ -147,14 +150,6 @@ def _hypervolume(
         prune_baseline=True,
         cache_root=None,
     )
-
-
-def _model_units(outcome: OutcomeData, value: float) -> float:
-    """``value`` in the model's units; a bound <= 0 on a log-modelled (positive) metric maps
-    just below the smallest observation, where every measured value lies above it."""
-    if outcome.log and value <= 0:
-        return float(outcome.Y.min()) - 1.0
-    return outcome.transform(value)
 
 
 def thompson_candidates(

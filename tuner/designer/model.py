@@ -105,14 +105,23 @@ class FitCache:
 def outcome_data(
     spec: StudySpec, encoder: UnitBoxEncoder, observed: tuple[Trial, ...]
 ) -> list[OutcomeData]:
-    """Training sets for every outcome with at least one observation (objective first)."""
+    """Training sets for every outcome with at least one observation (objective first).
+
+    The objectives of a multi-objective study stay in metric units: the hypervolume is a
+    volume in those units, and a log scale would stretch the values near zero without bound.
+    """
+    linear = {o.name for o in spec.objectives} if spec.multi_objective else set()
     out: list[OutcomeData] = []
     for name in spec.metric_names:
         rows = [t for t in observed if _finite(t.metrics.get(name))]
         if not rows:
             continue
         values = torch.tensor([[t.metrics[name]] for t in rows], dtype=torch.float64)
-        use_log = bool((values > 0).all()) and float(values.max() / values.min()) > _LOG_SPAN
+        use_log = (
+            bool((values > 0).all())
+            and float(values.max() / values.min()) > _LOG_SPAN
+            and name not in linear
+        )
         out.append(
             OutcomeData(
                 name,
