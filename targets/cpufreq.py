@@ -26,14 +26,16 @@ the kernel accepts (min first when lowering, max first when raising). The origin
 limits of every policy are read when the target is built and written back after every
 trial and at close, on every exit path (the governor is never changed).
 
-Writing these files needs root; without it a trial fails with a message that says so (the
-daemon of issue 6 moves the writes into a privileged helper). Energy needs a readable RAPL
+Writing these files needs root; without it a trial fails with a message that says so.
+``helper = "/run/tuner/helper.sock"`` sends the writes to the privileged helper
+(``targets/helper.py``) instead, so the tuner itself runs unprivileged. Energy needs a readable RAPL
 zone: otherwise ``energy_j`` is not among the target's metrics at all, so a study that asks
 for it is rejected with the metrics that are available.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -42,6 +44,7 @@ from targets import sysfs
 from targets.base import option_int, option_names_list
 from targets.command import CommandTarget
 from targets.device import DeviceTarget
+from targets.helper import option_helper, writer
 from targets.rapl import RaplMeter
 from tuner.errors import ConfigRejected, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
@@ -90,16 +93,14 @@ class Policy:
             int((self.path / "scaling_max_freq").read_text()),
         )
 
-    def set_limits(self, low: int, high: int) -> None:
+    def set_limits(self, low: int, high: int, write: Callable[[Path, str], None]) -> None:
         """Write min and max in an order the kernel accepts (min <= max at every step)."""
         low_file, high_file = self.path / "scaling_min_freq", self.path / "scaling_max_freq"
-        sysfs.write_range(low_file, high_file, low, high, _write)
+        sysfs.write_range(low_file, high_file, low, high, write)
 
-    def restore(self) -> None:
+    def restore(self, write: Callable[[Path, str], None]) -> None:
         low_file, high_file = self.path / "scaling_min_freq", self.path / "scaling_max_freq"
-        sysfs.restore_range(
-            low_file, high_file, self.min_khz, self.max_khz, self.hw_max_khz, _write
-        )
+        sysfs.restore_range(low_file, high_file, self.min_khz, self.max_khz, self.hw_max_khz, write)
 
 
 class CpuFreqTarget(DeviceTarget):
@@ -121,6 +122,7 @@ class CpuFreqTarget(DeviceTarget):
         env: Any = None,
         workdir: Any = None,
         dram: Any = False,
+        helper: Any = None,
     ) -> None:
         super().__init__(
             CommandTarget(
@@ -139,6 +141,7 @@ class CpuFreqTarget(DeviceTarget):
             raise ValidationError("target.dram", f"got {dram!r}", "true or false")
         self.policies = self._discover()
         self.meter = RaplMeter.find(self.sysfs, dram)
+        self.write = writer(option_helper(helper), "CPU frequency control")
 
     # -- discovery ----------------------------------------------------------------------
     def _discover(self) -> list[Policy]:
@@ -194,7 +197,7 @@ class CpuFreqTarget(DeviceTarget):
         khz = int(config[KNOB])  # type: ignore[arg-type]
         for policy in self.policies:
             low = min(khz if self.mode == "pin" else policy.min_khz, khz)
-            policy.set_limits(low, khz)
+            policy.set_limits(low, khz, self.write)
             got = policy.limits()
             if got[1] != khz or (self.mode == "pin" and got[0] != khz):
                 raise ConfigRejected(
@@ -204,11 +207,7 @@ class CpuFreqTarget(DeviceTarget):
 
     def reset_device(self) -> None:
         for policy in self.policies:
-            policy.restore()
+            policy.restore(self.write)
 
     def energy_meter(self) -> RaplMeter | None:
         return self.meter
-
-
-def _write(path: Path, text: str) -> None:
-    sysfs.write(path, text, "CPU frequency control")

@@ -33,7 +33,8 @@ from typing import Any, ClassVar
 from targets.base import option_names_list, option_number
 from targets.command import CommandTarget
 from targets.device import DeviceTarget, SampledPower
-from targets.sysfs import read_int, read_text, restore_range, write, write_range
+from targets.helper import option_helper, writer
+from targets.sysfs import read_int, read_text, restore_range, write_range
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
 
@@ -87,6 +88,7 @@ class JetsonTarget(DeviceTarget):
         rails: Any = None,
         sysfs: Any = "/sys",
         sample_s: Any = 0.05,
+        helper: Any = None,
         timeout_s: Any = 600.0,
         env: Any = None,
         workdir: Any = None,
@@ -103,6 +105,7 @@ class JetsonTarget(DeviceTarget):
             raise ValidationError("target.sysfs", f"{sysfs!r} is not a directory", "a sysfs root")
         self.root = Path(sysfs)
         self.sample_s = option_number("sample_s", sample_s, 0.001, 10.0)
+        self.write = writer(option_helper(helper), "Jetson clock control")
         self.gpu = self._find_gpu()
         self.gpu_levels = tuple(
             sorted(int(v) for v in sysfs_read(self.gpu / "available_frequencies").split())
@@ -173,14 +176,14 @@ class JetsonTarget(DeviceTarget):
         if "gpu_hz" in config:
             hz = int(config["gpu_hz"])  # type: ignore[arg-type]
             high = hz if self.gpu_mode == "pin" else max(hz, self.gpu_limits[1])
-            write_range(self.gpu / "min_freq", self.gpu / "max_freq", hz, high, _write)
+            write_range(self.gpu / "min_freq", self.gpu / "max_freq", hz, high, self.write)
             got = (read_int(self.gpu / "min_freq"), read_int(self.gpu / "max_freq"))
             if got != (hz, high):
                 raise ConfigRejected(f"GPU devfreq asked [{hz}, {high}] Hz, kept {list(got)}")
         if "emc_khz" in config and self.emc is not None:
             khz = int(config["emc_khz"])  # type: ignore[arg-type]
-            _write(self.emc / "mrq_rate_locked", "1")
-            _write(self.emc / "rate", str(khz * 1000))
+            self.write(self.emc / "mrq_rate_locked", "1")
+            self.write(self.emc / "rate", str(khz * 1000))
             got_hz = read_int(self.emc / "rate")
             if got_hz != khz * 1000:
                 raise ConfigRejected(f"EMC rate {khz} kHz not taken by BPMP (reads {got_hz} Hz)")
@@ -188,10 +191,10 @@ class JetsonTarget(DeviceTarget):
     def reset_device(self) -> None:
         low, high = self.gpu_limits
         ceiling = self.gpu_levels[-1]
-        restore_range(self.gpu / "min_freq", self.gpu / "max_freq", low, high, ceiling, _write)
+        restore_range(self.gpu / "min_freq", self.gpu / "max_freq", low, high, ceiling, self.write)
         if self.emc is not None and read_int(self.emc / "mrq_rate_locked") == 1:
-            _write(self.emc / "rate", str(self.emc_rate))  # back where it was, then unlock
-            _write(self.emc / "mrq_rate_locked", "0")
+            self.write(self.emc / "rate", str(self.emc_rate))  # back where it was, then unlock
+            self.write(self.emc / "mrq_rate_locked", "0")
 
     def energy_meter(self) -> SampledPower | None:
         if not self.rails:
@@ -210,7 +213,3 @@ def sysfs_read(path: Path) -> str:
         return read_text(path)
     except OSError as exc:
         raise TargetError(f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def _write(path: Path, text: str) -> None:
-    write(path, text, "Jetson clock control")

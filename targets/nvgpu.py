@@ -33,8 +33,11 @@ slack): each GPU gets its own knobs, suffixed with its index (``sm_mhz_0``, ``sm
 kinds of knob (of ``sm_mhz``, ``mem_mhz``, ``power_w``). Restore resets every GPU even when
 one of them fails, then reports the first failure.
 
-NVML's setters need root; without it the trial fails with a message that says so. The NVML
-module is imported when the target is built (``nvml = "pynvml"``, from ``nvidia-ml-py``);
+NVML's setters need root; without it the trial fails with a message that says so.
+``helper = "/run/tuner/helper.sock"`` sends them to the privileged helper
+(``targets/helper.py``, started as root with ``--nvml pynvml``) so the tuner runs
+unprivileged, while reading clocks and energy stays in-process. The NVML module is imported
+when the target is built (``nvml = "pynvml"``, from ``nvidia-ml-py``);
 ``nvml = "targets.fake_nvml"`` selects the simulated GPU that the tests use.
 """
 
@@ -48,6 +51,7 @@ from typing import Any, ClassVar
 from targets.base import option_int, option_number
 from targets.command import CommandTarget
 from targets.device import DeviceTarget, EnergyMeter, SampledPower
+from targets.helper import option_helper
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
 
@@ -97,6 +101,7 @@ class NvidiaGpuTarget(DeviceTarget):
         env: Any = None,
         workdir: Any = None,
         nvml: Any = "pynvml",
+        helper: Any = None,
     ) -> None:
         super().__init__(
             CommandTarget(
@@ -104,6 +109,7 @@ class NvidiaGpuTarget(DeviceTarget):
             )
         )
         indexes = _device_list(device, devices)
+        self.helper = option_helper(helper)
         self.index = indexes[0]
         self.kinds = _knob_kinds(knobs)
         self.settle_s = option_number("settle_s", settle_s, 0.0, 600.0)
@@ -146,6 +152,13 @@ class NvidiaGpuTarget(DeviceTarget):
             if code == getattr(self.nvml, "NVML_ERROR_INVALID_ARGUMENT", 2):
                 raise ConfigRejected(f"{name}{args[1:]!r}: {exc}") from exc
             raise TargetError(f"{name}: {exc}") from exc
+
+    def _setter(self, name: str, gpu: _Gpu, *args: int) -> None:
+        """An NVML setter: through the privileged helper when one is configured."""
+        if self.helper is not None:
+            self.helper.nvml(name, gpu.index, *args)
+        else:
+            self._call(name, gpu.handle, *args)
 
     # -- the adapter ------------------------------------------------------------------
     def describe_knobs(self) -> tuple[Knob, ...]:
@@ -206,13 +219,13 @@ class NvidiaGpuTarget(DeviceTarget):
         sm, mem, power = (f"{k}{gpu.suffix}" for k in KNOBS)
         if sm in config:
             mhz = int(config[sm])  # type: ignore[arg-type]
-            self._call("nvmlDeviceSetGpuLockedClocks", gpu.handle, mhz, mhz)
+            self._setter("nvmlDeviceSetGpuLockedClocks", gpu, mhz, mhz)
         if mem in config:
             mhz = int(config[mem])  # type: ignore[arg-type]
-            self._call("nvmlDeviceSetMemoryLockedClocks", gpu.handle, mhz, mhz)
+            self._setter("nvmlDeviceSetMemoryLockedClocks", gpu, mhz, mhz)
         if power in config:
             watts = int(config[power])  # type: ignore[arg-type]
-            self._call("nvmlDeviceSetPowerManagementLimit", gpu.handle, watts * 1000)
+            self._setter("nvmlDeviceSetPowerManagementLimit", gpu, watts * 1000)
             got = int(self._call("nvmlDeviceGetPowerManagementLimit", gpu.handle))
             if got != watts * 1000:
                 raise ConfigRejected(
@@ -232,14 +245,14 @@ class NvidiaGpuTarget(DeviceTarget):
             raise failure
 
     def _reset_gpu(self, gpu: _Gpu) -> None:
-        self._call("nvmlDeviceResetGpuLockedClocks", gpu.handle)
+        self._setter("nvmlDeviceResetGpuLockedClocks", gpu)
         if len(gpu.mem_clocks) > 1:
             try:
-                self._call("nvmlDeviceResetMemoryLockedClocks", gpu.handle)
+                self._setter("nvmlDeviceResetMemoryLockedClocks", gpu)
             except TargetError as exc:
                 if "Not Supported" not in str(exc):
                     raise
-        self._call("nvmlDeviceSetPowerManagementLimit", gpu.handle, gpu.original_power_mw)
+        self._setter("nvmlDeviceSetPowerManagementLimit", gpu, gpu.original_power_mw)
 
     def has_energy(self) -> bool:
         return True  # the energy counter, or else sampled power

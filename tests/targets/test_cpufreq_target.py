@@ -16,7 +16,7 @@ from targets.cpufreq import CPUFREQ, CpuFreqTarget
 from targets.fake_sysfs import ACPI_TABLE, add_rapl_zone, make_cpufreq_tree
 from targets.rapl import RaplMeter
 from targets.registry import build_target
-from tuner.errors import ValidationError
+from tuner.errors import TargetError, ValidationError
 from tuner.trial import TrialStatus
 
 PY = sys.executable
@@ -121,8 +121,8 @@ def test_a_limit_the_kernel_does_not_keep_is_infeasible(tmp_path: Path, workload
     policy = target.policies[0]
     real = policy.set_limits
 
-    def clamp(low: int, high: int) -> None:  # a thermal limit: max stays at 2.0 GHz
-        real(min(low, 2_000_000), min(high, 2_000_000))
+    def clamp(low: int, high: int, write: Any) -> None:  # a thermal limit: max stays 2.0 GHz
+        real(min(low, 2_000_000), min(high, 2_000_000), write)
 
     policy.set_limits = clamp  # type: ignore[method-assign]
     with target:
@@ -241,9 +241,11 @@ def test_limits_are_written_in_an_order_the_kernel_accepts(
     tmp_path: Path, workload: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Like the kernel, refuse any write that would leave scaling_min_freq > scaling_max_freq."""
-    import targets.cpufreq as cpufreq
-
-    real = cpufreq._write
+    root = make_cpufreq_tree(tmp_path)
+    (root / CPUFREQ / "policy0" / "scaling_min_freq").write_text("1600000\n")
+    (root / CPUFREQ / "policy0" / "scaling_max_freq").write_text("2000000\n")
+    target = cpu_target(root, workload)
+    real = target.write
 
     def kernel_write(path: Path, text: str) -> None:
         low, high = (
@@ -254,14 +256,11 @@ def test_limits_are_written_in_an_order_the_kernel_accepts(
         elif path.name == "scaling_max_freq":
             high = int(text)
         if low > high:
-            raise cpufreq.TargetError(f"EINVAL: {path.name} = {text} with min {low} > max {high}")
+            raise TargetError(f"EINVAL: {path.name} = {text} with min {low} > max {high}")
         real(path, text)
 
-    monkeypatch.setattr(cpufreq, "_write", kernel_write)
-    root = make_cpufreq_tree(tmp_path)
-    (root / CPUFREQ / "policy0" / "scaling_min_freq").write_text("1600000\n")
-    (root / CPUFREQ / "policy0" / "scaling_max_freq").write_text("2000000\n")
-    with cpu_target(root, workload) as target:
+    target.write = kernel_write  # the kernel's rule on top of the real writes
+    with target:
         for khz in (800_000, 2_800_000, 1_200_000, 2_400_000, 2_000_000):
             outcome = target.run_trial({"cpu_khz": khz})
             assert outcome.status is TrialStatus.COMPLETED, outcome.reason

@@ -98,7 +98,8 @@ def test_a_trial_sets_clocks_measures_energy_and_restores(root: Path, mode: str)
 def test_devfreq_limits_are_written_in_a_safe_order(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = jetson._write
+    target = jetson_target(root)
+    real = target.write
 
     def kernel_write(path: Path, text: str) -> None:
         if path.name in ("min_freq", "max_freq"):
@@ -108,8 +109,8 @@ def test_devfreq_limits_are_written_in_a_safe_order(
                 raise jetson.TargetError(f"EINVAL: {path.name} = {text}: min {low} > max {high}")
         real(path, text)
 
-    monkeypatch.setattr(jetson, "_write", kernel_write)
-    with jetson_target(root) as target:
+    target.write = kernel_write
+    with target:
         for hz in (306_000_000, 918_000_000, 612_000_000, 408_000_000):
             outcome = target.run_trial({"gpu_hz": hz})
             assert outcome.status is TrialStatus.COMPLETED, outcome.reason
@@ -117,15 +118,16 @@ def test_devfreq_limits_are_written_in_a_safe_order(
 
 
 def test_an_emc_rate_bpmp_rounds_is_infeasible(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = jetson._write
+    target = jetson_target(root)
+    real = target.write
 
     def bpmp_write(path: Path, text: str) -> None:
         if path.name == "rate":  # BPMP keeps the nearest rate it supports: 2133 MHz
             text = "2133000000"
         real(path, text)
 
-    monkeypatch.setattr(jetson, "_write", bpmp_write)
-    with jetson_target(root) as target:
+    target.write = bpmp_write
+    with target:
         outcome = target.run_trial({"emc_khz": 3_199_000})
     assert outcome.status is TrialStatus.INFEASIBLE
     assert "EMC rate 3199000 kHz not taken by BPMP (reads 2133000000 Hz)" in outcome.reason
