@@ -3,7 +3,7 @@
 The table is a CSV with one row per measurement (per repetition), as
 ``shared/reference/hw_freq.md`` §5.3 recommends: knob columns, metric columns and
 optionally a ``status`` column (``COMPLETED``, ``INFEASIBLE``, ``FAILED`` or ``TIMED_OUT``,
-with a ``reason``)::
+with a ``reason``; a ``trial_s`` column, the time a measurement took, is ignored)::
 
     sm_mhz,batch,latency_p99_ms,energy_j_per_request
     1980,8,11.2,0.91
@@ -41,7 +41,7 @@ from tuner.constraints import is_number
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.space import CategoricalKnob, Config, Knob, OrdinalKnob, Scalar
 
-SPECIAL_COLUMNS = ("status", "reason")
+SPECIAL_COLUMNS = ("status", "reason", "trial_s")  # trial_s: bench.sweep's timing, ignored
 STATUSES = ("COMPLETED", "INFEASIBLE", "FAILED", "TIMED_OUT")
 Cell = tuple[Scalar, ...]
 
@@ -93,6 +93,10 @@ class ReplayTarget(Target):
     @property
     def cells(self) -> int:
         return len(self._cells)
+
+    def cell_rows(self) -> dict[Cell, list[dict[str, str]]]:
+        """Every measured cell (knob values in ``knob_names`` order) and its rows."""
+        return dict(self._cells)
 
     def describe_knobs(self) -> tuple[Knob, ...]:
         return self._knobs
