@@ -149,7 +149,12 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
     states: dict[int, _State] = {}
     active: list[_State] = []  # arrived, not finished
     now = pending[0].arrival if pending else 0.0
-    next_tick = now + policy.interval_s if policy.interval_s > 0 else math.inf
+    # Periodic ticks only change LAS's plan (attained service moves continuously). Under
+    # FIFO nothing happens at a tick, and under 2D-LAS only a starvation promotion can, so
+    # the next event there is the first tick at which some waiting job becomes due.
+    ticking = policy.kind == "las" and policy.interval_s > 0
+    origin = now
+    next_tick = now + policy.interval_s if ticking else math.inf
     index = 0
     while index < len(pending) or active:
         while index < len(pending) and pending[index].arrival <= now + _EPS:
@@ -168,6 +173,8 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
                 crossing = _to_threshold(state, policy)
                 if crossing is not None:
                     horizon = min(horizon, now + crossing)
+        if policy.kind == "dlas" and policy.starvation > 0:
+            horizon = min(horizon, _next_promotion(active, policy, origin, now))
         if math.isinf(horizon):
             raise RuntimeError("no event ahead but jobs remain (a job can never start)")
         step = max(horizon - now, 0.0)
@@ -178,7 +185,7 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
                 state.done += step - overhead
                 state.ran += step
         now = horizon
-        if now >= next_tick - _EPS:
+        if ticking and now >= next_tick - _EPS:
             next_tick = now + policy.interval_s
         for state in list(active):
             if state.left <= _EPS * max(1.0, state.job.duration):
@@ -191,6 +198,20 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
         out.jobs.append(JobResult(job.id, job.arrival, job.gpus, job.duration, s.finish,
                                   s.preemptions))  # fmt: skip
     return out
+
+
+def _next_promotion(active: list[_State], policy: Policy, origin: float, now: float) -> float:
+    """When the first waiting job becomes due for promotion: at the tick (every
+    ``interval_s`` from ``origin``) at or after it has waited ``starvation x`` its run time."""
+    soonest = math.inf
+    for state in active:
+        if state.running or not state.started or _queue(state, policy) == 0:
+            continue
+        due = state.last_stop + max(policy.starvation * state.ran, policy.interval_s, _EPS)
+        if policy.interval_s > 0:
+            due = origin + math.ceil((due - origin) / policy.interval_s - _EPS) * policy.interval_s
+        soonest = min(soonest, max(due, now + _EPS))
+    return soonest
 
 
 def _queue(state: _State, policy: Policy) -> int:
