@@ -1,4 +1,4 @@
-"""bench.pareto, bench.sweep and bench.replay: the problems are the published ones, the
+"""bench.pareto, server.sweep and bench.replay: the problems are the published ones, the
 sweep writes a table the replay target reads, and the replay benchmark judges on means."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import pareto, replay, sweep
+from bench import pareto, replay
+from server import sweep
 from targets.replay import ReplayTarget
 from tuner.constraints import OutcomeConstraint
 
