@@ -178,14 +178,11 @@ def _tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:
-    from server.daemon import Daemon, DaemonSettings, EventLog
+    from server.daemon import Daemon, EventLog, parse_daemon
 
     overrides = {"db": args.db, "name": args.name}
     config = load_config(args.config, overrides)
-    settings = config.daemon or DaemonSettings(
-        state=config.db.parent / f"{config.spec.name}.daemon.json",
-        watch=(config.spec.objective.name,),
-    )
+    settings = config.daemon or parse_daemon({}, config.spec, config.db)
     if args.state:
         settings = replace(settings, state=args.state)
     if args.max_windows is not None:

@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from server.session import TuningAPI
+from server.session import MAX_CONSECUTIVE_FAILURES, TuningAPI
 from targets.base import Target
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.study import StudySpec
@@ -67,7 +67,6 @@ DAEMON_KEYS = (
     "max_rounds",
 )
 TUNING, WATCHING = "tuning", "watching"
-_MAX_CONSECUTIVE_FAILURES = 5
 
 
 @dataclass(frozen=True)
@@ -276,7 +275,7 @@ class Daemon:
                 config=trial.config, metrics=metrics, reason=reason,
             )  # fmt: skip
             failures = failures + 1 if status is TrialStatus.FAILED else 0
-            if failures >= _MAX_CONSECUTIVE_FAILURES:
+            if failures >= MAX_CONSECUTIVE_FAILURES:
                 raise TargetError(f"{failures} trials in a row failed; last reason: {reason}")
         best = best_trial(spec, self.api.list_trials(spec.name))
         state = self.state

@@ -35,7 +35,7 @@ from tuner.trial import (
     with_resolved_constraints,
 )
 
-_MAX_CONSECUTIVE_FAILURES = 5
+MAX_CONSECUTIVE_FAILURES = 5
 
 
 class TuningAPI(Protocol):
@@ -98,7 +98,7 @@ def run_session(
             finished trials so far (for progress display).
 
     Raises:
-        TargetError: ``_MAX_CONSECUTIVE_FAILURES`` trials in a row FAILED (the target is
+        TargetError: ``MAX_CONSECUTIVE_FAILURES`` trials in a row FAILED (the target is
             broken, not the configurations).
     """
     api.create_study(spec)
@@ -115,7 +115,7 @@ def run_session(
         failures = failures + 1 if outcome.status is TrialStatus.FAILED else 0
         if on_trial is not None:
             on_trial(reported, finished)
-        if failures >= _MAX_CONSECUTIVE_FAILURES:
+        if failures >= MAX_CONSECUTIVE_FAILURES:
             raise TargetError(f"{failures} trials in a row failed; last reason: {outcome.reason}")
     return summarize(spec, api.list_trials(spec.name))
 

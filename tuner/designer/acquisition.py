@@ -123,21 +123,18 @@ def _hypervolume(
 ) -> AcquisitionFunction:
     """qLogNEHVI on the objectives' outputs, signed so that larger is better.
 
-    The hypervolume is measured in metric units: samples of a log-modelled objective are
-    exponentiated first. (A log scale would change which trade-offs the volume favours: it
-    stretches the values near zero without bound.)
+    The hypervolume is measured in metric units: ``outcome_data`` never log-models the
+    objectives of a multi-objective study, so the samples are already in those units.
     """
     index = {outcome.name: i for i, outcome in enumerate(data)}
     columns = [index[o.name] for o in spec.objectives]
-    logged = torch.tensor([data[i].log for i in columns])
     signs = torch.tensor(
         [1.0 if o.goal is Goal.MAXIMIZE else -1.0 for o in spec.objectives], dtype=torch.float64
     )
     ref = [sign * value for sign, value in zip(signs.tolist(), reference, strict=True)]
 
     def signed(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
-        values = samples[..., columns]
-        return torch.where(logged, values.exp(), values) * signs
+        return samples[..., columns] * signs
 
     return qLogNoisyExpectedHypervolumeImprovement(
         model=model,
