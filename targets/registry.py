@@ -28,6 +28,7 @@ _ADAPTERS: dict[str, str] = {
     "nvgpu": "targets.nvgpu:NvidiaGpuTarget",
     "jetson": "targets.jetson:JetsonTarget",
     "replay": "targets.replay:ReplayTarget",
+    "gpusched": "targets.gpusched:GpuSchedTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 
