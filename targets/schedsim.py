@@ -51,7 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POLICIES = ("fifo", "las", "dlas")
-_EPS = 1e-9
+_EPS = 1e-9  # relative: times reach 1e7 s, where an absolute 1e-9 is below a float's step
+
+
+def _tol(value: float) -> float:
+    """Comparison slack at ``value``: ``_EPS`` relative, at least ``_EPS`` absolute."""
+    return _EPS * max(1.0, abs(value))
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,7 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
     next_tick = now + policy.interval_s if ticking else math.inf
     index = 0
     while index < len(pending) or active:
-        while index < len(pending) and pending[index].arrival <= now + _EPS:
+        while index < len(pending) and pending[index].arrival <= now + _tol(now):
             job = pending[index]
             state = _State(job, last_stop=job.arrival)
             states[job.id] = state
@@ -177,7 +182,10 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
             horizon = min(horizon, _next_promotion(active, policy, origin, now))
         if math.isinf(horizon):
             raise RuntimeError("no event ahead but jobs remain (a job can never start)")
-        step = max(horizon - now, 0.0)
+        # every event due by now was handled above; a horizon closer than the comparison
+        # slack comes from rounding (now + tiny == now at 1e7 s) and would never advance
+        horizon = max(horizon, now + _tol(now))
+        step = horizon - now
         for state in active:
             if state.running:
                 overhead = min(state.restart_left, step)
@@ -185,10 +193,10 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
                 state.done += step - overhead
                 state.ran += step
         now = horizon
-        if ticking and now >= next_tick - _EPS:
+        if ticking and now >= next_tick - _tol(now):
             next_tick = now + policy.interval_s
         for state in list(active):
-            if state.left <= _EPS * max(1.0, state.job.duration):
+            if state.left <= _tol(state.job.duration):
                 state.finish, state.running = now, False
                 active.remove(state)
     out = Simulation()
@@ -207,17 +215,23 @@ def _next_promotion(active: list[_State], policy: Policy, origin: float, now: fl
     for state in active:
         if state.running or not state.started or _queue(state, policy) == 0:
             continue
-        due = state.last_stop + max(policy.starvation * state.ran, policy.interval_s, _EPS)
+        due = _promotion_due(state, policy)
         if policy.interval_s > 0:
             due = origin + math.ceil((due - origin) / policy.interval_s - _EPS) * policy.interval_s
-        soonest = min(soonest, max(due, now + _EPS))
+        # a job due by now was promoted by the _schedule that just ran, so this is ahead
+        soonest = min(soonest, max(due, now + _tol(now)))
     return soonest
+
+
+def _promotion_due(state: _State, policy: Policy) -> float:
+    """When a waiting job has waited ``starvation x`` its run time (and one interval)."""
+    return state.last_stop + max(policy.starvation * state.ran, policy.interval_s, _EPS)
 
 
 def _queue(state: _State, policy: Policy) -> int:
     service = state.attained - state.base
     for i, threshold in enumerate(policy.thresholds):
-        if service < threshold - _EPS:
+        if service < threshold - _tol(threshold):
             return i
     return len(policy.thresholds)
 
@@ -245,12 +259,10 @@ def _schedule(active: list[_State], gpus: int, policy: Policy, now: float) -> No
         return
     if policy.kind == "dlas" and policy.starvation > 0:
         for state in active:
-            waited = now - state.last_stop
             if (
                 not state.running
                 and state.started
-                and waited >= policy.starvation * state.ran - _EPS
-                and waited >= max(policy.interval_s, _EPS)
+                and now >= _promotion_due(state, policy) - _tol(now)
                 and _queue(state, policy) > 0
             ):
                 state.base = state.attained  # promoted to the top queue

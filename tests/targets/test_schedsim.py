@@ -104,3 +104,23 @@ def test_the_published_traces_load_and_2d_las_beats_fifo_on_tiresias_60() -> Non
     gavel = read_gavel(TRACES / "gavel_msr_seed0" / "51b7ef.trace",
                        TRACES / "gavel_simulation_throughputs.json")  # fmt: skip
     assert len(gavel) == 18 and all(j.duration > 0 for j in gavel)
+
+
+@pytest.mark.timeout(60)
+def test_starvation_at_large_clock_values_terminates() -> None:
+    # Philly traces put arrivals at ~1e7 s, where an absolute 1e-9 s is below a float's step:
+    # a promotion due "now" used to be rescheduled at now + 1e-9 == now, forever.
+    import random
+
+    rng = random.Random(1)
+    start = 3.3e7
+    jobs = [
+        Job(i, start + rng.uniform(0, 5e5), rng.choice([1, 2]), rng.uniform(50, 5e4))
+        for i in range(40)
+    ]
+    for interval in (7.3, 119.9):
+        policy = Policy("dlas", (1199.9, 1559.9, 1871.9), 9.1, interval, restart_s=30)
+        result = simulate(jobs, 4, policy)
+        assert len(result.jobs) == 40
+        assert all(j.finish >= j.arrival + j.duration - 1e-6 for j in result.jobs)
+        assert result.summary()["preemptions"] > 0
