@@ -83,6 +83,11 @@ def test_bo_beats_sobol_on_the_constrained_gramacy_problem() -> None:
     bo = [_best("bo", seed) for seed in SEEDS]
     sobol = [_best("sobol", seed) for seed in SEEDS]
     assert min(bo) >= 0.5998 - 1e-3  # nothing better than the optimum: the check is sound
-    assert sum(bo) / len(bo) < 0.65, (bo, sobol)
+    # Over 10 seeds BO's best at 30 evaluations is 0.619 (std 0.049; bench/README.md), so a
+    # 3-seed mean above 0.70 is ~3 standard errors off. The tighter 0.65 passed in CI at
+    # a036794 and fails on a later machine with the same code and package versions (0.600,
+    # 0.753, 0.610): floating point differs by CPU, and one seed ending in a local basin
+    # moves a 3-seed mean by 0.05.
+    assert sum(bo) / len(bo) < 0.70, (bo, sobol)
     assert sum(sobol) / len(sobol) > 0.70, (bo, sobol)
     assert all(b < s for b, s in zip(bo, sobol, strict=True)), (bo, sobol)
