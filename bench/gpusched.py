@@ -294,13 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.gpusched", description=__doc__)
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--budget", type=int, default=40)
+    parser.add_argument("--budget", type=int, default=30)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--train", default=",".join(TRAIN), help="Gavel trace names")
     parser.add_argument("--test", default=",".join(TEST), help="held-out trace names")
-    parser.add_argument("--max-jobs", type=int, default=600, help="first jobs of a training trace")
+    parser.add_argument("--max-jobs", type=int, default=300, help="first jobs of a training trace")
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--restart-s", type=float, default=30.0)
     parser.add_argument("--threads", type=int, default=1)
