@@ -221,9 +221,15 @@ class HelperServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: Path, policy: Policy) -> None:
         self.policy = policy
-        path.unlink(missing_ok=True)
-        super().__init__(str(path), _Handler)
-        os.chmod(path, 0o666)  # anyone may connect; SO_PEERCRED decides who is served
+        # The socket appears at its path only once it listens: bound and listening under a
+        # temporary name, then renamed into place, so a client that waits for the path is
+        # never refused (bind creates the file before listen is called).
+        staging = path.with_name(f".{path.name}.{os.getpid()}")
+        staging.unlink(missing_ok=True)
+        super().__init__(str(staging), _Handler)
+        os.chmod(staging, 0o666)  # anyone may connect; SO_PEERCRED decides who is served
+        os.replace(staging, path)
+        self.server_address = str(path)
 
     def log(self, uid: int, request: Any, reply: dict[str, Any]) -> None:
         record = {"ts": time.time(), "uid": uid, "request": request, "reply": reply}
