@@ -35,7 +35,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +166,7 @@ def held_out(target: GpuSchedTarget, runs: list[Run]) -> dict[str, dict[str, Any
     for trace in target.traces:
         row: dict[str, Any] = {"gpus": trace.gpus, "jobs": len(trace.jobs), "policies": {}}
         for name, policy in BASELINES.items():
-            policy = Policy(policy.kind, policy.thresholds, restart_s=target.restart_s)
+            policy = replace(policy, restart_s=target.restart_s)
             row["policies"][name] = simulate(trace.jobs, trace.gpus, policy).summary()
         for run in runs:
             if run.config is None:
