@@ -79,6 +79,7 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
         ),
         allow_unsafe=spec.allow_unsafe,
         embedding=_embedding_to_proto(spec.embedding),
+        candidates=[pb.Candidate(config=config_to_proto(c)) for c in spec.candidates],
     )
 
 
@@ -128,6 +129,11 @@ def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
             data["designer"] = _designer_from_proto(message.designer)
         if message.HasField("embedding"):
             data["embedding"] = _embedding_from_proto(message.embedding)
+        if message.candidates:
+            data["candidates"] = [
+                config_from_proto(c.config, f"candidates[{i}].config")
+                for i, c in enumerate(message.candidates)
+            ]
         return StudySpec.from_dict(data, knobs=knobs)
     except ValidationError as error:
         raise _under(path, error) from None

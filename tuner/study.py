@@ -20,7 +20,7 @@ from typing import Any
 
 from tuner.constraints import METRIC_NAME, LinearConstraint, OutcomeConstraint
 from tuner.errors import ValidationError
-from tuner.space import Knob, SearchSpace, knob_from_dict
+from tuner.space import Config, Knob, SearchSpace, knob_from_dict, value_key
 
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 ALGORITHMS = ("bo", "sobol", "random")
@@ -34,7 +34,11 @@ _SPEC_FIELDS = (
     "designer",
     "allow_unsafe",
     "embedding",
+    "candidates",
 )
+# A candidate list is scored whole on every model-based suggestion; beyond this many the
+# space is better described by knob ranges and parameter constraints.
+MAX_CANDIDATES = 100_000
 _EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
 DEFAULT_GROW_AFTER = 10
 DEFAULT_EMBEDDING_DIMS = 16
@@ -279,6 +283,7 @@ class StudySpec:
     designer: DesignerSettings = field(default_factory=DesignerSettings)
     allow_unsafe: bool = False
     embedding: EmbeddingSettings | None = None
+    candidates: tuple[Config, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _STUDY_NAME.match(self.name):
@@ -341,6 +346,58 @@ class StudySpec:
                     )
         if self.embedding is not None:
             object.__setattr__(self, "embedding", self._resolved_embedding(self.embedding))
+        object.__setattr__(self, "candidates", self._checked_candidates(self.candidates))
+
+    def _checked_candidates(self, candidates: Any) -> tuple[Config, ...]:
+        """The allowed configurations, each validated; empty means "the whole space".
+
+        A finite candidate set describes spaces that ranges and linear constraints cannot,
+        such as cloud deployments where each instance size comes with its own node counts
+        (Scout's 69 configurations): every suggestion is one of them.
+        """
+        if isinstance(candidates, str | bytes | dict) or not hasattr(candidates, "__iter__"):
+            raise ValidationError("candidates", "must be a list of configurations")
+        candidates = tuple(candidates)
+        if not candidates:
+            return ()
+        if len(candidates) > MAX_CANDIDATES:
+            raise ValidationError(
+                "candidates", f"got {len(candidates)}", f"at most {MAX_CANDIDATES} configurations"
+            )
+        if self.embedding is not None:
+            raise ValidationError(
+                "candidates",
+                "a candidate list cannot be searched through an embedding",
+                "no embedding with candidates",
+            )
+        seen: dict[tuple[object, ...], int] = {}
+        out = []
+        for i, raw in enumerate(candidates):
+            config = self.space.validate_config(raw, f"candidates[{i}]")
+            key = tuple(value_key(config[n]) for n in self.space.names)
+            if key in seen:
+                raise ValidationError(
+                    f"candidates[{i}]",
+                    f"repeats candidates[{seen[key]}]",
+                    "distinct configurations",
+                )
+            seen[key] = i
+            if not self.satisfies_parameter_constraints(config):
+                broken = next(c for c in self.parameter_constraints if not c.satisfied(config))
+                raise ValidationError(
+                    f"candidates[{i}]", f"breaks the parameter constraint {str(broken)!r}"
+                )
+            out.append(config)
+        default = self.space.default_config()
+        if self.designer.start_with_default and default is not None:
+            key = tuple(value_key(default[n]) for n in self.space.names)
+            if key not in seen:
+                raise ValidationError(
+                    "candidates",
+                    f"the knobs' default configuration {default} is not a candidate",
+                    "a list that includes it, or designer.start_with_default = false",
+                )
+        return tuple(out)
 
     def _resolved_embedding(self, embedding: EmbeddingSettings) -> EmbeddingSettings:
         """Fill in ``dims`` and ``seed`` so the stored spec pins the projection down."""
@@ -402,6 +459,7 @@ class StudySpec:
             "allow_unsafe": self.allow_unsafe,
             # only when set: specs without an embedding keep their fingerprints
             **({"embedding": self.embedding.to_dict()} if self.embedding else {}),
+            **({"candidates": [dict(c) for c in self.candidates]} if self.candidates else {}),
         }
 
     def fingerprint(self) -> str:
@@ -441,6 +499,7 @@ class StudySpec:
             designer=_designer(data.get("designer", {})),
             allow_unsafe=allow_unsafe,
             embedding=_embedding(data.get("embedding")),
+            candidates=tuple(_list(data, "candidates")),
         )
 
 

@@ -557,3 +557,64 @@ def test_serve_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     assert "received SIGTERM" in rest
     assert "tuner server stopped" in rest
     assert (tmp_path / "served.db").exists()
+
+
+# -- candidate lists ---------------------------------------------------------------------
+
+
+def _cloud_spec() -> StudySpec:
+    from knobs.cloud import load_cloud_catalog
+
+    catalog = load_cloud_catalog()
+    return StudySpec(
+        name="cloud",
+        space=SearchSpace(catalog.knobs()),
+        objectives=(Objective("cost_usd", Goal.MINIMIZE),),
+        designer=DesignerSettings(seed=3, initial_trials=2),
+        candidates=catalog.candidates(),
+    )
+
+
+def test_a_candidate_study_round_trips_and_suggests_only_candidates(
+    stub: pb_grpc.TunerServiceStub, client: TunerClient
+) -> None:
+    spec = _cloud_spec()
+    response = create(stub, spec)
+    assert convert.spec_from_proto(response.study.spec) == spec
+    allowed = {tuple(c.values()) for c in spec.candidates}
+    seen = []
+    for round_ in range(3):
+        for trial in client.suggest_trials("cloud", 3, f"worker-{round_}"):
+            assert tuple(trial.config.values()) in allowed
+            seen.append(tuple(trial.config.values()))
+            cost = 0.1 * int(trial.config["nodes"]) * (1 + (trial.config["family"] == "r4"))
+            client.complete_trial("cloud", trial.id, {"cost_usd": cost})
+    assert len(set(seen)) == len(seen) == 9
+
+
+def _off_list(wire: pb.StudySpec) -> None:
+    wire.candidates[5].config[2].value.integer = 64  # above the knob's range
+
+
+def _repeated(wire: pb.StudySpec) -> None:
+    wire.candidates[7].CopyFrom(wire.candidates[6])
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (_off_list, "spec.candidates[5].nodes"),
+        (_repeated, "spec.candidates[7]: repeats candidates[6]"),
+    ],
+    ids=["out-of-range", "repeated"],
+)
+def test_a_bad_candidate_is_invalid_argument(
+    stub: pb_grpc.TunerServiceStub, mutate: Callable[[pb.StudySpec], None], fragment: str
+) -> None:
+    wire = convert.spec_to_proto(_cloud_spec())
+    mutate(wire)
+    message = rpc_error(
+        stub.CreateStudy, pb.CreateStudyRequest(spec=wire), StatusCode.INVALID_ARGUMENT
+    )
+    assert fragment in message
+    assert stub.ListStudies(pb.ListStudiesRequest(), timeout=30).studies == []

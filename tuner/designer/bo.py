@@ -11,6 +11,10 @@ One ``suggest`` call runs the whole policy over the stored history:
 With ``expert_priors`` the initial design and the first as many model-based suggestions stay
 inside the knobs' recommended region, then the search widens (``priors.py``).
 
+With a candidate list (``StudySpec.candidates``) every step picks among the untaken
+candidates: Sobol points snap to the nearest, the acquisition is maximized exactly over the
+list, random fill-ins are drawn from it (``candidates.py``).
+
 With ``trust_region`` (the LlamaTune designer turns it on for its inner designer) every
 second model-based suggestion is local, TuRBO-style (Eriksson et al., NeurIPS 2019): Thompson
 sampling (``acquisition.thompson_candidates``) among perturbations of the best trial inside a
@@ -243,13 +247,18 @@ class BODesigner(QuasiRandomDesigner):
 
         ``region``: only inside it (the prior region in the coarse phase of expert priors).
         Trust-region steps do not come here: they use ``thompson_candidates``.
+        With a candidate list: the best untaken candidates (``candidates.py``).
         """
+        taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
+        if self.sampler.pool is not None:
+            pool = self.sampler.pool
+            best = pool.best(acquisition, q, pool.untaken(taken, region))
+            return self.encoder.encode_many(best)
         if not (self.encoder.discrete_dims or self.encoder.cat_dims):
             bounds = region.bounds() if region is not None else None
             return optimize_continuous(
                 acquisition, self.encoder.d, q, self.sampler.inequalities, self.settings, bounds
             )
-        taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
         search = LocalSearch(self.encoder, self.spec.satisfies_parameter_constraints, taken, region)
         return search.optimize(
             acquisition,

@@ -24,6 +24,7 @@ from botorch.utils.sampling import get_polytope_samples
 from scipy.optimize import minimize
 from torch.quasirandom import SobolEngine
 
+from tuner.designer.candidates import CandidatePool
 from tuner.designer.priors import PriorRegion
 from tuner.encoding import ConfigKey, UnitBoxEncoder
 from tuner.space import Config, FloatKnob, IntKnob
@@ -44,6 +45,8 @@ class FeasibleSampler:
         self.spec = spec
         self.encoder = encoder
         self.inequalities = unit_box_inequalities(spec, encoder)
+        # a study with a candidate list draws only from it (``candidates.py``)
+        self.pool = CandidatePool(spec.candidates, encoder) if spec.candidates else None
 
     def sobol(
         self,
@@ -59,10 +62,14 @@ class FeasibleSampler:
         points = self._sobol_points(seed)
         if region is not None:
             points = (region.squeeze(p.unsqueeze(0))[0] for p in points)
+        if self.pool is not None:
+            return self.pool.nearest(points, count, self.pool.untaken(taken, region))
         return self._collect(points, seed, count, taken)
 
     def random(self, seed: int, count: int, taken: frozenset[ConfigKey]) -> list[Config]:
         """``count`` feasible, untaken uniformly random configurations."""
+        if self.pool is not None:
+            return self.pool.random(seed, count, self.pool.untaken(taken))
         generator = torch.Generator().manual_seed(seed)
 
         def points() -> Iterator[torch.Tensor]:
@@ -74,7 +81,12 @@ class FeasibleSampler:
         return self._collect(points(), seed, count, taken)
 
     def feasible(self, config: Config) -> Config | None:
-        """``config`` if it satisfies the constraints, else its nearest integer repair, or None."""
+        """``config`` if it satisfies the constraints, else its nearest integer repair, or None.
+
+        With a candidate list: ``config`` if it is a candidate, else None.
+        """
+        if self.pool is not None:
+            return config if config in self.pool else None
         if self.spec.satisfies_parameter_constraints(config):
             return config
         return self._repair(config)
@@ -87,6 +99,9 @@ class FeasibleSampler:
         other knob keeps its value. None when no feasible configuration is found.
         """
         repaired = self.feasible(config)
+        if repaired is None and self.pool is not None:
+            here = torch.tensor(self.encoder.encode(config), dtype=torch.float64)
+            return self.pool.nearest([here], 1, list(range(len(self.pool.configs))))[0]
         if repaired is not None or not self.inequalities:
             return repaired
         names = sorted({n for c in self.spec.parameter_constraints for n, _ in c.terms})

@@ -171,7 +171,7 @@ class Embedding(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., dims: _Optional[int] = ..., special_bias: _Optional[float] = ..., buckets: _Optional[int] = ..., seed: _Optional[int] = ..., grow_after: _Optional[int] = ...) -> None: ...
 
 class StudySpec(_message.Message):
-    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding")
+    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding", "candidates")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KNOBS_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVES_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,7 @@ class StudySpec(_message.Message):
     DESIGNER_FIELD_NUMBER: _ClassVar[int]
     ALLOW_UNSAFE_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     name: str
     knobs: _containers.RepeatedCompositeFieldContainer[Knob]
     objectives: _containers.RepeatedCompositeFieldContainer[Objective]
@@ -188,7 +189,14 @@ class StudySpec(_message.Message):
     designer: DesignerSettings
     allow_unsafe: bool
     embedding: Embedding
-    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ...) -> None: ...
+    candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
+    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ...) -> None: ...
+
+class Candidate(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: _containers.RepeatedCompositeFieldContainer[Parameter]
+    def __init__(self, config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ...) -> None: ...
 
 class TrialCount(_message.Message):
     __slots__ = ("status", "count")

@@ -1,0 +1,106 @@
+"""Searching a finite list of allowed configurations (``StudySpec.candidates``).
+
+Some spaces are a list rather than a box: a cloud job runs on one of Scout's 69 deployments,
+where each instance size comes with its own node counts. The designer then never proposes
+anything off the list:
+
+* the initial design takes the study's scrambled Sobol sequence and moves each point to the
+  nearest candidate not yet taken: a choice knob's coordinate is read as one of its levels
+  (equal shares), candidates that match the point on every choice knob come first, then
+  the nearest in the unit-box encoding (a categorical coordinate that differs counts as
+  distance 1). So the design spreads over families and sizes as Sobol spreads its points,
+  whatever the number of candidates each has;
+* model-based steps score every candidate not yet taken with the acquisition function and
+  pick the best, several at once by sequential greedy selection with the earlier picks as
+  pending points (BoTorch ``optimize_acqf_discrete``), the exact optimum over the list;
+* random fill-ins draw uniformly among the untaken candidates.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+import torch
+from botorch.acquisition import AcquisitionFunction
+from botorch.optim import optimize_acqf_discrete
+
+from tuner.designer.priors import PriorRegion
+from tuner.encoding import CATEGORICAL, ConfigKey, UnitBoxEncoder
+from tuner.space import Config, _ChoiceKnob
+
+# Candidates scored per batch of the acquisition function (memory, not results).
+_BATCH = 2048
+
+
+class CandidatePool:
+    """The study's candidate configurations with their encodings and keys."""
+
+    def __init__(self, candidates: tuple[Config, ...], encoder: UnitBoxEncoder) -> None:
+        self.encoder = encoder
+        self.configs = candidates
+        self.keys = [encoder.key(c) for c in candidates]
+        self.index = {key: i for i, key in enumerate(self.keys)}
+        self.X = encoder.encode_many(list(candidates))
+        self._categorical = torch.tensor(
+            [dim.layout == CATEGORICAL for dim in encoder.dims], dtype=torch.bool
+        )
+        # choice knobs (categorical, ordinal, bool): coordinate -> level, each level an
+        # equal share of [0, 1], so a uniform point picks every choice equally often
+        self._choices = [
+            (i, dim.levels)
+            for i, dim in enumerate(encoder.dims)
+            if isinstance(dim.knob, _ChoiceKnob)
+        ]
+        self._choice = torch.zeros(encoder.d, dtype=torch.bool)
+        for i, _ in self._choices:
+            self._choice[i] = True
+
+    def __contains__(self, config: Config) -> bool:
+        return self.encoder.key(config) in self.index
+
+    def untaken(self, taken: Iterable[ConfigKey], region: PriorRegion | None = None) -> list[int]:
+        """Indices of the candidates not in ``taken`` (inside ``region`` when any is)."""
+        skip = set(taken)
+        free = [i for i, key in enumerate(self.keys) if key not in skip]
+        if region is not None:
+            inside = [i for i in free if region.contains(self.encoder, self.configs[i])]
+            free = inside or free  # a region that holds no candidate restricts nothing
+        return free
+
+    def nearest(self, points: Iterable[torch.Tensor], count: int, free: list[int]) -> list[Config]:
+        """For each point in turn, the nearest candidate of ``free`` not picked yet."""
+        left = list(free)
+        out: list[Config] = []
+        for point in points:
+            if len(out) == count or not left:
+                break
+            point = point.to(torch.float64).clone()
+            for i, levels in self._choices:
+                point[i] = levels[min(len(levels) - 1, int(float(point[i]) * len(levels)))]
+            diff = (self.X[left] - point).abs()
+            diff = torch.where(self._categorical & (diff > 1e-9), torch.ones_like(diff), diff)
+            # a candidate that matches the point on every choice knob comes first (a
+            # mismatch outweighs any numeric distance); then the nearest numerically
+            mismatches = ((diff > 1e-9) & self._choice).sum(dim=-1)
+            distance = (diff**2).sum(dim=-1) + 4.0 * self.encoder.d * mismatches
+            best = int(torch.argmin(distance))
+            out.append(self.configs[left.pop(best)])
+        return out
+
+    def random(self, seed: int, count: int, free: list[int]) -> list[Config]:
+        """``count`` distinct candidates of ``free`` drawn uniformly."""
+        chosen = random.Random(seed).sample(free, min(count, len(free)))
+        return [self.configs[i] for i in chosen]
+
+    def best(self, acquisition: AcquisitionFunction, count: int, free: list[int]) -> list[Config]:
+        """The ``count`` candidates of ``free`` that maximize ``acquisition`` jointly."""
+        if not free or count <= 0:
+            return []
+        count = min(count, len(free))
+        choices = self.X[free]
+        picked, _ = optimize_acqf_discrete(
+            acquisition, q=count, choices=choices, max_batch_size=_BATCH, unique=True
+        )
+        rows = {tuple(row.tolist()): i for i, row in zip(free, choices, strict=True)}
+        return [self.configs[rows[tuple(row.tolist())]] for row in picked]
