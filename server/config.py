@@ -36,7 +36,7 @@ from server.session import Phase
 from targets.base import Target
 from targets.registry import build_target
 from tuner.errors import ValidationError
-from tuner.space import BoolKnob, Knob, knob_from_dict
+from tuner.space import BoolKnob, Config, Knob, knob_from_dict
 from tuner.study import StudySpec
 
 _TABLES = ("study", "target", "session", "daemon")
@@ -120,6 +120,10 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         )
     else:
         knobs = _tunable(target.describe_knobs(), study.get("allow_unsafe", False), named)
+    if "candidates" not in study:
+        offered = target.describe_candidates()
+        if offered:
+            study["candidates"] = _candidates_for(offered, knobs, target.describe_knobs())
     spec = StudySpec.from_dict(study, knobs=knobs)
     _check_metrics(spec, target)
     target.check_space(spec.space)
@@ -143,6 +147,13 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
             "0",
         )
     phases = _phases(session.get("phases"), spec, "trials" in session or overrides.get("trials"))
+    if phases and spec.candidates:
+        raise ValidationError(
+            "session.phases",
+            "a phase searches some knobs with the others held, which a candidate list of "
+            "whole configurations does not allow",
+            "no phases with candidates",
+        )
     if phases:
         trials = sum(p.trials for p in phases)
         if confirm:
@@ -241,6 +252,24 @@ def _listed_knobs(listed: Any, catalog: tuple[Knob, ...] = ()) -> tuple[Knob, ..
         else:
             knobs.append(knob_from_dict(entry, f"study.knobs[{i}]"))
     return tuple(knobs)
+
+
+def _candidates_for(
+    offered: tuple[Config, ...], knobs: tuple[Knob, ...], catalog: tuple[Knob, ...]
+) -> list[Config]:
+    """The target's candidates as configurations of the study's knobs.
+
+    A catalog knob the study leaves out stays at its default, so only the candidates that
+    have it there remain; each is cut down to the study's knobs (repeats dropped).
+    """
+    names = [k.name for k in knobs]
+    fixed = {k.name: k.default for k in catalog if k.name not in names}
+    out: dict[tuple[Any, ...], Config] = {}
+    for config in offered:
+        if all(config.get(name) == value for name, value in fixed.items()):
+            projected = {name: config[name] for name in names if name in config}
+            out.setdefault(tuple(projected.items()), projected)
+    return list(out.values())
 
 
 def _tunable(knobs: tuple[Knob, ...], allow_unsafe: object, named: object) -> tuple[Knob, ...]:

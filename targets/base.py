@@ -161,6 +161,14 @@ class Target(ABC):
             ValidationError: The options refer to a knob the study does not have (say).
         """
 
+    def describe_candidates(self) -> tuple[Config, ...]:
+        """The only configurations this target can run, each setting every knob.
+
+        Empty (the default) when any value of the knobs' ranges can run. A study built from
+        the target takes them as its candidate list (``StudySpec.candidates``).
+        """
+        return ()
+
     def default_config(self) -> Config | None:
         """The knobs' host defaults, or None when some knob has no default."""
         return SearchSpace(self.describe_knobs()).default_config()

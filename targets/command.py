@@ -99,10 +99,10 @@ class CommandTarget(Target):
         knob_env: Any = True,
         workdir: Any = None,
     ) -> None:
-        self.command: list[str] = _argv("command", command, required=True) or []
-        self.setup_command = _argv("setup", setup)
-        self.restore_command = _argv("restore", restore)
-        self.teardown_command = _argv("teardown", teardown)
+        self.command: list[str] = argv_option("command", command, required=True) or []
+        self.setup_command = argv_option("setup", setup)
+        self.restore_command = argv_option("restore", restore)
+        self.teardown_command = argv_option("teardown", teardown)
         for name, argv in (("command", self.command), ("restore", self.restore_command)):
             for index, arg in enumerate(argv or ()):
                 placeholders(arg, f"target.{name}[{index}]")  # the syntax; names: check_space
@@ -186,7 +186,7 @@ class CommandTarget(Target):
         done = run_command(argv, self._environment(config), self.workdir, self.timeout_s)
         if done.status != 0:
             what = _exit_text(done.status)
-            tail = _tail(done.stderr)
+            tail = tail_text(done.stderr)
             if done.status in self.infeasible_exit_codes:
                 raise ConfigRejected(
                     f"{what} (listed in target.infeasible_exit_codes)"
@@ -225,7 +225,7 @@ class CommandTarget(Target):
         except TargetError as exc:
             raise TargetError(f"{what} command: {exc}") from exc
         if done.status != 0:
-            tail = _tail(done.stderr)
+            tail = tail_text(done.stderr)
             raise TargetError(
                 f"{what} command {argv[0]!r}: {_exit_text(done.status)}"
                 + (f": {tail}" if tail else "")
@@ -268,7 +268,7 @@ def run_command(
             kill_group(proc)
             raise TrialTimedOut(
                 f"{argv[0]!r} ran past timeout_s = {timeout_s:g} s; its process group was "
-                "killed" + (f"; stderr: {_tail(_read(err))}" if _read(err).strip() else "")
+                "killed" + (f"; stderr: {tail_text(_read(err))}" if _read(err).strip() else "")
             ) from None
         except BaseException:
             kill_group(proc)
@@ -417,7 +417,7 @@ def _exit_text(status: int) -> str:
     return f"exit status {status}"
 
 
-def _tail(text: str) -> str:
+def tail_text(text: str) -> str:
     text = text.strip()
     return text if len(text) <= STDERR_TAIL else "..." + text[-STDERR_TAIL:]
 
@@ -430,7 +430,7 @@ def _read(handle: IO[bytes], limit: int = 64 * 1024) -> str:
     return handle.read().decode("utf-8", errors="replace")
 
 
-def _argv(name: str, value: Any, required: bool = False) -> list[str] | None:
+def argv_option(name: str, value: Any, required: bool = False) -> list[str] | None:
     allowed = 'a list of strings, the program first: ["prog", "--flag", "{knob}"]'
     if value is None:
         if required:

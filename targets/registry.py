@@ -29,6 +29,8 @@ _ADAPTERS: dict[str, str] = {
     "jetson": "targets.jetson:JetsonTarget",
     "replay": "targets.replay:ReplayTarget",
     "gpusched": "targets.gpusched:GpuSchedTarget",
+    "cloud_replay": "targets.cloud:CloudReplayTarget",
+    "cloud_launch": "targets.cloud:CloudLaunchTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 

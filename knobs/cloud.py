@@ -1,0 +1,180 @@
+"""Cloud instance catalogs: the deployments a cloud job can run on, as knobs and candidates.
+
+A catalog lives at ``knobs/instances/<name>.toml``: instance types (family, size, vCPUs,
+memory, hourly price per node), the node counts allowed for each size, and the default
+deployment. It becomes three knobs (the search space of CherryPick and Scout):
+
+* ``family``: categorical (``c4``, ``m4``, ``r4``): compute-, general- or memory-optimized;
+* ``size``: ordinal, sizes in the order of their vCPUs (each step doubles the machine);
+* ``nodes``: int, log-scaled (a job's runtime falls roughly with the node count's inverse);
+
+and the candidate list of every (instance type, allowed node count), because the node counts
+differ per size: no box of knob ranges describes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from tuner.errors import ValidationError
+from tuner.space import CategoricalKnob, Config, IntKnob, Knob, OrdinalKnob
+
+_DIR = "instances"
+_TOP_LEVEL = ("description", "default", "node_counts", "instances")
+_INSTANCE_FIELDS = ("family", "size", "vcpus", "memory_gib", "price_usd_per_hour")
+KNOB_NAMES = ("family", "size", "nodes")
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    family: str
+    size: str
+    vcpus: int
+    memory_gib: float
+    price_usd_per_hour: float
+
+    @property
+    def name(self) -> str:
+        """The provider's name, e.g. ``c4.xlarge``."""
+        return f"{self.family}.{self.size}"
+
+
+@dataclass(frozen=True)
+class CloudCatalog:
+    """Instance types, allowed node counts per size, and the default deployment."""
+
+    name: str
+    description: str
+    instances: tuple[InstanceType, ...]
+    node_counts: dict[str, tuple[int, ...]]
+    default: Config
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(i.family for i in self.instances))
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """Sizes from the smallest machine to the largest."""
+        vcpus = {i.size: i.vcpus for i in self.instances}
+        return tuple(sorted(vcpus, key=lambda s: vcpus[s]))
+
+    def knobs(self) -> tuple[Knob, ...]:
+        counts = [n for ns in self.node_counts.values() for n in ns]
+        return (
+            CategoricalKnob(
+                "family",
+                choices=self.families,
+                default=self.default["family"],
+                description="instance family (c: compute, m: general purpose, r: memory)",
+            ),
+            OrdinalKnob(
+                "size",
+                choices=self.sizes,
+                default=self.default["size"],
+                description="instance size; each step doubles vCPUs, memory and price",
+            ),
+            IntKnob(
+                "nodes",
+                low=min(counts),
+                high=max(counts),
+                log=True,
+                default=self.default["nodes"],
+                description="number of nodes in the cluster",
+            ),
+        )
+
+    def candidates(self) -> tuple[Config, ...]:
+        """Every deployment: each instance type with each node count of its size."""
+        return tuple(
+            {"family": i.family, "size": i.size, "nodes": n}
+            for i in self.instances
+            for n in self.node_counts[i.size]
+        )
+
+    def instance(self, config: Config) -> InstanceType:
+        for instance in self.instances:
+            if instance.family == config["family"] and instance.size == config["size"]:
+                return instance
+        raise ValidationError(
+            "config", f"no instance type {config['family']}.{config['size']} in {self.name}"
+        )
+
+    def cost_usd(self, config: Config, runtime_s: float) -> float:
+        """What running ``config`` for ``runtime_s`` costs: nodes x hourly price x hours."""
+        price = self.instance(config).price_usd_per_hour
+        return price * int(config["nodes"]) * runtime_s / 3600.0
+
+
+def cloud_catalogs() -> tuple[str, ...]:
+    files = (resources.files("knobs") / _DIR).iterdir()
+    return tuple(sorted(f.name[: -len(".toml")] for f in files if f.name.endswith(".toml")))
+
+
+def load_cloud_catalog(name: str = "aws_2017") -> CloudCatalog:
+    """The catalog ``knobs/instances/<name>.toml``.
+
+    Raises:
+        ValidationError: There is no such catalog (the message lists those there are), or
+            the file is malformed (the field names the file and the entry).
+    """
+    names = cloud_catalogs()
+    if not isinstance(name, str) or name not in names:
+        raise ValidationError("target.catalog", f"no cloud catalog {name!r}", names)
+    return _load(name)
+
+
+@functools.cache
+def _load(name: str) -> CloudCatalog:
+    where = f"{_DIR}/{name}.toml"
+    data = tomllib.loads((resources.files("knobs") / _DIR / f"{name}.toml").read_text("utf-8"))
+    unknown = sorted(set(data) - set(_TOP_LEVEL))
+    if unknown:
+        raise ValidationError(f"{where}: {unknown[0]}", "unknown top-level key", _TOP_LEVEL)
+    instances = tuple(
+        _instance(entry, f"{where}: instances[{i}]")
+        for i, entry in enumerate(data.get("instances", []))
+    )
+    if not instances:
+        raise ValidationError(f"{where}: instances", "needs at least one [[instances]] table")
+    if len({i.name for i in instances}) != len(instances):
+        raise ValidationError(f"{where}: instances", "an instance type is listed twice")
+    counts = data.get("node_counts", {})
+    node_counts: dict[str, tuple[int, ...]] = {}
+    for size in dict.fromkeys(i.size for i in instances):
+        listed = counts.get(size)
+        if (
+            not isinstance(listed, list)
+            or not listed
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in listed)
+            or len(set(listed)) != len(listed)
+        ):
+            raise ValidationError(
+                f"{where}: node_counts.{size}", f"got {listed!r}", "a list of distinct counts >= 1"
+            )
+        node_counts[size] = tuple(listed)
+    catalog = CloudCatalog(
+        name, str(data.get("description", "")), instances, node_counts, dict(data["default"])
+    )
+    if catalog.default not in catalog.candidates():
+        raise ValidationError(f"{where}: default", f"{catalog.default} is not a deployment")
+    return catalog
+
+
+def _instance(entry: Any, where: str) -> InstanceType:
+    if not isinstance(entry, dict) or set(entry) != set(_INSTANCE_FIELDS):
+        raise ValidationError(where, f"got {entry!r}", _INSTANCE_FIELDS)
+    vcpus, memory, price = entry["vcpus"], entry["memory_gib"], entry["price_usd_per_hour"]
+    if not isinstance(vcpus, int) or vcpus < 1:
+        raise ValidationError(f"{where}.vcpus", f"got {vcpus!r}", "an integer >= 1")
+    for key, value in (("memory_gib", memory), ("price_usd_per_hour", price)):
+        if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise ValidationError(f"{where}.{key}", f"got {value!r}", "a number > 0")
+    return InstanceType(
+        str(entry["family"]), str(entry["size"]), vcpus, float(memory), float(price)
+    )

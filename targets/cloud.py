@@ -1,0 +1,279 @@
+"""Cloud deployments as a tuning target: which instance family, size and node count to run
+a recurring job on, for the lowest runtime or cost (CherryPick, NSDI'17; Scout).
+
+Two adapters share one interface: the knobs and candidate deployments of a cloud catalog
+(``knobs/cloud.py``: family, size, nodes; Scout's 69 deployments by default) and the
+metrics ``runtime_s`` and ``cost_usd`` (nodes x hourly price x runtime). A deadline is the
+outcome constraint ``runtime_s <= D`` of the study.
+
+``cloud_replay`` answers from measured runs (``../shared/benchdata/cloud_config_scout_bbo_arena/
+cloud_config_lookup.csv``, read at run time; one row per workload and deployment)::
+
+    [target]
+    kind = "cloud_replay"
+    workload = "spark_lr_bigdata"   # one of the 18 Scout workloads
+    # table = "path/to/lookup.csv"  # default: ../shared/benchdata/... beside the checkout
+
+A deployment whose measured run failed or timed out is INFEASIBLE; one the table has no run
+for is FAILED ("not measured"). The candidate list is the deployments measured for the
+workload.
+
+``cloud_launch`` runs the job for real, one deployment per trial, through the user's own
+commands (argument lists, never a shell; placeholders ``{family}``, ``{size}``, ``{nodes}``
+and ``{instance_type}``)::
+
+    [target]
+    kind = "cloud_launch"
+    provision = ["./cluster.sh", "up", "{instance_type}", "{nodes}"]   # optional
+    command = ["./cluster.sh", "run", "{instance_type}", "{nodes}"]
+    teardown = ["./cluster.sh", "down"]                                # optional, always
+    deadline_s = 3600     # the run is killed past it: INFEASIBLE
+    timeout_s = 1800      # limit of provision and teardown: past it the trial FAILED
+
+``command`` may print a JSON object with ``runtime_s`` and ``cost_usd`` (its last one on
+stdout counts, as for the ``command`` target); missing ones are the run's wall time and the
+catalog price times it. A launcher that fails (provision, or the run exiting non-zero) is a
+FAILED trial, since it says nothing about the deployment; a run past ``deadline_s`` is
+INFEASIBLE. ``teardown`` runs after every trial whose provisioning started, whatever
+happened; if it fails the session stops, since machines may be left running.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from knobs.cloud import CloudCatalog, load_cloud_catalog
+from targets.base import Target, full_config, option_number
+from targets.command import (
+    MAX_TIMEOUT_S,
+    argv_option,
+    parse_metrics,
+    placeholders,
+    render,
+    run_command,
+    tail_text,
+)
+from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
+from tuner.space import Config, Knob
+
+DEFAULT_TABLE = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "benchdata"
+    / "cloud_config_scout_bbo_arena"
+    / "cloud_config_lookup.csv"
+)
+_COLUMNS = ("workload", "family", "size", "num_nodes", "runtime_s", "cost_usd", "completed")
+METRICS = {
+    "runtime_s": "s, wall time of the job on the deployment",
+    "cost_usd": "USD, nodes x hourly on-demand price x runtime",
+}
+_PLACEHOLDERS = ("family", "size", "nodes", "instance_type")
+
+
+class CloudTarget(Target):
+    """What both cloud adapters share: the catalog's knobs, candidates and metrics."""
+
+    def __init__(self, catalog: Any) -> None:
+        self.catalog: CloudCatalog = load_cloud_catalog(catalog)
+        self._config: Config | None = None
+
+    def describe_knobs(self) -> tuple[Knob, ...]:
+        return self.catalog.knobs()
+
+    def describe_metrics(self) -> dict[str, str]:
+        return dict(METRICS)
+
+    def describe_candidates(self) -> tuple[Config, ...]:
+        return self.catalog.candidates()
+
+    def apply(self, config: Config) -> None:
+        self._config = full_config(self.kind, self.describe_knobs(), config)
+
+    def restore(self) -> None:
+        self._config = None
+
+    def _deployment(self) -> tuple[Config, str]:
+        if self._config is None:
+            raise TargetError("measure() before apply()")
+        config = self._config
+        return config, f"{config['nodes']} x {config['family']}.{config['size']}"
+
+
+class CloudReplayTarget(CloudTarget):
+    """Answers each deployment with its measured run (see the module doc)."""
+
+    kind: ClassVar[str] = "cloud_replay"
+
+    def __init__(
+        self, *, workload: Any = None, table: Any = None, catalog: Any = "aws_2017"
+    ) -> None:
+        super().__init__(catalog)
+        path = Path(table) if isinstance(table, str) else DEFAULT_TABLE if table is None else None
+        if path is None or not path.is_file():
+            raise ValidationError(
+                "target.table",
+                f"{str(table or DEFAULT_TABLE)!r} is not a file",
+                "a CSV with columns " + ", ".join(_COLUMNS),
+            )
+        self.runs = read_lookup(path)
+        workloads = tuple(sorted(self.runs))
+        if workload not in self.runs:
+            raise ValidationError("target.workload", f"got {workload!r}", workloads)
+        self.workload: str = workload
+        catalogued = {_key(c) for c in self.catalog.candidates()}
+        self._measured = {k: v for k, v in self.runs[workload].items() if k in catalogued}
+
+    def describe_candidates(self) -> tuple[Config, ...]:
+        return tuple(c for c in self.catalog.candidates() if _key(c) in self._measured)
+
+    def measure(self) -> dict[str, float]:
+        config, name = self._deployment()
+        run = self._measured.get(_key(config))
+        if run is None:
+            raise TargetError(f"{self.workload} was not measured on {name}")
+        if not run.completed:
+            raise ConfigRejected(
+                f"{self.workload} did not complete on {name} in the measured run "
+                "(failed or timed out)"
+            )
+        return {"runtime_s": run.runtime_s, "cost_usd": run.cost_usd}
+
+
+class CloudLaunchTarget(CloudTarget):
+    """Provisions, runs and tears down each deployment with the user's commands."""
+
+    kind: ClassVar[str] = "cloud_launch"
+
+    def __init__(
+        self,
+        *,
+        command: Any = None,
+        provision: Any = None,
+        teardown: Any = None,
+        deadline_s: Any = 3600.0,
+        timeout_s: Any = 1800.0,
+        workdir: Any = None,
+        catalog: Any = "aws_2017",
+    ) -> None:
+        super().__init__(catalog)
+        self.command: list[str] = argv_option("command", command, required=True) or []
+        self.provision = argv_option("provision", provision)
+        self.teardown = argv_option("teardown", teardown)
+        for name, argv in (
+            ("command", self.command),
+            ("provision", self.provision),
+            ("teardown", self.teardown),
+        ):
+            for index, arg in enumerate(argv or ()):
+                for placeholder in placeholders(arg, f"target.{name}[{index}]"):
+                    if placeholder not in _PLACEHOLDERS:
+                        raise ValidationError(
+                            f"target.{name}[{index}]",
+                            f"unknown placeholder {{{placeholder}}}",
+                            [f"{{{p}}}" for p in _PLACEHOLDERS],
+                        )
+        self.deadline_s = option_number("deadline_s", deadline_s, 0.0, MAX_TIMEOUT_S, open_low=True)
+        self.timeout_s = option_number("timeout_s", timeout_s, 0.0, MAX_TIMEOUT_S, open_low=True)
+        if workdir is not None and (not isinstance(workdir, str) or not Path(workdir).is_dir()):
+            raise ValidationError(
+                "target.workdir", f"{workdir!r} is not a directory", "an existing directory"
+            )
+        self.workdir = Path(workdir or ".").resolve()
+        self._provisioned: dict[str, Any] | None = None
+
+    def apply(self, config: Config) -> None:
+        super().apply(config)
+        values = self._values()
+        if self.provision is None:
+            return
+        self._provisioned = values  # teardown runs from here on, whatever happens
+        self._step("provision", self.provision, values)
+
+    def measure(self) -> dict[str, float]:
+        config, name = self._deployment()
+        values = self._values()
+        argv = render(self.command, values, "command")
+        start = time.monotonic()
+        try:
+            done = run_command(argv, dict(os.environ), self.workdir, self.deadline_s)
+        except TrialTimedOut:
+            raise ConfigRejected(
+                f"the job ran past the deadline ({self.deadline_s:g} s) on {name}; killed"
+            ) from None
+        wall = time.monotonic() - start
+        if done.status != 0:
+            tail = tail_text(done.stderr)
+            raise TargetError(f"the launcher failed on {name}: exit status {done.status}: {tail}")
+        printed = any(line.startswith("{") for line in done.stdout.splitlines())
+        reported = parse_metrics(done.stdout, (), "stdout") if printed else {}
+        runtime = reported.get("runtime_s", wall)
+        if runtime > self.deadline_s:
+            raise ConfigRejected(
+                f"the job took {runtime:g} s on {name}, past the deadline ({self.deadline_s:g} s)"
+            )
+        cost = reported.get("cost_usd", self.catalog.cost_usd(config, runtime))
+        return {**reported, "runtime_s": runtime, "cost_usd": cost}
+
+    def restore(self) -> None:
+        values, self._provisioned = self._provisioned, None
+        super().restore()
+        if values is not None and self.teardown is not None:
+            self._step("teardown", self.teardown, values)
+
+    def _values(self) -> dict[str, Any]:
+        config, _ = self._deployment()
+        return {**config, "instance_type": self.catalog.instance(config).name}
+
+    def _step(self, what: str, template: list[str], values: dict[str, Any]) -> None:
+        argv = render(template, values, what)
+        try:
+            done = run_command(argv, dict(os.environ), self.workdir, self.timeout_s)
+        except TargetError as exc:  # TrialTimedOut included: the launcher is at fault
+            raise TargetError(f"{what}: {exc}") from None
+        if done.status != 0:
+            raise TargetError(
+                f"{what} {argv[0]!r} failed: exit status {done.status}: {tail_text(done.stderr)}"
+            )
+
+
+class MeasuredRun:
+    __slots__ = ("completed", "cost_usd", "runtime_s")
+
+    def __init__(self, runtime_s: float, cost_usd: float, completed: bool) -> None:
+        self.runtime_s, self.cost_usd, self.completed = runtime_s, cost_usd, completed
+
+
+def read_lookup(path: Path) -> dict[str, dict[tuple[str, str, int], MeasuredRun]]:
+    """Workload -> (family, size, nodes) -> measured run, from the Scout/bbo-arena lookup CSV.
+
+    Raises:
+        ValidationError: A column is missing or a value is not a number (``target.table``).
+    """
+    out: dict[str, dict[tuple[str, str, int], MeasuredRun]] = {}
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in _COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValidationError("target.table", f"{path} has no column {missing[0]!r}", _COLUMNS)
+        for line, row in enumerate(reader, start=2):
+            try:
+                key = (row["family"], row["size"], int(row["num_nodes"]))
+                run = MeasuredRun(
+                    float(row["runtime_s"]), float(row["cost_usd"]), row["completed"] == "1"
+                )
+            except ValueError as exc:
+                raise ValidationError("target.table", f"{path} line {line}: {exc}") from None
+            if not (math.isfinite(run.runtime_s) and math.isfinite(run.cost_usd)):
+                raise ValidationError("target.table", f"{path} line {line}: not a finite number")
+            out.setdefault(row["workload"], {})[key] = run
+    return out
+
+
+def _key(config: Config) -> tuple[str, str, int]:
+    return (str(config["family"]), str(config["size"]), int(config["nodes"]))

@@ -1,0 +1,229 @@
+"""The cloud targets: the instance catalog, replay of Scout's measured runs (read from
+../shared/benchdata at run time), and the launcher running real commands per deployment."""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from knobs.cloud import load_cloud_catalog
+from server.config import parse_config
+from targets.cloud import DEFAULT_TABLE, CloudLaunchTarget, CloudReplayTarget
+from targets.registry import build_target
+from tuner.errors import ValidationError
+from tuner.trial import TrialStatus
+
+WORKLOAD = "spark_pagerank_bigdata"  # 19 of its 69 runs failed or timed out
+
+
+def rows(workload: str) -> list[dict[str, str]]:
+    with DEFAULT_TABLE.open(newline="") as handle:
+        return [r for r in csv.DictReader(handle) if r["workload"] == workload]
+
+
+def config_of(row: dict[str, str]) -> dict[str, Any]:
+    return {"family": row["family"], "size": row["size"], "nodes": int(row["num_nodes"])}
+
+
+def test_the_catalog_gives_scouts_69_deployments_and_prices() -> None:
+    catalog = load_cloud_catalog()
+    candidates = catalog.candidates()
+    assert len(candidates) == 69
+    assert {config_of(r)["nodes"] for r in rows(WORKLOAD) if r["size"] == "2xlarge"} == {
+        c["nodes"] for c in candidates if c["size"] == "2xlarge"
+    }
+    assert [k.name for k in catalog.knobs()] == ["family", "size", "nodes"]
+    assert catalog.sizes == ("large", "xlarge", "2xlarge")
+    row = next(r for r in rows(WORKLOAD) if r["completed"] == "1")
+    cost = catalog.cost_usd(config_of(row), float(row["runtime_s"]))
+    assert cost == pytest.approx(float(row["cost_usd"]), rel=1e-5)
+    with pytest.raises(ValidationError) as caught:
+        load_cloud_catalog("gcp_1999")
+    assert caught.value.field == "target.catalog" and "aws_2017" in str(caught.value)
+
+
+def test_replay_returns_the_measured_run_and_failed_runs_are_infeasible() -> None:
+    target = build_target("cloud_replay", {"workload": WORKLOAD})
+    assert isinstance(target, CloudReplayTarget)
+    measured = rows(WORKLOAD)
+    done = next(r for r in measured if r["completed"] == "1")
+    outcome = target.run_trial(config_of(done))
+    assert outcome.status is TrialStatus.COMPLETED
+    assert outcome.metrics == {
+        "runtime_s": float(done["runtime_s"]),
+        "cost_usd": float(done["cost_usd"]),
+    }
+    failed = next(r for r in measured if r["completed"] == "0")
+    outcome = target.run_trial(config_of(failed))
+    assert outcome.status is TrialStatus.INFEASIBLE
+    assert "did not complete" in outcome.reason and WORKLOAD in outcome.reason
+    assert len(target.describe_candidates()) == 69
+
+
+def test_replay_of_a_deployment_without_a_run_is_failed_not_invented(tmp_path: Path) -> None:
+    table = tmp_path / "lookup.csv"
+    with DEFAULT_TABLE.open(newline="") as src, table.open("w", newline="") as dst:
+        reader = csv.DictReader(src)
+        writer = csv.DictWriter(dst, reader.fieldnames or [])
+        writer.writeheader()
+        kept = [r for r in reader if r["workload"] == WORKLOAD][:10]
+        writer.writerows(kept)
+    target = CloudReplayTarget(workload=WORKLOAD, table=str(table))
+    key = lambda c: (c["family"], c["size"], c["nodes"])  # noqa: E731
+    assert sorted(map(key, target.describe_candidates())) == sorted(key(config_of(r)) for r in kept)
+    missing = {"family": "r4", "size": "2xlarge", "nodes": 12}
+    outcome = target.run_trial(missing)
+    assert outcome.status is TrialStatus.FAILED and "not measured" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"workload": "spark_nothing"}, "target.workload"),
+        ({"workload": WORKLOAD, "table": "/no/such.csv"}, "target.table"),
+        ({"workload": WORKLOAD, "catalog": "azure"}, "target.catalog"),
+        ({"workload": WORKLOAD, "zone": "a"}, "target.zone"),
+    ],
+)
+def test_replay_options_are_checked(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        build_target("cloud_replay", options)
+    assert caught.value.field == field
+
+
+def test_a_config_file_study_gets_the_targets_candidates(tmp_path: Path) -> None:
+    config = parse_config(
+        {
+            "study": {
+                "name": "cloud",
+                "objectives": [{"name": "cost_usd", "goal": "minimize"}],
+                "outcome_constraints": ["runtime_s <= 900"],
+            },
+            "target": {"kind": "cloud_replay", "workload": WORKLOAD},
+            "session": {"trials": 5, "db": str(tmp_path / "t.db")},
+        },
+        {},
+    )
+    assert len(config.spec.candidates) == 69
+    assert config.spec.space.names == ("family", "size", "nodes")
+
+
+# -- the launcher -----------------------------------------------------------------------
+LAUNCHER = """\
+import json, sys, time
+log, step = sys.argv[1], sys.argv[2]
+with open(log, "a") as f:
+    f.write(" ".join(sys.argv[2:]) + "\\n")
+if step == "up" and sys.argv[3] == "r4.large":
+    sys.exit(4)                                 # no r4.large capacity
+if step == "run":
+    nodes = int(sys.argv[4])
+    if sys.argv[3] == "c4.2xlarge":
+        sys.exit(2)                             # the launcher breaks
+    if nodes == 4:
+        time.sleep(30)                          # too slow: past the deadline
+    if nodes == 6:
+        print("starting", flush=True)           # no metrics: wall time is the runtime
+        time.sleep(0.2)
+        sys.exit(0)
+    print("log line")
+    print(json.dumps({"runtime_s": 20.0 / nodes, "records": 5}))
+"""
+
+
+def launcher(tmp_path: Path, **options: Any) -> tuple[CloudLaunchTarget, Path]:
+    script = tmp_path / "cluster.py"
+    script.write_text(LAUNCHER, encoding="utf-8")
+    log = tmp_path / "steps.log"
+    base = [sys.executable, str(script), str(log)]
+    settings: dict[str, Any] = {
+        "provision": [*base, "up", "{instance_type}", "{nodes}"],
+        "command": [*base, "run", "{instance_type}", "{nodes}"],
+        "teardown": [*base, "down", "{instance_type}"],
+        "deadline_s": 3.0,
+        "timeout_s": 10.0,
+    }
+    settings.update(options)
+    target = build_target("cloud_launch", settings)
+    assert isinstance(target, CloudLaunchTarget)
+    return target, log
+
+
+def test_the_launcher_provisions_runs_and_tears_down_each_deployment(tmp_path: Path) -> None:
+    target, log = launcher(tmp_path)
+    with target:
+        outcome = target.run_trial({"family": "m4", "size": "xlarge", "nodes": 8})
+    assert outcome.status is TrialStatus.COMPLETED
+    assert outcome.metrics["runtime_s"] == 2.5 and outcome.metrics["records"] == 5
+    assert outcome.metrics["cost_usd"] == pytest.approx(0.2 * 8 * 2.5 / 3600)
+    assert log.read_text().splitlines() == ["up m4.xlarge 8", "run m4.xlarge 8", "down m4.xlarge"]
+
+
+def test_without_printed_metrics_the_wall_time_is_the_runtime(tmp_path: Path) -> None:
+    target, _ = launcher(tmp_path)
+    outcome = target.run_trial({"family": "c4", "size": "large", "nodes": 6})
+    assert outcome.status is TrialStatus.COMPLETED
+    assert 0.2 <= outcome.metrics["runtime_s"] < 3.0
+    assert outcome.metrics["cost_usd"] == pytest.approx(
+        0.1 * 6 * outcome.metrics["runtime_s"] / 3600
+    )
+
+
+def test_a_run_past_the_deadline_is_infeasible_and_killed(tmp_path: Path) -> None:
+    target, log = launcher(tmp_path, deadline_s=1.0)
+    start = time.monotonic()
+    outcome = target.run_trial({"family": "m4", "size": "large", "nodes": 4})
+    assert time.monotonic() - start < 10
+    assert outcome.status is TrialStatus.INFEASIBLE and "deadline" in outcome.reason
+    assert log.read_text().splitlines()[-1] == "down m4.large"  # torn down all the same
+
+
+def test_a_reported_runtime_past_the_deadline_is_infeasible(tmp_path: Path) -> None:
+    target, _ = launcher(tmp_path, deadline_s=2.0)
+    outcome = target.run_trial({"family": "m4", "size": "xlarge", "nodes": 8})
+    assert outcome.status is TrialStatus.INFEASIBLE and "took 2.5 s" in outcome.reason
+
+
+def test_a_launcher_failure_is_failed_and_teardown_still_runs(tmp_path: Path) -> None:
+    target, log = launcher(tmp_path)
+    outcome = target.run_trial({"family": "c4", "size": "2xlarge", "nodes": 8})
+    assert outcome.status is TrialStatus.FAILED and "exit status 2" in outcome.reason
+    outcome = target.run_trial({"family": "r4", "size": "large", "nodes": 8})
+    assert outcome.status is TrialStatus.FAILED and "provision" in outcome.reason
+    assert log.read_text().splitlines()[-1] == "down r4.large"
+
+
+def test_a_failed_teardown_stops_the_session(tmp_path: Path) -> None:
+    target, _ = launcher(tmp_path, teardown=[sys.executable, "-c", "import sys; sys.exit(1)"])
+    with pytest.raises(Exception, match="teardown"):
+        target.run_trial({"family": "m4", "size": "xlarge", "nodes": 8})
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"command": "run.sh {nodes}"}, "target.command"),
+        ({"command": ["run.sh", "{zone}"]}, "target.command[1]"),
+        ({"command": ["run.sh"], "deadline_s": 0}, "target.deadline_s"),
+        ({"command": ["run.sh"], "teardown": ["down", "{cores}"]}, "target.teardown[1]"),
+    ],
+)
+def test_launcher_options_are_checked(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        build_target("cloud_launch", options)
+    assert caught.value.field == field
+
+
+def test_metrics_are_read_from_the_last_json_line(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(
+        "print('{\"runtime_s\": 1.0}')\nprint('{\"runtime_s\": 2.0}')\nprint('done')\n"
+    )
+    target = CloudLaunchTarget(command=[sys.executable, str(script)])
+    outcome = target.run_trial({"family": "m4", "size": "large", "nodes": 4})
+    assert outcome.metrics["runtime_s"] == 2.0
