@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from knobs.cloud import CloudCatalog, load_cloud_catalog
-from targets.base import Target, full_config, option_number
+from targets.base import Target, full_config, option_directory, option_number
 from targets.command import (
     MAX_TIMEOUT_S,
     argv_option,
@@ -180,11 +180,7 @@ class CloudLaunchTarget(CloudTarget):
                         )
         self.deadline_s = option_number("deadline_s", deadline_s, 0.0, MAX_TIMEOUT_S, open_low=True)
         self.timeout_s = option_number("timeout_s", timeout_s, 0.0, MAX_TIMEOUT_S, open_low=True)
-        if workdir is not None and (not isinstance(workdir, str) or not Path(workdir).is_dir()):
-            raise ValidationError(
-                "target.workdir", f"{workdir!r} is not a directory", "an existing directory"
-            )
-        self.workdir = Path(workdir or ".").resolve()
+        self.workdir = (option_directory("workdir", workdir) or Path(".")).resolve()
         self._provisioned: dict[str, Any] | None = None
 
     def apply(self, config: Config) -> None:

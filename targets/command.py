@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from targets.base import Target, option_int, option_number
+from targets.base import Target, option_directory, option_int, option_number
 from tuner.constraints import METRIC_NAME
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.space import Config, Knob, Scalar, SearchSpace
@@ -126,11 +126,7 @@ class CommandTarget(Target):
         if not isinstance(knob_env, bool):
             raise ValidationError("target.knob_env", f"got {knob_env!r}", "true or false")
         self.knob_env = knob_env
-        if workdir is not None and (not isinstance(workdir, str) or not Path(workdir).is_dir()):
-            raise ValidationError(
-                "target.workdir", f"{workdir!r} is not a directory", "an existing directory"
-            )
-        self.workdir = Path(workdir or ".").resolve()
+        self.workdir = (option_directory("workdir", workdir) or Path(".")).resolve()
         self._set_up = False
         self._config: dict[str, Scalar] | None = None  # the trial in progress
 
