@@ -152,6 +152,21 @@ def test_the_sobol_design_spreads_over_families_and_sizes() -> None:
     assert len(seen) == 9  # every instance type within 24 design points
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_design_asked_one_point_at_a_time_is_the_design_asked_at_once(seed: int) -> None:
+    study = spec(designer={"algorithm": "sobol", "seed": seed, "start_with_default": False})
+    at_once = [key(s.config) for s in make_designer(study).suggest(6, [], [])]
+    designer = make_designer(study)
+    trials: list[Trial] = []
+    for i in range(6):
+        config = designer.suggest(1, trials, [])[0].config
+        trials.append(Trial(i + 1, config, TrialStatus.INFEASIBLE, {}))
+    assert [key(t.config) for t in trials] == at_once
+    # one at a time the design still moves across instance types, not along the node
+    # counts of the first point's type
+    assert len({k[:2] for k in at_once[:3]}) >= 2
+
+
 @pytest.mark.slow
 def test_bo_finds_the_best_candidate_within_a_third_of_the_list() -> None:
     best = min(CANDIDATES, key=runtime)

@@ -5,11 +5,16 @@ where each instance size comes with its own node counts. The designer then never
 anything off the list:
 
 * the initial design takes the study's scrambled Sobol sequence and moves each point to the
-  nearest candidate not yet taken: a choice knob's coordinate is read as one of its levels
-  (equal shares), candidates that match the point on every choice knob come first, then
-  the nearest in the unit-box encoding (a categorical coordinate that differs counts as
-  distance 1). So the design spreads over families and sizes as Sobol spreads its points,
-  whatever the number of candidates each has;
+  nearest candidate that no earlier point of the sequence got: a choice knob's coordinate
+  is read as one of its levels (equal shares), candidates that match the point on every
+  choice knob come first, then the nearest in the unit-box encoding (a categorical
+  coordinate that differs counts as distance 1). So the design spreads over families and
+  sizes as Sobol spreads its points, whatever the number of candidates each has. The
+  design is a fixed order of the candidates for a seed, and a call returns the first ones
+  of it not yet measured: asking for one point three times gives the same three points as
+  asking for three at once (moving each call's *first* point to the nearest untaken
+  candidate instead would walk the neighbours of one point, e.g. one instance type at
+  12, 10 and 8 nodes);
 * model-based steps score every candidate not yet taken with the acquisition function and
   pick the best, several at once by sequential greedy selection with the earlier picks as
   pending points (BoTorch ``optimize_acqf_discrete``), the exact optimum over the list;
@@ -62,31 +67,57 @@ class CandidatePool:
     def untaken(self, taken: Iterable[ConfigKey], region: PriorRegion | None = None) -> list[int]:
         """Indices of the candidates not in ``taken`` (inside ``region`` when any is)."""
         skip = set(taken)
-        free = [i for i, key in enumerate(self.keys) if key not in skip]
-        if region is not None:
-            inside = [i for i in free if region.contains(self.encoder, self.configs[i])]
-            free = inside or free  # a region that holds no candidate restricts nothing
-        return free
+        return [i for i in self.allowed(region) if self.keys[i] not in skip]
 
-    def nearest(self, points: Iterable[torch.Tensor], count: int, free: list[int]) -> list[Config]:
-        """For each point in turn, the nearest candidate of ``free`` not picked yet."""
-        left = list(free)
+    def allowed(self, region: PriorRegion | None = None) -> list[int]:
+        """Indices of the candidates inside ``region`` (all of them without one)."""
+        every = list(range(len(self.configs)))
+        if region is None:
+            return every
+        inside = [i for i in every if region.contains(self.encoder, self.configs[i])]
+        return inside or every  # a region that holds no candidate restricts nothing
+
+    def design(
+        self,
+        points: Iterable[torch.Tensor],
+        count: int,
+        taken: Iterable[ConfigKey],
+        region: PriorRegion | None = None,
+    ) -> list[Config]:
+        """The first ``count`` untaken candidates of the design that ``points`` induce.
+
+        Each point in turn gets the nearest candidate (of those ``allowed`` in ``region``)
+        that no earlier point got; taken candidates keep their place in that order but are
+        not returned.
+        """
+        skip = set(taken)
+        left = self.allowed(region)
         out: list[Config] = []
         for point in points:
             if len(out) == count or not left:
                 break
-            point = point.to(torch.float64).clone()
-            for i, levels in self._choices:
-                point[i] = levels[min(len(levels) - 1, int(float(point[i]) * len(levels)))]
-            diff = (self.X[left] - point).abs()
-            diff = torch.where(self._categorical & (diff > 1e-9), torch.ones_like(diff), diff)
-            # a candidate that matches the point on every choice knob comes first (a
-            # mismatch outweighs any numeric distance); then the nearest numerically
-            mismatches = ((diff > 1e-9) & self._choice).sum(dim=-1)
-            distance = (diff**2).sum(dim=-1) + 4.0 * self.encoder.d * mismatches
-            best = int(torch.argmin(distance))
-            out.append(self.configs[left.pop(best)])
+            config = self.configs[left.pop(self._nearest(point, left))]
+            if self.encoder.key(config) not in skip:
+                out.append(config)
         return out
+
+    def nearest(self, point: torch.Tensor) -> Config:
+        """The candidate nearest to ``point`` (a point of the unit box)."""
+        every = list(range(len(self.configs)))
+        return self.configs[self._nearest(point, every)]
+
+    def _nearest(self, point: torch.Tensor, left: list[int]) -> int:
+        """Position in ``left`` of the candidate nearest to ``point``."""
+        point = point.to(torch.float64).clone()
+        for i, levels in self._choices:
+            point[i] = levels[min(len(levels) - 1, int(float(point[i]) * len(levels)))]
+        diff = (self.X[left] - point).abs()
+        diff = torch.where(self._categorical & (diff > 1e-9), torch.ones_like(diff), diff)
+        # a candidate that matches the point on every choice knob comes first (a mismatch
+        # outweighs any numeric distance); then the nearest numerically
+        mismatches = ((diff > 1e-9) & self._choice).sum(dim=-1)
+        distance = (diff**2).sum(dim=-1) + 4.0 * self.encoder.d * mismatches
+        return int(torch.argmin(distance))
 
     def random(self, seed: int, count: int, free: list[int]) -> list[Config]:
         """``count`` distinct candidates of ``free`` drawn uniformly."""

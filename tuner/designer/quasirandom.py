@@ -63,7 +63,7 @@ class FeasibleSampler:
         if region is not None:
             points = (region.squeeze(p.unsqueeze(0))[0] for p in points)
         if self.pool is not None:
-            return self.pool.nearest(points, count, self.pool.untaken(taken, region))
+            return self.pool.design(points, count, taken, region)
         return self._collect(points, seed, count, taken)
 
     def random(self, seed: int, count: int, taken: frozenset[ConfigKey]) -> list[Config]:
@@ -101,7 +101,7 @@ class FeasibleSampler:
         repaired = self.feasible(config)
         if repaired is None and self.pool is not None:
             here = torch.tensor(self.encoder.encode(config), dtype=torch.float64)
-            return self.pool.nearest([here], 1, list(range(len(self.pool.configs))))[0]
+            return self.pool.nearest(here)
         if repaired is not None or not self.inequalities:
             return repaired
         names = sorted({n for c in self.spec.parameter_constraints for n, _ in c.terms})
