@@ -29,7 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
-from server.service import TuningService
+from server.service import LeasePolicy, TuningService
 from server.servicer import SERVICE_NAME, TunerServicer
 from server.storage import SQLiteStorage
 
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50051
+# A worker heartbeats a third of a lease apart; 15 minutes of silence means it is gone.
+DEFAULT_LEASES = LeasePolicy(ttl_s=900.0, on_expiry="reoffer")
 HEALTH_SERVICE_NAME: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 # The health servicer of each server built here, so that shutdown can mark it NOT_SERVING.
@@ -112,6 +114,7 @@ def serve(
     max_workers: int = 16,
     grace: float = 5.0,
     stop: threading.Event | None = None,
+    leases: LeasePolicy | None = DEFAULT_LEASES,
 ) -> None:
     """Serve the studies in the SQLite database ``db_path`` until told to stop.
 
@@ -127,6 +130,8 @@ def serve(
         max_workers: Threads serving calls concurrently.
         grace: Seconds in-flight calls may run after a stop is requested.
         stop: An event that ends serving when set.
+        leases: How long a handed-out trial lives without a heartbeat and what becomes of it
+            then (``server.service.LeasePolicy``); None: trials never expire.
 
     Raises:
         StorageError: The database cannot be opened.
@@ -135,7 +140,13 @@ def serve(
     stop = stop or threading.Event()
     storage = SQLiteStorage(db_path)
     try:
-        service = TuningService(storage)
+        service = TuningService(storage, leases=leases)
+        if leases is not None:
+            log.info(
+                "trial leases: %.0f s without a heartbeat, then %s",
+                leases.ttl_s,
+                "re-offered" if leases.on_expiry == "reoffer" else "FAILED",
+            )
         try:
             _serve_until(service, host, port, max_workers, grace, stop, db_path)
         finally:

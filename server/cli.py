@@ -4,10 +4,12 @@
 
     tuner tune CONFIG [--server HOST:PORT] [--db PATH] [--trials N] [--name NAME] [--plot PNG]
     tuner daemon CONFIG [--server HOST:PORT] [--db PATH] [--state FILE] [--max-windows N]
-    tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051]
+    tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051] [--lease-ttl S]
+                [--on-lease-expiry reoffer|fail]
     tuner create CONFIG [--name NAME]            (the study of a config, for ask/tell)
     tuner ask STUDY [--format json|env|args] [--client-id ID]
     tuner tell STUDY TRIAL (--metric NAME=VALUE ... | --infeasible R | --failed R | --timed-out R)
+    tuner heartbeat STUDY TRIAL                  (renew a trial's lease while it runs)
     tuner studies [--server HOST:PORT | --db PATH]
     tuner show STUDY [--json]
     tuner best STUDY [--json]
@@ -34,6 +36,11 @@ shell-quoted for ``eval``; ``args`` the trial id then ``--knob=value`` words, sh
 as the command target writes them (``true``/``false``, ``0.1``). With ``--client-id`` the
 same caller gets the same ACTIVE trial back until it tells its outcome (a retried ``ask`` is
 safe). ``tell`` prints ``trial N STATUS``.
+
+A server gives up a handed-out trial after ``--lease-ttl`` seconds (default 900) without a
+heartbeat, and hands its configuration to the next ``ask``. ``tune`` and ``daemon`` send
+heartbeats by themselves; a script whose measurement can run longer calls ``tuner heartbeat
+STUDY TRIAL`` meanwhile (a ``tell`` that arrives after expiry is still stored, once).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +63,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from server.app import DEFAULT_LEASES
 from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
 from server.plot import plot_convergence
+from server.service import ON_EXPIRY
 from server.session import Confirmation, SessionResult, confirm, run_phases, run_session
 from server.storage import SQLiteStorage
 from targets.command import env_name, format_value
@@ -202,9 +212,23 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from server.app import serve
+    from server.service import LeasePolicy
 
     logging.getLogger().setLevel(logging.INFO)
-    serve(args.db, host=args.host, port=args.port)
+    leases = None if args.lease_ttl == 0 else LeasePolicy(args.lease_ttl, args.on_lease_expiry)
+    serve(args.db, host=args.host, port=args.port, leases=leases)
+    return 0
+
+
+def cmd_heartbeat(args: argparse.Namespace) -> int:
+    with _api(args.server, args.db, writable=True) as api:
+        trial = api.heartbeat(args.study, args.trial)
+    until = trial.lease_expires_at
+    if until is None:
+        print(f"trial {trial.id} is ACTIVE (the server runs without leases)")
+    else:
+        stamp = datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds")
+        print(f"trial {trial.id} is ACTIVE; lease until {stamp}")
     return 0
 
 
@@ -598,6 +622,21 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--db", type=Path, default=DEFAULT_DB)
     serve.add_argument("--host", default="127.0.0.1", help="interface (default loopback)")
     serve.add_argument("--port", type=int, default=50051)
+    serve.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=DEFAULT_LEASES.ttl_s,
+        metavar="SECONDS",
+        help="a handed-out trial without a heartbeat for this long is given up (0: never; "
+        f"default {DEFAULT_LEASES.ttl_s:.0f})",
+    )
+    serve.add_argument(
+        "--on-lease-expiry",
+        choices=ON_EXPIRY,
+        default=DEFAULT_LEASES.on_expiry,
+        help="reoffer: ABANDONED and its configuration handed to the next worker; "
+        "fail: FAILED (default reoffer)",
+    )
 
     create = command("create", cmd_create, "create the study of a config (for ask/tell)")
     create.add_argument("config", type=Path)
@@ -617,6 +656,10 @@ def _parser() -> argparse.ArgumentParser:
     tell.add_argument("--infeasible", metavar="REASON", help="the configuration is at fault")
     tell.add_argument("--failed", metavar="REASON", help="the run failed for another reason")
     tell.add_argument("--timed-out", metavar="REASON", help="the run exceeded its time limit")
+
+    beat = command("heartbeat", cmd_heartbeat, "renew the lease of a trial that is running")
+    beat.add_argument("study")
+    beat.add_argument("trial", type=int)
 
     command("studies", cmd_studies, "list studies")
     for name, func, help_ in (

@@ -141,6 +141,15 @@ class TunerClient:
         )
         return convert.trial_from_proto(self._call(self._stub.CompleteTrial, request))
 
+    def heartbeat(self, study: str, trial_id: int) -> Trial:
+        """Renew the lease of an ACTIVE trial; the reply carries its new ``lease_expires_at``.
+
+        Raises:
+            StateError: The trial is finished or its lease has already expired.
+        """
+        request = pb.HeartbeatRequest(study=study, trial_id=trial_id)
+        return convert.trial_from_proto(self._call(self._stub.Heartbeat, request))
+
     def list_trials(
         self, study: str, statuses: Collection[TrialStatus] | None = None
     ) -> list[Trial]:

@@ -265,6 +265,10 @@ def trial_to_proto(trial: Trial, study: str) -> pb.Trial:
         embedded_point=list(trial.embedded),
         created_at=_timestamp_to_proto(trial.created_at),
         updated_at=_timestamp_to_proto(trial.updated_at),
+        lease_expires_at=_timestamp_to_proto(trial.lease_expires_at or 0.0),
+        expired_at=_timestamp_to_proto(trial.expired_at or 0.0),
+        reported_late=trial.reported_late,
+        reoffered_as=trial.reoffered_as or 0,
     )
 
 
@@ -282,6 +286,10 @@ def trial_from_proto(message: pb.Trial) -> Trial:
         embedded=tuple(message.embedded_point),
         created_at=_timestamp_from_proto(message, "created_at"),
         updated_at=_timestamp_from_proto(message, "updated_at"),
+        lease_expires_at=_timestamp_from_proto(message, "lease_expires_at") or None,
+        expired_at=_timestamp_from_proto(message, "expired_at") or None,
+        reported_late=message.reported_late,
+        reoffered_as=message.reoffered_as or None,
     )
 
 

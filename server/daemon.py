@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from server.session import MAX_CONSECUTIVE_FAILURES, TuningAPI
+from server.session import MAX_CONSECUTIVE_FAILURES, TuningAPI, keep_alive
 from targets.base import Target
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.study import StudySpec
@@ -267,7 +267,8 @@ class Daemon:
         failures = 0
         while finished < self.trials:
             [trial] = self.api.suggest_trials(spec.name, 1, self.client_id)
-            status, metrics, reason = self._measure_trial(spec, trial)
+            with keep_alive(self.api, spec.name, trial):
+                status, metrics, reason = self._measure_trial(spec, trial)
             self.api.complete_trial(spec.name, trial.id, metrics, status, reason)
             finished += 1
             self.events.emit(

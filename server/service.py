@@ -8,6 +8,15 @@ source of truth: a restarted service over the same file continues where it stopp
 Suggestions follow OSS Vizier's ``client_id`` semantics: a client that still holds ACTIVE
 trials gets those back before anything new is generated, so a worker that crashed and
 retried its request resumes its trial instead of leaking it.
+
+With a ``LeasePolicy`` every handed-out trial holds a lease of ``ttl_s`` seconds, renewed by
+``heartbeat`` (and by asking for suggestions again with the same client id). A worker that
+vanishes for good loses its trials when their leases run out: each becomes ABANDONED and
+its configuration is queued again as a new PENDING trial, handed out before anything new
+is suggested (or, with ``on_expiry = "fail"``, it becomes FAILED and is not re-offered).
+Expiry is checked, against the service's clock, whenever the study is read or written.
+A worker that was only slow still gets its result stored: the first report after expiry
+is accepted and marked ``reported_late`` (and a re-offer nobody has taken yet is dropped).
 """
 
 from __future__ import annotations
@@ -15,8 +24,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from server.storage import NewTrial, Storage
@@ -40,6 +50,33 @@ REPORTABLE = {
 }
 
 
+#: What becomes of a trial whose lease expired.
+ON_EXPIRY = ("reoffer", "fail")
+
+
+@dataclass(frozen=True)
+class LeasePolicy:
+    """How long a handed-out trial may go without a heartbeat, and what happens then.
+
+    Attributes:
+        ttl_s: Seconds from a hand-out or heartbeat to the lease's end (> 0).
+        on_expiry: ``reoffer``: the trial becomes ABANDONED and its configuration is queued
+            for the next worker; ``fail``: the trial becomes FAILED (an infrastructure
+            failure, as a worker reports one), nothing is queued, and the designer treats
+            it like any FAILED trial: its configuration may be suggested again.
+    """
+
+    ttl_s: float = 600.0
+    on_expiry: str = "reoffer"
+
+    def __post_init__(self) -> None:
+        ttl = self.ttl_s
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 1e9:
+            raise ValidationError("lease_ttl", f"got {ttl!r}", "seconds, > 0")
+        if self.on_expiry not in ON_EXPIRY:
+            raise ValidationError("on_expiry", f"got {self.on_expiry!r}", ON_EXPIRY)
+
+
 @dataclass(frozen=True)
 class StudyInfo:
     """A study with a summary of its trials."""
@@ -53,9 +90,17 @@ class StudyInfo:
 class TuningService:
     """Studies and trials over one storage backend; safe to call from many threads."""
 
-    def __init__(self, storage: Storage, fit_cache: FitCache | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        fit_cache: FitCache | None = None,
+        leases: LeasePolicy | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.storage = storage
         self.fit_cache = fit_cache if fit_cache is not None else FitCache()
+        self.leases = leases
+        self._clock = clock
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -86,6 +131,7 @@ class TuningService:
 
     def get_study(self, name: str) -> StudyInfo:
         stored = self.storage.get_study(_study_name(name))
+        self._expire(stored.name)
         trials = self.storage.list_trials(stored.name)
         best = None if stored.spec.multi_objective else best_trial(stored.spec, trials)
         counts = Counter(t.status.value for t in trials)
@@ -109,9 +155,16 @@ class TuningService:
         client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
         with self._lock(study):
             spec = self.storage.get_study(study).spec
+            self._expire(study)
+            lease = self._lease_end()
             mine = self.storage.active_trials(study, client_id) if client_id else []
+            if lease is not None:  # asking again is a sign of life
+                mine = [self.storage.renew_lease(study, t.id, lease) for t in mine]
             if len(mine) >= count:
                 return mine[:count]
+            mine += self.storage.claim_trials(study, client_id, count - len(mine), lease)
+            if len(mine) >= count:
+                return mine
             trials = self.storage.list_trials(study)
             completed = [t for t in trials if t.status.is_final]
             pending = [t for t in trials if not t.status.is_final]
@@ -121,7 +174,14 @@ class TuningService:
             new = self.storage.add_trials(
                 study,
                 [
-                    NewTrial(s.config, client_id, s.source, s.warning, embedded=s.embedded)
+                    NewTrial(
+                        s.config,
+                        client_id,
+                        s.source,
+                        s.warning,
+                        embedded=s.embedded,
+                        lease_expires_at=lease,
+                    )
                     for s in suggestions
                 ],
             )
@@ -150,17 +210,47 @@ class TuningService:
         with self._lock(study):
             spec = self.storage.get_study(study).spec
             _check_metrics(spec, metrics, status)
+            self._expire(study)
             trial = self.storage.finish_trial(study, trial_id, status, metrics, reason)
-        log.info("study %s trial %d: %s", study, trial.id, status.value)
+        if trial.reported_late:
+            log.warning(
+                "study %s trial %d: %s reported after its lease expired; stored",
+                study,
+                trial.id,
+                status.value,
+            )
+        else:
+            log.info("study %s trial %d: %s", study, trial.id, status.value)
         return trial
+
+    def heartbeat(self, study: str, trial_id: int) -> Trial:
+        """Renew the lease of an ACTIVE trial: its worker is still measuring it.
+
+        Raises:
+            StateError: The trial is not ACTIVE (finished, or its lease expired: the message
+                says when and which trial re-offers it).
+        """
+        study = _study_name(study)
+        with self._lock(study):
+            self.storage.get_study(study)
+            self._expire(study)
+            lease = self._lease_end()
+            if lease is None:
+                trial = self.storage.get_trial(study, trial_id)
+                if trial.status is not TrialStatus.ACTIVE:
+                    raise StateError(f"trial {trial_id} is {trial.status.value}, not ACTIVE")
+                return trial  # no leases: nothing expires, the heartbeat changes nothing
+            return self.storage.renew_lease(study, trial_id, lease)
 
     def list_trials(
         self, study: str, statuses: Collection[TrialStatus] | None = None
     ) -> list[Trial]:
-        return self.storage.list_trials(_study_name(study), statuses)
+        self._expire(_study_name(study))
+        return self.storage.list_trials(study, statuses)
 
     def get_trial(self, study: str, trial_id: int) -> Trial:
-        return self.storage.get_trial(_study_name(study), trial_id)
+        self._expire(_study_name(study))
+        return self.storage.get_trial(study, trial_id)
 
     def get_best_trial(self, study: str) -> Trial:
         """The best feasible trial; NotFoundError while there is none, StateError when the
@@ -186,6 +276,19 @@ class TuningService:
         self.storage.close()
 
     # -- private ------------------------------------------------------------------------
+    def _lease_end(self) -> float | None:
+        return None if self.leases is None else self._clock() + self.leases.ttl_s
+
+    def _expire(self, study: str) -> None:
+        """Give up the study's trials whose lease ran out (nothing without leases)."""
+        if self.leases is None:
+            return
+        reoffer = self.leases.on_expiry == "reoffer"
+        status = TrialStatus.ABANDONED if reoffer else TrialStatus.FAILED
+        for trial in self.storage.expire_leases(study, self._clock(), status, reoffer):
+            again = f"; re-offered as trial {trial.reoffered_as}" if trial.reoffered_as else ""
+            log.warning("study %s trial %d: %s%s", study, trial.id, trial.reason, again)
+
     def _lock(self, study: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(study, threading.Lock())

@@ -71,6 +71,11 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         return convert.trial_to_proto(trial, request.study)
 
     @grpc_errors
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.Trial:
+        trial = self._service.heartbeat(request.study, request.trial_id)
+        return convert.trial_to_proto(trial, request.study)
+
+    @grpc_errors
     def ListTrials(
         self, request: pb.ListTrialsRequest, context: grpc.ServicerContext
     ) -> pb.ListTrialsResponse:

@@ -15,15 +15,19 @@ by their means.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import socket
 import statistics
-from collections.abc import Callable, Collection, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from targets.base import Target
-from tuner.errors import TargetError, ValidationError
+from tuner.errors import StateError, TargetError, ValidationError
 from tuner.space import Config, Knob, Scalar
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
@@ -34,6 +38,8 @@ from tuner.trial import (
     pareto_front,
     with_resolved_constraints,
 )
+
+log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_FAILURES = 5
 
@@ -57,6 +63,8 @@ class TuningAPI(Protocol):
     def list_trials(
         self, study: str, statuses: Collection[TrialStatus] | None = None
     ) -> list[Trial]: ...
+
+    def heartbeat(self, study: str, trial_id: int) -> Trial: ...
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,8 @@ def run_session(
     failures = 0
     while finished < trials:
         [trial] = api.suggest_trials(spec.name, 1, client_id)
-        outcome = target.run_trial(trial.config)
+        with keep_alive(api, spec.name, trial):
+            outcome = target.run_trial(trial.config)
         reported = api.complete_trial(
             spec.name, trial.id, outcome.metrics, outcome.status, outcome.reason
         )
@@ -118,6 +127,40 @@ def run_session(
         if failures >= MAX_CONSECUTIVE_FAILURES:
             raise TargetError(f"{failures} trials in a row failed; last reason: {outcome.reason}")
     return summarize(spec, api.list_trials(spec.name))
+
+
+@contextlib.contextmanager
+def keep_alive(api: TuningAPI, study: str, trial: Trial) -> Iterator[None]:
+    """Send heartbeats for ``trial`` while the block runs, a third of a lease apart.
+
+    Nothing happens for a trial without a lease. A heartbeat that fails (the server is
+    restarting, the network dropped) is logged and retried at the next tick; one refused
+    because the lease already expired stops the heartbeats: the result is still reported
+    at the end and the server stores it as a late result.
+    """
+    if trial.lease_expires_at is None:
+        yield
+        return
+    stop = threading.Event()
+    interval = max(0.05, (trial.lease_expires_at - time.time()) / 3)
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            try:
+                api.heartbeat(study, trial.id)
+            except StateError as exc:
+                log.warning("trial %d: heartbeat refused (%s)", trial.id, exc)
+                return
+            except Exception as exc:  # keep measuring; the next tick tries again
+                log.warning("trial %d: heartbeat failed (%s); retrying", trial.id, exc)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial.id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ allowed transitions::
        │           └─────> ABANDONED     given up by the client (never re-suggested)
        └─────────────────> any of the five (a queued trial measured elsewhere)
 
+A trial the *service* gave up because its lease expired (ABANDONED or FAILED, with
+``expired_at`` set) may still take its worker's late result once; see
+``server.service.LeasePolicy``.
+
 ``COMPLETED`` trials whose metrics violate an outcome constraint are *infeasible by
 measurement*; ``best_trial`` ranks only trials that satisfy every constraint.
 """
@@ -89,6 +93,12 @@ class Trial:
         embedded: For a study searched in an embedding, the low-dimensional point the
             configuration was projected from (empty otherwise, and for the default
             configuration, which is evaluated outside the embedding).
+        lease_expires_at: For a trial handed out by a service with leases: when it is
+            given up unless its worker sends a heartbeat (None without a lease).
+        expired_at: When the service gave the trial up because its lease ran out.
+        reported_late: Its worker's result arrived after the lease had expired (and was
+            stored, once).
+        reoffered_as: The trial that offers this trial's configuration again.
     """
 
     id: int
@@ -102,6 +112,10 @@ class Trial:
     embedded: tuple[float, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
+    lease_expires_at: float | None = None
+    expired_at: float | None = None
+    reported_late: bool = False
+    reoffered_as: int | None = None
 
 
 def with_resolved_constraints(spec: StudySpec, trials: Iterable[Trial]) -> StudySpec:

@@ -82,6 +82,7 @@ class NewTrial:
         warning: Numerical trouble met while suggesting it.
         status: ``PENDING`` (queued) or ``ACTIVE`` (handed out).
         embedded: The low-dimensional point of a study searched in an embedding, else empty.
+        lease_expires_at: For an ACTIVE trial, when its lease runs out (None: no lease).
     """
 
     config: Config
@@ -90,6 +91,7 @@ class NewTrial:
     warning: str = ""
     status: TrialStatus = TrialStatus.ACTIVE
     embedded: tuple[float, ...] = ()
+    lease_expires_at: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
@@ -175,11 +177,47 @@ class Storage(ABC):
         The stored status is read, checked and overwritten in one transaction. Metrics with
         names already stored for the trial replace the old values.
 
+        A trial given up by ``expire_leases`` takes one late result: the transition from its
+        expiry status is allowed once, ``reported_late`` is set, and a re-offer of it that
+        is still PENDING becomes ABANDONED (its configuration is measured now).
+
         Raises:
             NotFoundError: Unknown study or trial.
             StateError: The transition is not allowed; the message names both statuses.
             ValidationError: A metric is not a finite number (field ``metrics.<name>``).
         """
+
+    @abstractmethod
+    def renew_lease(self, study: str, trial_id: int, expires_at: float) -> Trial:
+        """Record a heartbeat: the ACTIVE trial's lease now runs until ``expires_at``.
+
+        Raises:
+            NotFoundError: Unknown study or trial.
+            StateError: The trial is not ACTIVE; the message says what became of it (for an
+                expired lease: when, and the trial that re-offers its configuration).
+        """
+
+    @abstractmethod
+    def expire_leases(
+        self, study: str, now: float, status: TrialStatus, reoffer: bool
+    ) -> list[Trial]:
+        """Give up every ACTIVE trial whose lease ran out before ``now``, in one transaction.
+
+        Each becomes ``status`` (ABANDONED or FAILED) with ``expired_at = now``, a reason
+        naming its client and the lease's end, and a ``lease_expired`` event. With
+        ``reoffer``, each also gets a new PENDING trial with the same configuration (a
+        ``reoffered`` event, the new trial in ``reoffered_as``), which ``claim_trials``
+        hands out before anything new is suggested.
+
+        Returns:
+            The expired trials as they are now stored.
+        """
+
+    @abstractmethod
+    def claim_trials(
+        self, study: str, client_id: str, count: int, lease_expires_at: float | None
+    ) -> list[Trial]:
+        """Hand up to ``count`` PENDING trials (oldest first) to ``client_id`` as ACTIVE."""
 
     @abstractmethod
     def add_trial_event(

@@ -110,7 +110,27 @@ def v2_embedded_points(db: Database) -> None:
     db.execute("ALTER TABLE trials ADD COLUMN embedded_json TEXT NOT NULL DEFAULT '[]'")
 
 
-MIGRATIONS: tuple[Migration, ...] = (v1_initial_schema, v2_embedded_points)
+def v3_trial_leases(db: Database) -> None:
+    """ACTIVE trials hold a lease that heartbeats renew; an expired one may report late.
+
+    ``heartbeat_at`` and ``lease_expires_at`` are NULL for a trial without a lease (every
+    trial written before, and all trials of a service that runs without leases).
+    ``expired_at`` is when the service gave the trial up because its lease ran out;
+    ``reported_late`` is 1 once its worker's result arrived after that (accepted once);
+    ``reoffered_as`` is the trial that re-offers its configuration.
+    """
+    for statement in (
+        "ALTER TABLE trials ADD COLUMN heartbeat_at REAL",
+        "ALTER TABLE trials ADD COLUMN lease_expires_at REAL",
+        "ALTER TABLE trials ADD COLUMN expired_at REAL",
+        "ALTER TABLE trials ADD COLUMN reported_late INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE trials ADD COLUMN reoffered_as INTEGER",
+        "CREATE INDEX idx_trials_study_lease ON trials (study_id, status, lease_expires_at)",
+    ):
+        db.execute(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (v1_initial_schema, v2_embedded_points, v3_trial_leases)
 LATEST_VERSION = len(MIGRATIONS)
 
 

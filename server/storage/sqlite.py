@@ -20,6 +20,7 @@ round-trips floats exactly (``repr`` precision).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import sqlite3
@@ -42,7 +43,13 @@ from server.storage.base import (
     check_text,
     check_trial_id,
 )
-from tuner.errors import AlreadyExistsError, NotFoundError, StorageError, ValidationError
+from tuner.errors import (
+    AlreadyExistsError,
+    NotFoundError,
+    StateError,
+    StorageError,
+    ValidationError,
+)
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
@@ -193,13 +200,23 @@ class SQLiteStorage(Storage):
         with self._write(f"finish trial {trial_id} of study {study!r}") as db:
             study_id = _study_id(db, study)
             old = _stored_status(db, study, study_id, trial_id)
-            old.check_transition(new, trial_id)
+            row = db.execute(
+                "SELECT expired_at, reported_late, reoffered_as FROM trials "
+                "WHERE study_id = ? AND trial_id = ?",
+                [study_id, trial_id],
+            ).fetchone()
+            late = row[0] is not None and not row[1]
+            if not late:
+                old.check_transition(new, trial_id)
             now = self._clock()
             db.execute(
-                "UPDATE trials SET status = ?, reason = ?, updated_at = ? "
-                "WHERE study_id = ? AND trial_id = ?",
-                [new.value, reason, now, study_id, trial_id],
+                "UPDATE trials SET status = ?, reason = ?, updated_at = ?, lease_expires_at = "
+                "CASE WHEN expired_at IS NULL THEN NULL ELSE lease_expires_at END, "
+                "reported_late = ? WHERE study_id = ? AND trial_id = ?",
+                [new.value, reason, now, int(late or bool(row[1])), study_id, trial_id],
             )
+            if late and row[2] is not None:
+                _supersede(db, study_id, int(row[2]), trial_id, now)
             db.table("metrics").insert_all(
                 (
                     {"study_id": study_id, "trial_id": trial_id, "name": k, "value": v}
@@ -207,9 +224,110 @@ class SQLiteStorage(Storage):
                 ),
                 replace=True,
             )
-            detail = f"from {old.value}" + (f": {reason}" if reason else "")
+            detail = f"from {old.value}" + (" (late: after its lease expired)" if late else "")
+            detail += f": {reason}" if reason else ""
             _insert_events(db, [(study_id, trial_id, now, f"status:{new.value}", detail)])
             return _load_trials(db, study_id, "AND t.trial_id = ?", [trial_id])[0]
+
+    def renew_lease(self, study: str, trial_id: int, expires_at: float) -> Trial:
+        trial_id = check_trial_id(trial_id)
+        with self._write(f"renew the lease of trial {trial_id} of study {study!r}") as db:
+            study_id = _study_id(db, study)
+            status = _stored_status(db, study, study_id, trial_id)
+            if status is not TrialStatus.ACTIVE:
+                trial = _load_trials(db, study_id, "AND t.trial_id = ?", [trial_id])[0]
+                raise StateError(_not_active(trial))
+            db.execute(
+                "UPDATE trials SET heartbeat_at = ?, lease_expires_at = ? "
+                "WHERE study_id = ? AND trial_id = ?",
+                [self._clock(), float(expires_at), study_id, trial_id],
+            )
+            return _load_trials(db, study_id, "AND t.trial_id = ?", [trial_id])[0]
+
+    def expire_leases(
+        self, study: str, now: float, status: TrialStatus, reoffer: bool
+    ) -> list[Trial]:
+        if status not in (TrialStatus.ABANDONED, TrialStatus.FAILED):
+            raise ValidationError("status", f"got {status!r}", ["ABANDONED", "FAILED"])
+        with self._write(f"expire leases in study {study!r}") as db:
+            study_id = _study_id(db, study)
+            expired = _load_trials(
+                db,
+                study_id,
+                "AND t.status = ? AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < ?",
+                [TrialStatus.ACTIVE.value, now],
+            )
+            if not expired:
+                return []
+            next_id = db.execute(
+                "SELECT MAX(trial_id) + 1 FROM trials WHERE study_id = ?", [study_id]
+            ).fetchone()[0]
+            events = []
+            for trial in expired:
+                reason = (
+                    f"lease expired at {_iso(cast(float, trial.lease_expires_at))}: no heartbeat "
+                    f"from client {trial.client_id!r}"
+                )
+                copy = next_id if reoffer else None
+                db.execute(
+                    "UPDATE trials SET status = ?, reason = ?, updated_at = ?, expired_at = ?, "
+                    "reoffered_as = ? WHERE study_id = ? AND trial_id = ?",
+                    [status.value, reason, now, now, copy, study_id, trial.id],
+                )
+                events.append((study_id, trial.id, now, "lease_expired", reason))
+                if copy is not None:
+                    again = NewTrial(
+                        trial.config,
+                        source=trial.source,
+                        status=TrialStatus.PENDING,
+                        embedded=trial.embedded,
+                    )
+                    db.table("trials").insert(_trial_row(study_id, copy, again, now))
+                    db.table("parameters").insert_all(
+                        {"study_id": study_id, "trial_id": copy, "name": k,
+                         "value_json": json.dumps(v)}
+                        for k, v in trial.config.items()
+                    )  # fmt: skip
+                    events.append((study_id, trial.id, now, "reoffered", f"as trial {copy}"))
+                    events.append(
+                        (study_id, copy, now, "created", f"PENDING, re-offer of trial {trial.id}")
+                    )
+                    next_id += 1
+            _insert_events(db, events)
+            ids = [t.id for t in expired]
+            marks = ", ".join("?" * len(ids))
+            return _load_trials(db, study_id, f"AND t.trial_id IN ({marks})", ids)
+
+    def claim_trials(
+        self, study: str, client_id: str, count: int, lease_expires_at: float | None
+    ) -> list[Trial]:
+        check_text(client_id, "client_id")
+        with self._write(f"hand out queued trials of study {study!r}") as db:
+            study_id = _study_id(db, study)
+            ids = [
+                row[0]
+                for row in db.execute(
+                    "SELECT trial_id FROM trials WHERE study_id = ? AND status = ? "
+                    "ORDER BY trial_id LIMIT ?",
+                    [study_id, TrialStatus.PENDING.value, max(0, int(count))],
+                )
+            ]
+            if not ids:
+                return []
+            now = self._clock()
+            marks = ", ".join("?" * len(ids))
+            db.execute(
+                "UPDATE trials SET status = ?, client_id = ?, updated_at = ?, heartbeat_at = ?, "
+                f"lease_expires_at = ? WHERE study_id = ? AND trial_id IN ({marks})",
+                [TrialStatus.ACTIVE.value, client_id, now,
+                 now if lease_expires_at is not None else None, lease_expires_at, study_id, *ids],
+            )  # fmt: skip
+            _insert_events(
+                db,
+                [(study_id, i, now, "status:ACTIVE", f"from PENDING, client {client_id!r}")
+                 for i in ids],
+            )  # fmt: skip
+            return _load_trials(db, study_id, f"AND t.trial_id IN ({marks})", ids)
 
     def add_trial_event(
         self, study: str, trial_id: int, event: str, detail: str = ""
@@ -342,6 +460,8 @@ def _trial_row(study_id: int, trial_id: int, trial: NewTrial, now: float) -> dic
         "reason": "",
         "created_at": now,
         "updated_at": now,
+        "heartbeat_at": now if trial.lease_expires_at is not None else None,
+        "lease_expires_at": trial.lease_expires_at,
     }
 
 
@@ -370,6 +490,10 @@ def _load_trials(db: Database, study_id: int, where: str, params: Sequence[Any])
             status=TrialStatus(row["status"]),
             metrics=metrics.get(row["trial_id"], {}),
             embedded=tuple(float(v) for v in json.loads(row["embedded_json"])),
+            lease_expires_at=row["lease_expires_at"],
+            expired_at=row["expired_at"],
+            reported_late=bool(row["reported_late"]),
+            reoffered_as=row["reoffered_as"],
             **{key: row[key] for key in _TRIAL_COLUMNS},
         )
         for row in rows
@@ -395,3 +519,36 @@ def _trial_values(
     for trial_id, name, value in cursor:
         out.setdefault(trial_id, {})[name] = decode(value)
     return out
+
+
+def _supersede(db: Database, study_id: int, copy: int, late: int, now: float) -> None:
+    """A late result arrived for trial ``late``: its re-offer ``copy``, if nobody has taken
+    it yet, is not needed any more."""
+    reason = f"not needed: trial {late} reported its result late"
+    changed = db.execute(
+        "UPDATE trials SET status = ?, reason = ?, updated_at = ? "
+        "WHERE study_id = ? AND trial_id = ? AND status = ?",
+        [TrialStatus.ABANDONED.value, reason, now, study_id, copy, TrialStatus.PENDING.value],
+    ).rowcount
+    if changed:
+        _insert_events(db, [(study_id, copy, now, "status:ABANDONED", f"from PENDING: {reason}")])
+
+
+def _not_active(trial: Trial) -> str:
+    """Why a heartbeat for ``trial`` cannot be taken."""
+    if trial.expired_at is None or trial.reported_late:
+        return f"trial {trial.id} is {trial.status.value}, not ACTIVE: it has no lease to renew"
+    again = (
+        f"; its configuration is re-offered as trial {trial.reoffered_as}"
+        if (trial.reoffered_as is not None)
+        else ""
+    )
+    return (
+        f"trial {trial.id} is {trial.status.value}: its lease expired at "
+        f"{_iso(trial.lease_expires_at or trial.expired_at)}{again}. Report its result "
+        "with CompleteTrial anyway: a late result is stored once"
+    )
+
+
+def _iso(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")

@@ -192,3 +192,26 @@ def test_request_errors_exit_1(
     no_knobs.write_text('[study]\nname = "x"\nobjectives = [{ name = "y" }]\n')
     code, _, err = run(capsys, "create", str(no_knobs), *where)
     assert code == 1 and "study.knobs" in err
+
+
+def test_a_script_renews_its_lease_with_tuner_heartbeat(
+    study_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from server.service import LeasePolicy
+
+    storage = SQLiteStorage(tmp_path / "leased.db")
+    service = TuningService(storage, leases=LeasePolicy(600.0))
+    grpc_server, port = build_server(service, "127.0.0.1", 0)
+    grpc_server.start()
+    where = ["--server", f"127.0.0.1:{port}"]
+    try:
+        run(capsys, "create", str(study_file), *where)
+        trial = json.loads(run(capsys, "ask", "shell", *where)[1])["trial"]
+        code, out, _ = run(capsys, "heartbeat", "shell", str(trial), *where)
+        assert code == 0 and out.startswith(f"trial {trial} is ACTIVE; lease until 20")
+        run(capsys, "tell", "shell", str(trial), "--metric", "y=1", *where)
+        code, _, err = run(capsys, "heartbeat", "shell", str(trial), *where)
+        assert code == 1 and "COMPLETED" in err and "not ACTIVE" in err
+    finally:
+        stop_server(grpc_server, 1).wait()
+        storage.close()

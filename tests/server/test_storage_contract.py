@@ -379,3 +379,38 @@ def test_closed_storage_raises_storage_error(storage: Storage) -> None:
     storage.close()
     with pytest.raises(StorageError, match="closed"):
         storage.get_study("pg-oltp")
+
+
+# -- leases ------------------------------------------------------------------------------
+def test_expired_leases_are_given_up_once_and_re_offered_in_one_step(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    stale = add_one(storage, client_id="w1", lease_expires_at=100.0)
+    fresh = add_one(storage, client_id="w2", lease_expires_at=300.0)
+    unleased = add_one(storage, client_id="w3")
+    [expired] = storage.expire_leases("pg-oltp", 200.0, TrialStatus.ABANDONED, reoffer=True)
+    assert expired.id == stale and expired.status is TrialStatus.ABANDONED
+    assert expired.expired_at == 200.0 and expired.reoffered_as == unleased + 1
+    copy = storage.get_trial("pg-oltp", unleased + 1)
+    assert copy.status is TrialStatus.PENDING and typed(copy.config) == typed(CONFIG)
+    assert storage.expire_leases("pg-oltp", 200.0, TrialStatus.ABANDONED, reoffer=True) == []
+    for other in (fresh, unleased):
+        assert storage.get_trial("pg-oltp", other).status is TrialStatus.ACTIVE
+    [claimed] = storage.claim_trials("pg-oltp", "w4", 5, lease_expires_at=500.0)
+    assert claimed.id == copy.id and claimed.client_id == "w4"
+    assert claimed.status is TrialStatus.ACTIVE and claimed.lease_expires_at == 500.0
+    assert storage.claim_trials("pg-oltp", "w5", 5, lease_expires_at=None) == []
+
+
+def test_a_lease_is_renewed_only_while_the_trial_is_active(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage, client_id="w1", lease_expires_at=100.0)
+    assert storage.renew_lease("pg-oltp", trial_id, 250.0).lease_expires_at == 250.0
+    storage.expire_leases("pg-oltp", 300.0, TrialStatus.FAILED, reoffer=False)
+    with pytest.raises(StateError, match="lease expired"):
+        storage.renew_lease("pg-oltp", trial_id, 400.0)
+    late = storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0})
+    assert late.reported_late and late.status is TrialStatus.COMPLETED
+    with pytest.raises(StateError):
+        storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 2.0})
+    with pytest.raises(NotFoundError):
+        storage.renew_lease("pg-oltp", 99, 400.0)

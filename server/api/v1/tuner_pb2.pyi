@@ -227,7 +227,7 @@ class Parameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Trial(_message.Message):
-    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point")
+    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point", "lease_expires_at", "expired_at", "reported_late", "reoffered_as")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +247,10 @@ class Trial(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     EMBEDDED_POINT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_AT_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_LATE_FIELD_NUMBER: _ClassVar[int]
+    REOFFERED_AS_FIELD_NUMBER: _ClassVar[int]
     id: int
     study: str
     config: _containers.RepeatedCompositeFieldContainer[Parameter]
@@ -259,7 +263,11 @@ class Trial(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     embedded_point: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ...) -> None: ...
+    lease_expires_at: _timestamp_pb2.Timestamp
+    expired_at: _timestamp_pb2.Timestamp
+    reported_late: bool
+    reoffered_as: int
+    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reported_late: _Optional[bool] = ..., reoffered_as: _Optional[int] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec",)
@@ -341,6 +349,14 @@ class ListTrialsResponse(_message.Message):
     TRIALS_FIELD_NUMBER: _ClassVar[int]
     trials: _containers.RepeatedCompositeFieldContainer[Trial]
     def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("study", "trial_id")
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    trial_id: int
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ...) -> None: ...
 
 class GetTrialRequest(_message.Message):
     __slots__ = ("study", "trial_id")

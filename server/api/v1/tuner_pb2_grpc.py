@@ -62,6 +62,11 @@ class TunerServiceStub:
                 request_serializer=tuner_dot_v1_dot_tuner__pb2.CompleteTrialRequest.SerializeToString,
                 response_deserializer=tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/tuner.v1.TunerService/Heartbeat',
+                request_serializer=tuner_dot_v1_dot_tuner__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
+                _registered_method=True)
         self.ListTrials = channel.unary_unary(
                 '/tuner.v1.TunerService/ListTrials',
                 request_serializer=tuner_dot_v1_dot_tuner__pb2.ListTrialsRequest.SerializeToString,
@@ -122,7 +127,20 @@ class TunerServiceServicer:
 
     def CompleteTrial(self, request, context):
         """Finishes an ACTIVE trial: COMPLETED with metrics, or INFEASIBLE / FAILED / TIMED_OUT /
-        ABANDONED with a reason. FAILED_PRECONDITION if the trial is already finished.
+        ABANDONED with a reason. FAILED_PRECONDITION if the trial is already finished. A trial
+        the server gave up because its lease expired takes one late report (stored, with
+        `reported_late` set); a second one is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Renews the lease of an ACTIVE trial (the worker is still measuring it) and returns the
+        trial with its new `lease_expires_at`. Send one well within the lease (a third of it).
+        FAILED_PRECONDITION once the trial is finished or its lease has expired; the message
+        names the trial that re-offers the configuration. A server without leases accepts
+        heartbeats for ACTIVE trials and changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +204,11 @@ def add_TunerServiceServicer_to_server(servicer, server):
             'CompleteTrial': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteTrial,
                     request_deserializer=tuner_dot_v1_dot_tuner__pb2.CompleteTrialRequest.FromString,
+                    response_serializer=tuner_dot_v1_dot_tuner__pb2.Trial.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=tuner_dot_v1_dot_tuner__pb2.HeartbeatRequest.FromString,
                     response_serializer=tuner_dot_v1_dot_tuner__pb2.Trial.SerializeToString,
             ),
             'ListTrials': grpc.unary_unary_rpc_method_handler(
@@ -345,6 +368,33 @@ class TunerService:
             target,
             '/tuner.v1.TunerService/CompleteTrial',
             tuner_dot_v1_dot_tuner__pb2.CompleteTrialRequest.SerializeToString,
+            tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuner.v1.TunerService/Heartbeat',
+            tuner_dot_v1_dot_tuner__pb2.HeartbeatRequest.SerializeToString,
             tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
             options,
             channel_credentials,
