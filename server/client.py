@@ -7,6 +7,12 @@ status code by the inverse of the server's error table (``server.errors.error_fr
 Failures that are not the server's verdict (it cannot be reached, a deadline passed) stay
 ``grpc.RpcError``.
 
+Calls that find the server UNAVAILABLE (restarting, not up yet, its disk briefly locked) are
+retried with exponential backoff and jitter until ``retry_for`` seconds have passed, each
+attempt with a deadline of at most ``timeout``. Retrying a write is safe: every
+``suggest_trials`` and ``complete_trial`` carries a fresh request id, the same on each
+retry, and the server answers a retried request as it answered the first one.
+
 Example::
 
     with TunerClient("127.0.0.1:50051") as client:
@@ -18,6 +24,10 @@ Example::
 
 from __future__ import annotations
 
+import logging
+import random
+import time
+import uuid
 from collections.abc import Callable, Collection, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -34,6 +44,10 @@ from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
 _Reply = TypeVar("_Reply")
+_FIRST_PAUSE_S = 0.1
+_MAX_PAUSE_S = 5.0
+
+log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["TunerService"].full_name
 
@@ -43,12 +57,14 @@ class TunerClient:
 
     Args:
         target: The server's address, ``host:port`` (any gRPC target string).
-        timeout: Deadline in seconds of each call.
+        timeout: Deadline in seconds of each attempt of a call.
+        retry_for: Seconds during which an UNAVAILABLE call is tried again (0: never).
     """
 
-    def __init__(self, target: str, timeout: float = 30.0) -> None:
+    def __init__(self, target: str, timeout: float = 30.0, retry_for: float = 60.0) -> None:
         self.target = target
         self.timeout = timeout
+        self.retry_for = retry_for
         self._channel = grpc.insecure_channel(target)
         self._stub = pb_grpc.TunerServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
@@ -113,7 +129,9 @@ class TunerClient:
 
         An empty ``client_id`` is an anonymous worker: every call gets new trials.
         """
-        request = pb.SuggestTrialsRequest(study=study, count=count, client_id=client_id)
+        request = pb.SuggestTrialsRequest(
+            study=study, count=count, client_id=client_id, request_id=_request_id()
+        )
         reply = self._call(self._stub.SuggestTrials, request)
         return [convert.trial_from_proto(t) for t in reply.trials]
 
@@ -138,6 +156,7 @@ class TunerClient:
             metrics=dict(metrics or {}),
             status=convert.outcome_to_proto(status),
             reason=reason,
+            request_id=_request_id(),
         )
         return convert.trial_from_proto(self._call(self._stub.CompleteTrial, request))
 
@@ -178,13 +197,28 @@ class TunerClient:
 
     # -- private -----------------------------------------------------------------------
     def _call(self, method: Callable[..., _Reply], request: Any) -> _Reply:
-        try:
-            return method(request, timeout=self.timeout)
-        except grpc.RpcError as error:
-            domain = error_from_rpc(error)
-            if domain is error:
-                raise
-            raise domain from error
+        give_up = time.monotonic() + self.retry_for
+        pause = _FIRST_PAUSE_S
+        while True:
+            left = give_up - time.monotonic()
+            try:
+                return method(request, timeout=max(0.1, min(self.timeout, left)))
+            except grpc.RpcError as error:
+                if error.code() is grpc.StatusCode.UNAVAILABLE and left > 0:
+                    wait = min(pause * random.uniform(0.5, 1.0), left)
+                    log.warning("tuner server %s unavailable (%s); retrying in %.1f s",
+                                self.target, _describe(error), wait)  # fmt: skip
+                    time.sleep(wait)
+                    pause = min(2 * pause, _MAX_PAUSE_S)
+                    continue
+                domain = error_from_rpc(error)
+                if domain is error:
+                    raise
+                raise domain from error
+
+
+def _request_id() -> str:
+    return uuid.uuid4().hex
 
 
 def _describe(error: grpc.RpcError) -> str:

@@ -21,6 +21,8 @@ is accepted and marked ``reported_late`` (and a re-offer nobody has taken yet is
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import threading
@@ -29,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from server.storage import NewTrial, Storage
+from server.storage import NewTrial, Request, Storage
 from tuner.designer import FitCache, make_designer
 from tuner.errors import AlreadyExistsError, NotFoundError, StateError, ValidationError
 from tuner.study import StudySpec
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 MAX_SUGGESTIONS = 100
 MAX_CLIENT_ID = 256
+MAX_REQUEST_ID = 256
 MAX_REASON = 4096
 #: Statuses a client may report, and whether each needs a reason.
 REPORTABLE = {
@@ -141,8 +144,14 @@ class TuningService:
         return [self.get_study(s.name) for s in self.storage.list_studies()]
 
     # -- trials -------------------------------------------------------------------------
-    def suggest_trials(self, study: str, count: int, client_id: str = "") -> list[Trial]:
-        """Trials for ``client_id`` to run: its ACTIVE ones first, then new suggestions."""
+    def suggest_trials(
+        self, study: str, count: int, client_id: str = "", request_id: str = ""
+    ) -> list[Trial]:
+        """Trials for ``client_id`` to run: its ACTIVE ones first, then new suggestions.
+
+        A repeated call with the same ``request_id`` returns the trials the first one
+        returned (as they are now) and creates nothing.
+        """
         study = _study_name(study)
         if (
             isinstance(count, bool)
@@ -153,17 +162,22 @@ class TuningService:
                 "count", f"got {count!r}", f"an integer in [1, {MAX_SUGGESTIONS}]"
             )
         client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
+        request = _request(request_id, "SuggestTrials", study, count, client_id)
         with self._lock(study):
             spec = self.storage.get_study(study).spec
+            if request is not None and (known := self._replay(study, request)) is not None:
+                return known
             self._expire(study)
             lease = self._lease_end()
             mine = self.storage.active_trials(study, client_id) if client_id else []
             if lease is not None:  # asking again is a sign of life
                 mine = [self.storage.renew_lease(study, t.id, lease) for t in mine]
+            if len(mine) < count:
+                mine += self.storage.claim_trials(study, client_id, count - len(mine), lease)
             if len(mine) >= count:
-                return mine[:count]
-            mine += self.storage.claim_trials(study, client_id, count - len(mine), lease)
-            if len(mine) >= count:
+                mine = mine[:count]
+                if request is not None:
+                    self.storage.add_trials(study, [], request, [t.id for t in mine])
                 return mine
             trials = self.storage.list_trials(study)
             completed = [t for t in trials if t.status.is_final]
@@ -184,6 +198,8 @@ class TuningService:
                     )
                     for s in suggestions
                 ],
+                request,
+                [t.id for t in mine],
             )
         for trial in new:
             if trial.warning:
@@ -197,8 +213,13 @@ class TuningService:
         metrics: Mapping[str, float] | None = None,
         status: TrialStatus = TrialStatus.COMPLETED,
         reason: str = "",
+        request_id: str = "",
     ) -> Trial:
-        """Record a trial's outcome: measured metrics, or a failure with its reason."""
+        """Record a trial's outcome: measured metrics, or a failure with its reason.
+
+        A repeated call with the same ``request_id`` returns the trial as the first call
+        left it and stores nothing (without one, a repeat is a StateError: already final).
+        """
         study = _study_name(study)
         status = _reportable(status)
         reason = _text(reason, "reason", MAX_REASON)
@@ -207,11 +228,17 @@ class TuningService:
                 "reason", f"a {status.value} trial needs a reason", "non-empty text"
             )
         metrics = dict(metrics or {})
+        request = _request(
+            request_id, "CompleteTrial", study, trial_id, status.value, sorted(metrics.items()),
+            reason,
+        )  # fmt: skip
         with self._lock(study):
             spec = self.storage.get_study(study).spec
+            if request is not None and (known := self._replay(study, request)) is not None:
+                return known[0]
             _check_metrics(spec, metrics, status)
             self._expire(study)
-            trial = self.storage.finish_trial(study, trial_id, status, metrics, reason)
+            trial = self.storage.finish_trial(study, trial_id, status, metrics, reason, request)
         if trial.reported_late:
             log.warning(
                 "study %s trial %d: %s reported after its lease expired; stored",
@@ -276,6 +303,25 @@ class TuningService:
         self.storage.close()
 
     # -- private ------------------------------------------------------------------------
+    def _replay(self, study: str, request: Request) -> list[Trial] | None:
+        """The answer to an earlier request with ``request``'s id, or None if there was none.
+
+        Raises:
+            ValidationError: The id was used for a different request (``request_id``).
+        """
+        known = self.storage.find_request(study, request.request_id)
+        if known is None:
+            return None
+        if (known.method, known.digest) != (request.method, request.digest):
+            raise ValidationError(
+                "request_id",
+                f"{request.request_id!r} was already used for a different {known.method} request",
+                "a new id for every request; the same id only to retry the same request",
+            )
+        log.info("study %s: %s %s retried; answered as before", study, request.method,
+                 request.request_id)  # fmt: skip
+        return [self.storage.get_trial(study, i) for i in known.trial_ids]
+
     def _lease_end(self) -> float | None:
         return None if self.leases is None else self._clock() + self.leases.ttl_s
 
@@ -292,6 +338,16 @@ class TuningService:
     def _lock(self, study: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(study, threading.Lock())
+
+
+def _request(request_id: object, method: str, *asked: object) -> Request | None:
+    """The record of a request with an id (None without one): its method and a digest of
+    what it asked, so that a retry can be told from a reuse of the id."""
+    request_id = _text(request_id, "request_id", MAX_REQUEST_ID)
+    if not request_id:
+        return None
+    text = json.dumps([method, *asked], separators=(",", ":"), default=str)
+    return Request(request_id, method, hashlib.sha256(text.encode()).hexdigest())
 
 
 def _study_name(name: object) -> str:

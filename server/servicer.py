@@ -52,7 +52,9 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
     def SuggestTrials(
         self, request: pb.SuggestTrialsRequest, context: grpc.ServicerContext
     ) -> pb.SuggestTrialsResponse:
-        trials = self._service.suggest_trials(request.study, request.count, request.client_id)
+        trials = self._service.suggest_trials(
+            request.study, request.count, request.client_id, request.request_id
+        )
         return pb.SuggestTrialsResponse(
             trials=[convert.trial_to_proto(t, request.study) for t in trials]
         )
@@ -67,6 +69,7 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
             metrics=convert.metrics_from_proto(request.metrics),
             status=convert.outcome_from_proto(request.status, "status"),
             reason=request.reason,
+            request_id=request.request_id,
         )
         return convert.trial_to_proto(trial, request.study)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from server.storage.base import (
     CREATABLE_STATUSES,
     NewTrial,
+    Request,
     Storage,
     StoredStudy,
     TrialEvent,
@@ -24,6 +25,7 @@ __all__ = [
     "CREATABLE_STATUSES",
     "LATEST_VERSION",
     "NewTrial",
+    "Request",
     "SQLiteStorage",
     "Storage",
     "StoredStudy",

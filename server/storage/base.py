@@ -71,6 +71,24 @@ class TrialEvent:
 
 
 @dataclass(frozen=True)
+class Request:
+    """A mutating request with a client-chosen id, stored with the write it caused.
+
+    Attributes:
+        request_id: The client's id for the request (unique per request, kept for a week).
+        method: The RPC, e.g. ``CompleteTrial``.
+        digest: A hash of what was asked; a retry with another digest is refused.
+        trial_ids: The trials the request answered with (filled in by the backend for
+            ``add_trials``).
+    """
+
+    request_id: str
+    method: str
+    digest: str
+    trial_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class NewTrial:
     """A trial to be added; the backend assigns its id and timestamps.
 
@@ -135,11 +153,19 @@ class Storage(ABC):
 
     # -- trials -----------------------------------------------------------------------
     @abstractmethod
-    def add_trials(self, study: str, trials: Sequence[NewTrial]) -> list[Trial]:
+    def add_trials(
+        self,
+        study: str,
+        trials: Sequence[NewTrial],
+        request: Request | None = None,
+        answered: Sequence[int] = (),
+    ) -> list[Trial]:
         """Add trials in one transaction, numbering them on from the study's last trial id.
 
         Ids are 1, 2, 3, ... per study, never reused, and unique even when several threads
-        add trials at once. Each new trial gets a ``created`` event.
+        add trials at once. Each new trial gets a ``created`` event. With ``request``, the
+        request is recorded in the same transaction, answered by ``answered`` (trials the
+        caller hands out besides the new ones) followed by the new trials.
 
         Raises:
             NotFoundError: Unknown study.
@@ -171,8 +197,12 @@ class Storage(ABC):
         status: TrialStatus,
         metrics: Mapping[str, float],
         reason: str = "",
+        request: Request | None = None,
     ) -> Trial:
         """Move a trial to ``status`` and record its metrics, reason and a ``status:`` event.
+
+        With ``request``, the request is recorded (answered by this trial) in the same
+        transaction.
 
         The stored status is read, checked and overwritten in one transaction. Metrics with
         names already stored for the trial replace the old values.
@@ -186,6 +216,10 @@ class Storage(ABC):
             StateError: The transition is not allowed; the message names both statuses.
             ValidationError: A metric is not a finite number (field ``metrics.<name>``).
         """
+
+    @abstractmethod
+    def find_request(self, study: str, request_id: str) -> Request | None:
+        """The recorded request with this id, or None."""
 
     @abstractmethod
     def renew_lease(self, study: str, trial_id: int, expires_at: float) -> Trial:

@@ -130,7 +130,31 @@ def v3_trial_leases(db: Database) -> None:
         db.execute(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (v1_initial_schema, v2_embedded_points, v3_trial_leases)
+def v4_requests(db: Database) -> None:
+    """Mutating requests that carried a request id, so a retry gets the first answer.
+
+    ``digest`` identifies what was asked (a retry must ask the same); ``trial_ids`` is the
+    JSON list of the trials the request answered with. Rows older than a week are pruned.
+    """
+    db.execute(
+        """CREATE TABLE requests (
+            request_id TEXT PRIMARY KEY,
+            method TEXT NOT NULL,
+            study_id INTEGER NOT NULL REFERENCES studies(id) ON DELETE CASCADE,
+            digest TEXT NOT NULL,
+            trial_ids TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX idx_requests_created ON requests (created_at)")
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    v1_initial_schema,
+    v2_embedded_points,
+    v3_trial_leases,
+    v4_requests,
+)
 LATEST_VERSION = len(MIGRATIONS)
 
 

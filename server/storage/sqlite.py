@@ -27,6 +27,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,6 +36,7 @@ from sqlite_utils import Database
 from server.storage import migrations
 from server.storage.base import (
     NewTrial,
+    Request,
     Storage,
     StoredStudy,
     TrialEvent,
@@ -53,6 +55,7 @@ from tuner.errors import (
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
+_REQUEST_RETENTION_S = 7 * 24 * 3600.0
 _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
 
 
@@ -129,7 +132,13 @@ class SQLiteStorage(Storage):
         return [_stored_study(row) for row in rows]
 
     # -- trials -----------------------------------------------------------------------
-    def add_trials(self, study: str, trials: Sequence[NewTrial]) -> list[Trial]:
+    def add_trials(
+        self,
+        study: str,
+        trials: Sequence[NewTrial],
+        request: Request | None = None,
+        answered: Sequence[int] = (),
+    ) -> list[Trial]:
         items = list(trials)
         for i, item in enumerate(items):
             if not isinstance(item, NewTrial):
@@ -154,6 +163,9 @@ class SQLiteStorage(Storage):
                     for i, t in numbered
                 ],
             )
+            if request is not None:
+                ids = (*answered, *(i for i, _ in numbered))
+                self._remember(db, study_id, replace(request, trial_ids=ids), now)
             return _load_trials(db, study_id, "AND t.trial_id >= ?", [first]) if items else []
 
     def get_trial(self, study: str, trial_id: int) -> Trial:
@@ -192,6 +204,7 @@ class SQLiteStorage(Storage):
         status: TrialStatus,
         metrics: Mapping[str, float],
         reason: str = "",
+        request: Request | None = None,
     ) -> Trial:
         trial_id = check_trial_id(trial_id)
         new = check_status(status)
@@ -227,7 +240,37 @@ class SQLiteStorage(Storage):
             detail = f"from {old.value}" + (" (late: after its lease expired)" if late else "")
             detail += f": {reason}" if reason else ""
             _insert_events(db, [(study_id, trial_id, now, f"status:{new.value}", detail)])
+            if request is not None:
+                self._remember(db, study_id, replace(request, trial_ids=(trial_id,)), now)
             return _load_trials(db, study_id, "AND t.trial_id = ?", [trial_id])[0]
+
+    def find_request(self, study: str, request_id: str) -> Request | None:
+        check_text(request_id, "request_id", required=True)
+        with self._read(f"look up request {request_id!r}") as db:
+            row = db.execute(
+                "SELECT r.method, r.digest, r.trial_ids, s.name FROM requests r "
+                "JOIN studies s ON s.id = r.study_id WHERE r.request_id = ?",
+                [request_id],
+            ).fetchone()
+        if row is None:
+            return None
+        if row[3] != study:
+            raise ValidationError(
+                "request_id",
+                f"{request_id!r} was already used for a request to study {row[3]!r}",
+                "a new id for every request",
+            )
+        return Request(request_id, row[0], row[1], tuple(int(i) for i in json.loads(row[2])))
+
+    def _remember(self, db: Database, study_id: int, request: Request, now: float) -> None:
+        """Record ``request`` inside the caller's transaction; forget week-old ones."""
+        db.execute("DELETE FROM requests WHERE created_at < ?", [now - _REQUEST_RETENTION_S])
+        db.execute(
+            "INSERT INTO requests (request_id, method, study_id, digest, trial_ids, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [request.request_id, request.method, study_id, request.digest,
+             json.dumps(list(request.trial_ids)), now],
+        )  # fmt: skip
 
     def renew_lease(self, study: str, trial_id: int, expires_at: float) -> Trial:
         trial_id = check_trial_id(trial_id)

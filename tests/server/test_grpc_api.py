@@ -474,7 +474,7 @@ def test_unexpected_error_is_internal_with_a_generic_message(
             assert "secret internals of x" in caplog.text
             message = rpc_error(stub.ListStudies, pb.ListStudiesRequest(), StatusCode.UNAVAILABLE)
             assert "database is locked" in message
-        with TunerClient(server.target) as client:
+        with TunerClient(server.target, retry_for=0) as client:
             with pytest.raises(StorageError, match="database is locked"):
                 client.list_studies()
             with pytest.raises(TunerError, match="internal error") as info:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.storage import NewTrial, SQLiteStorage, Storage
+from server.storage import NewTrial, Request, SQLiteStorage, Storage
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
@@ -414,3 +414,30 @@ def test_a_lease_is_renewed_only_while_the_trial_is_active(storage: Storage) -> 
         storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 2.0})
     with pytest.raises(NotFoundError):
         storage.renew_lease("pg-oltp", 99, 400.0)
+
+
+# -- request ids ---------------------------------------------------------------------------
+def test_a_request_is_recorded_with_its_write_and_found_again(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    storage.create_study(make_spec("other"))
+    first = add_one(storage)
+    ask = Request("req-1", "SuggestTrials", "d1")
+    added = storage.add_trials("pg-oltp", [NewTrial(dict(CONFIG))], ask, answered=[first])
+    assert storage.find_request("pg-oltp", "req-1") == Request(
+        "req-1", "SuggestTrials", "d1", (first, added[0].id)
+    )
+    tell = Request("req-2", "CompleteTrial", "d2")
+    storage.finish_trial("pg-oltp", first, TrialStatus.COMPLETED, {"tps": 1.0}, request=tell)
+    assert storage.find_request("pg-oltp", "req-2") == Request(
+        "req-2", "CompleteTrial", "d2", (first,)
+    )
+    assert storage.find_request("pg-oltp", "req-3") is None
+    with pytest.raises(ValidationError) as caught:
+        storage.find_request("other", "req-1")
+    assert caught.value.field == "request_id"
+    # a write that fails records nothing: the retry runs it again
+    with pytest.raises(StateError):
+        storage.finish_trial(
+            "pg-oltp", first, TrialStatus.FAILED, {}, "x", request=Request("req-4", "C", "d")
+        )
+    assert storage.find_request("pg-oltp", "req-4") is None

@@ -300,14 +300,16 @@ class ListStudiesResponse(_message.Message):
     def __init__(self, studies: _Optional[_Iterable[_Union[Study, _Mapping]]] = ...) -> None: ...
 
 class SuggestTrialsRequest(_message.Message):
-    __slots__ = ("study", "count", "client_id")
+    __slots__ = ("study", "count", "client_id", "request_id")
     STUDY_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     study: str
     count: int
     client_id: str
-    def __init__(self, study: _Optional[str] = ..., count: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, study: _Optional[str] = ..., count: _Optional[int] = ..., client_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SuggestTrialsResponse(_message.Message):
     __slots__ = ("trials",)
@@ -316,7 +318,7 @@ class SuggestTrialsResponse(_message.Message):
     def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
 
 class CompleteTrialRequest(_message.Message):
-    __slots__ = ("study", "trial_id", "metrics", "status", "reason")
+    __slots__ = ("study", "trial_id", "metrics", "status", "reason", "request_id")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -329,12 +331,14 @@ class CompleteTrialRequest(_message.Message):
     METRICS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     study: str
     trial_id: int
     metrics: _containers.ScalarMap[str, float]
     status: TrialOutcome
     reason: str
-    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ListTrialsRequest(_message.Message):
     __slots__ = ("study", "statuses")
