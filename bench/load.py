@@ -1,0 +1,488 @@
+"""Load benchmark: many workers suggest and complete trials against one server over loopback.
+
+``python -m bench.load [--clients 64] [--cycles 50] [--studies 8] [--peer optuna]
+[--markdown]``
+
+``ours``: a ``tuner serve`` process (the CLI entry point, its own SQLite file, leases on) and
+``--clients`` worker threads in this process, spread round-robin over ``--studies``
+studies (so 8 workers share each study by default). Each worker runs ``--cycles`` times:
+``SuggestTrials(count=1, client_id, request_id)``, computes a made-up metric from the
+configuration, ``CompleteTrial(request_id)``. The studies use the Sobol designer, so the
+numbers measure the service (gRPC, per-study locking, SQLite with ``synchronous=FULL``),
+not model fitting, which ``bench.latency`` measures. A thread asks the standard health
+service every 50 ms throughout.
+
+The client speaks the wire contract straight from ``proto/tuner/v1/tuner.proto``
+(``grpc.protos_and_services``), as a client in another language would; the benchmark does
+not import the service.
+
+``optuna``: the same workers and cycles against Optuna's gRPC storage proxy
+(``optuna.storages.run_grpc_proxy_server`` over an SQLite ``RDBStorage``, in its own
+process), each worker doing ``study.ask()`` / ``study.tell()`` with a ``QMCSampler`` (Sobol,
+sampled in the client), the peer closest to what our server does.
+
+Afterwards the databases are read directly (``sqlite3``) and checked: every completion a
+worker saw acknowledged is stored once with its value (0 lost), no extra trials (0
+duplicated), no trial handed to two workers, and the configurations of each study are
+distinct. Reported per RPC: p50 / p99 latency and throughput (cycles per second), with the
+ratio ours / optuna. Results: ``bench/results/load/load.json`` and ``load.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from rich.table import Table
+
+from bench.common import console, load_note, machine_info, show, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+PROTO = ROOT / "proto" / "tuner" / "v1" / "tuner.proto"
+OUT = Path(__file__).resolve().parent / "results" / "load"
+KNOBS = 4
+
+
+@dataclass
+class WorkerLog:
+    """What one worker saw: latencies per RPC and the trials it completed."""
+
+    latency: dict[str, list[float]] = field(default_factory=dict)
+    completed: list[tuple[str, int, tuple[Any, ...], float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def time(self, name: str, call: Callable[..., Any], *args: Any) -> Any:
+        begun = time.perf_counter()
+        reply = call(*args)
+        self.latency.setdefault(name, []).append(time.perf_counter() - begun)
+        return reply
+
+
+def metric(values: tuple[float, ...]) -> float:
+    """A made-up smooth objective of a configuration."""
+    return float(sum((v - 0.3) ** 2 for v in values))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wire() -> tuple[Any, Any]:
+    """The generated messages and service of the proto, loaded at run time."""
+    folder = Path(tempfile.mkdtemp(prefix="tuner-wire-"))
+    # a module name of its own: ``tuner`` is the optimizer package here
+    shutil.copy(PROTO, folder / "tuner_wire.proto")
+    sys.path.insert(0, str(folder))
+    return grpc.protos_and_services("tuner_wire.proto")  # type: ignore[attr-defined,no-any-return]
+
+
+@contextmanager
+def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_serving(target: str, timeout: float = 60.0) -> None:
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout, wait_for_ready=True)
+        if reply.status != health_pb2.HealthCheckResponse.SERVING:
+            raise RuntimeError(f"server at {target} is not SERVING")
+
+
+# -- ours ----------------------------------------------------------------------------------
+
+
+def study_spec(pb: Any, name: str, seed: int) -> Any:
+    knobs = [
+        pb.Knob(name=f"x{i}", float_range=pb.FloatRange(low=0.0, high=1.0)) for i in range(KNOBS)
+    ]
+    return pb.StudySpec(
+        name=name,
+        knobs=knobs,
+        objectives=[pb.Objective(name="loss", goal=pb.GOAL_MINIMIZE)],
+        designer=pb.DesignerSettings(algorithm="sobol", seed=seed, start_with_default=False),
+    )
+
+
+def run_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    pb, services = wire()
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    db = work / "ours.db"
+    tuner = Path(sys.executable).with_name("tuner")
+    argv = [str(tuner), "serve", "--db", str(db), "--port", str(port)]
+    with process(argv, work / "ours-server.log") as proc:
+        wait_serving(target)
+        studies = [f"load-{i}" for i in range(args.studies)]
+        with grpc.insecure_channel(target) as channel:
+            stub = services.TunerServiceStub(channel)
+            for i, name in enumerate(studies):
+                stub.CreateStudy(pb.CreateStudyRequest(spec=study_spec(pb, name, i)))
+        health = HealthWatch(target)
+        logs = [WorkerLog() for _ in range(args.clients)]
+
+        def worker(k: int) -> None:
+            study, log = studies[k % len(studies)], logs[k]
+            with grpc.insecure_channel(target) as channel:
+                stub = services.TunerServiceStub(channel)
+                for _ in range(args.cycles):
+                    ask = pb.SuggestTrialsRequest(
+                        study=study, count=1, client_id=f"w{k}", request_id=uuid.uuid4().hex
+                    )
+                    [trial] = log.time("SuggestTrials", stub.SuggestTrials, ask).trials
+                    values = tuple(p.value.number for p in trial.config)
+                    loss = metric(values)
+                    tell = pb.CompleteTrialRequest(
+                        study=study, trial_id=trial.id, metrics={"loss": loss},
+                        status=pb.TRIAL_OUTCOME_COMPLETED, request_id=uuid.uuid4().hex,
+                    )  # fmt: skip
+                    log.time("CompleteTrial", stub.CompleteTrial, tell)
+                    log.completed.append((study, trial.id, values, loss))
+
+        wall = run_workers(worker, args.clients, health)
+        alive = proc.poll() is None
+    check = check_ours(db, logs, args)
+    return summary("ours", logs, wall, check, health, alive)
+
+
+def check_ours(db: Path, logs: list[WorkerLog], args: argparse.Namespace) -> dict[str, Any]:
+    with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as conn:
+        rows = conn.execute(
+            "SELECT s.name, t.trial_id, t.status, t.client_id FROM trials t "
+            "JOIN studies s ON s.id = t.study_id"
+        ).fetchall()
+        values = {
+            (name, trial): value
+            for name, trial, value in conn.execute(
+                "SELECT s.name, m.trial_id, m.value FROM metrics m "
+                "JOIN studies s ON s.id = m.study_id WHERE m.name = 'loss'"
+            )
+        }
+        configs: dict[tuple[str, int], list[float]] = {}
+        for name, trial, value in conn.execute(
+            "SELECT s.name, p.trial_id, p.value_json FROM parameters p "
+            "JOIN studies s ON s.id = p.study_id ORDER BY p.rowid"
+        ):
+            configs.setdefault((name, trial), []).append(json.loads(value))
+        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    seen = [(study, trial, loss) for log in logs for study, trial, _, loss in log.completed]
+    lost = sum(values.get((study, trial)) != loss for study, trial, loss in seen)
+    handed_twice = len(seen) - len({(study, trial) for study, trial, _ in seen})
+    by_study: dict[str, list[tuple[float, ...]]] = {}
+    for (name, _), config in configs.items():
+        by_study.setdefault(name, []).append(tuple(config))
+    repeated = sum(len(c) - len(set(c)) for c in by_study.values())
+    return {
+        "expected_trials": args.clients * args.cycles,
+        "stored_trials": len(rows),
+        "completed_stored": sum(status == "COMPLETED" for _, _, status, _ in rows),
+        "lost": lost,
+        "duplicated": len(rows) - len(seen),
+        "handed_to_two_workers": handed_twice,
+        "repeated_configurations": repeated,
+        "integrity_check": integrity,
+    }
+
+
+class HealthWatch:
+    """Asks the health service every 50 ms while the workers run."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.checks = 0
+        self.not_serving: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        with grpc.insecure_channel(self.target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while not self._stop.wait(0.05):
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
+                    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+                        self.not_serving.append(str(reply.status))
+                except grpc.RpcError as error:
+                    self.not_serving.append(str(error.code()))
+                self.checks += 1
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# -- optuna --------------------------------------------------------------------------------
+
+_OPTUNA_SERVER = """
+import sys
+from optuna.storages import RDBStorage, run_grpc_proxy_server
+run_grpc_proxy_server(RDBStorage(sys.argv[1]), host="127.0.0.1", port=int(sys.argv[2]))
+"""
+
+
+def run_optuna(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.storages import GrpcStorageProxy
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    port = free_port()
+    db = work / "optuna.db"
+    argv = [sys.executable, "-c", _OPTUNA_SERVER, f"sqlite:///{db}", str(port)]
+    with process(argv, work / "optuna-server.log") as proc:
+        wait_port(port)
+        storage = GrpcStorageProxy(host="127.0.0.1", port=port)
+        studies = [f"load-{i}" for i in range(args.studies)]
+        for name in studies:
+            optuna.create_study(study_name=name, storage=storage, direction="minimize")
+        space = {f"x{i}": FloatDistribution(0.0, 1.0) for i in range(KNOBS)}
+        logs = [WorkerLog() for _ in range(args.clients)]
+
+        def worker(k: int) -> None:
+            name, log = studies[k % len(studies)], logs[k]
+            proxy = GrpcStorageProxy(host="127.0.0.1", port=port)
+            sampler = optuna.samplers.QMCSampler(qmc_type="sobol", seed=k % len(studies))
+            study = optuna.load_study(study_name=name, storage=proxy, sampler=sampler)
+            for _ in range(args.cycles):
+                trial = log.time("ask", study.ask, space)
+                values = tuple(trial.params[f"x{i}"] for i in range(KNOBS))
+                loss = metric(values)
+                log.time("tell", study.tell, trial, loss)
+                log.completed.append((name, trial.number, values, loss))
+
+        wall = run_workers(worker, args.clients, None)
+        alive = proc.poll() is None
+    with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as conn:
+        rows = conn.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall()
+        stored = conn.execute(
+            "SELECT s.study_name, t.number, v.value FROM trials t JOIN studies s "
+            "ON s.study_id = t.study_id JOIN trial_values v ON v.trial_id = t.trial_id"
+        ).fetchall()
+    values = {(name, number): value for name, number, value in stored}
+    seen = [(study, trial, loss) for log in logs for study, trial, _, loss in log.completed]
+    counts = dict(rows)
+    check = {
+        "expected_trials": args.clients * args.cycles,
+        "stored_trials": sum(counts.values()),
+        "completed_stored": counts.get("COMPLETE", 0),
+        "lost": sum(values.get((s, t)) != loss for s, t, loss in seen),
+        "duplicated": sum(counts.values()) - len(seen),
+    }
+    return summary("optuna", logs, wall, check, None, alive)
+
+
+def wait_port(port: int, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+# -- both ----------------------------------------------------------------------------------
+
+
+def run_workers(worker: Callable[[int], None], clients: int, health: HealthWatch | None) -> float:
+    errors: list[BaseException] = []
+
+    def guarded(k: int) -> None:
+        try:
+            worker(k)
+        except BaseException as exc:  # reported after the run, with the others
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(clients)]
+    begun = time.perf_counter()
+    with health if health is not None else _nothing():
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    wall = time.perf_counter() - begun
+    if errors:
+        raise RuntimeError(f"{len(errors)} workers failed; first: {errors[0]!r}")
+    return wall
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def summary(
+    method: str,
+    logs: list[WorkerLog],
+    wall: float,
+    check: dict[str, Any],
+    health: HealthWatch | None,
+    alive: bool,
+) -> dict[str, Any]:
+    rpcs: dict[str, dict[str, float]] = {}
+    for name in logs[0].latency:
+        values = np.array([v for log in logs for v in log.latency.get(name, [])]) * 1000
+        rpcs[name] = {
+            "calls": int(values.size),
+            "p50_ms": round(float(np.percentile(values, 50)), 2),
+            "p99_ms": round(float(np.percentile(values, 99)), 2),
+            "max_ms": round(float(values.max()), 2),
+        }
+    cycles = sum(len(log.completed) for log in logs)
+    out: dict[str, Any] = {
+        "method": method,
+        "wall_s": round(wall, 2),
+        "cycles": cycles,
+        "cycles_per_s": round(cycles / wall, 1),
+        "rpcs": rpcs,
+        "check": check,
+        "server_alive_after": alive,
+        "latency_samples_ms": {
+            name: [round(v * 1000, 3) for log in logs for v in log.latency.get(name, [])]
+            for name in logs[0].latency
+        },
+    }
+    if health is not None:
+        out["health"] = {"checks": health.checks, "not_serving": len(health.not_serving)}
+    return out
+
+
+def tables(results: list[dict[str, Any]]) -> list[Table]:
+    table = Table(title="Load: p50 / p99 latency per call (ms) and throughput")
+    for column in ("method", "suggest p50", "suggest p99", "complete p50", "complete p99",
+                   "cycles/s", "lost", "duplicated", "serving"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for r in results:
+        suggest, complete = list(r["rpcs"].values())[:2]
+        serving = (
+            f"{r['health']['checks'] - r['health']['not_serving']}/{r['health']['checks']}"
+            if "health" in r
+            else "n/a"
+        )
+        table.add_row(
+            r["method"], f"{suggest['p50_ms']:.1f}", f"{suggest['p99_ms']:.1f}",
+            f"{complete['p50_ms']:.1f}", f"{complete['p99_ms']:.1f}", f"{r['cycles_per_s']:.1f}",
+            str(r["check"]["lost"]), str(r["check"]["duplicated"]), serving,
+        )  # fmt: skip
+    ours = next((r for r in results if r["method"] == "ours"), None)
+    peer = next((r for r in results if r["method"] != "ours"), None)
+    if ours is not None and peer is not None:
+        a, b = list(ours["rpcs"].values()), list(peer["rpcs"].values())
+        table.add_row(
+            "ours / " + peer["method"],
+            f"{a[0]['p50_ms'] / b[0]['p50_ms']:.2f}", f"{a[0]['p99_ms'] / b[0]['p99_ms']:.2f}",
+            f"{a[1]['p50_ms'] / b[1]['p50_ms']:.2f}", f"{a[1]['p99_ms'] / b[1]['p99_ms']:.2f}",
+            f"{ours['cycles_per_s'] / peer['cycles_per_s']:.2f}", "", "", "",
+        )  # fmt: skip
+    return [table]
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, index, label in ((axes[0], 0, "suggest / ask"), (axes[1], 1, "complete / tell")):
+        for r in results:
+            name = list(r["latency_samples_ms"])[index]
+            values = np.sort(np.array(r["latency_samples_ms"][name]))
+            ax.plot(values, np.linspace(0, 1, values.size), label=f"{r['method']} ({name})")
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (ms)")
+        ax.set_ylabel("fraction of calls")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(
+        f"{results[0]['check']['expected_trials']} suggest/complete cycles, "
+        f"{len(results[0]['latency_samples_ms'])} RPC kinds, loopback"
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    meta = machine_info()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="tuner-load-") as tmp:
+        work = Path(tmp)
+        for method in ["ours", *([args.peer] if args.peer != "none" else [])]:
+            console.print(f"{method}: {args.clients} workers x {args.cycles} cycles ...")
+            result = run_ours(args, work) if method == "ours" else run_optuna(args, work)
+            console.print(
+                f"{method}: {result['wall_s']} s, {result['cycles_per_s']} cycles/s, "
+                f"check {json.dumps(result['check'])}"
+            )
+            results.append(result)
+    for table in tables(results):
+        show(table, args.markdown)
+    meta["load_note"] = load_note(meta["load_average"])
+    meta["settings"] = vars(args) | {"out": str(args.out)}
+    slim = [{k: v for k, v in r.items() if k != "latency_samples_ms"} for r in results]
+    console.print(f"wrote {write_json('load', {'meta': meta, 'results': slim}, args.out)}")
+    console.print(f"wrote {plot(results, args.out / 'load.png')}")
+    ours = results[0]
+    ok = ours["check"]["lost"] == 0 and ours["check"]["duplicated"] == 0
+    ok = ok and ours["check"]["handed_to_two_workers"] == 0 and ours["server_alive_after"]
+    ok = ok and ours["check"]["repeated_configurations"] == 0
+    ok = ok and ours["health"]["not_serving"] == 0 and ours["check"]["integrity_check"] == "ok"
+    console.print("checks: " + ("PASS" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--cycles", type=int, default=50)
+    parser.add_argument("--studies", type=int, default=8)
+    parser.add_argument("--peer", choices=("optuna", "none"), default="optuna")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--markdown", action="store_true")
+    return parser
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    sys.exit(main())
