@@ -93,6 +93,8 @@ def grpc_errors(method: _Method) -> _Method:
         code, message = status_for(error)
         if code is grpc.StatusCode.INTERNAL:
             log.error("%s failed unexpectedly", method.__name__, exc_info=error)
+        elif isinstance(error, StorageError):  # the disk is full, read-only, or gone
+            log.error("%s: %s %s", method.__name__, code.name, message)
         else:
             log.info("%s: %s %s", method.__name__, code.name, message)
         context.abort_with_status(rpc_status.to_status(_rich_status(code, message, error)))
