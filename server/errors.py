@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 ERROR_DOMAIN = "tuner.v1"
 INTERNAL_MESSAGE = "internal error; see server log"
+# Characters of a status message; with the field and the rich details, percent- and
+# base64-encoded, the trailers of even an all-CJK message stay well under gRPC's 16 KiB.
+MAX_MESSAGE = 600
 
 # Most specific class first: the first row whose class matches decides.
 ERROR_CODES: tuple[tuple[type[TunerError], grpc.StatusCode], ...] = (
@@ -91,6 +94,7 @@ def grpc_errors(method: _Method) -> _Method:
         except Exception as exc:
             error: Exception = exc
         code, message = status_for(error)
+        message = shorten(message)
         if code is grpc.StatusCode.INTERNAL:
             log.error("%s failed unexpectedly", method.__name__, exc_info=error)
         elif isinstance(error, StorageError):  # the disk is full, read-only, or gone
@@ -101,6 +105,18 @@ def grpc_errors(method: _Method) -> _Method:
         raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover
 
     return cast(_Method, wrapper)
+
+
+def shorten(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters with a note of how much was cut.
+
+    A status message travels in a trailer, and gRPC clients drop trailers over 16 KiB (the
+    client sees RESOURCE_EXHAUSTED instead of the error): a message quoting a megabyte of
+    hostile input must not cost the client the answer.
+    """
+    if len(message) <= limit:
+        return message
+    return f"{message[: limit - 40]}... ({len(message) - limit + 40} characters cut)"
 
 
 def error_from_rpc(error: grpc.RpcError) -> Exception:
@@ -135,7 +151,7 @@ def _rich_status(code: grpc.StatusCode, message: str, error: Exception) -> statu
     details = [_pack(error_details_pb2.ErrorInfo(domain=ERROR_DOMAIN, reason=code.name))]
     if isinstance(error, ValidationError):
         violation = error_details_pb2.BadRequest.FieldViolation(
-            field=error.field, description=message
+            field=shorten(error.field, 200), description=message
         )
         details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))
     return status_pb2.Status(code=numeric, message=message, details=details)

@@ -28,6 +28,8 @@ Config = dict[str, Scalar]
 
 KNOB_KINDS = ("float", "int", "categorical", "bool", "ordinal")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+# The largest space a study may have: 5x the 1,000-knob problems the benchmarks search.
+MAX_KNOBS = 5_000
 
 
 @dataclass(frozen=True)
@@ -408,7 +410,14 @@ def knob_from_dict(data: Any, where: str = "knob") -> Knob:
     ):
         if key in kwargs and not isinstance(kwargs[key], typ):
             raise ValidationError(f"{where}.{key}", f"must be a {typ.__name__}")
-    return KNOB_CLASSES[kind](**kwargs)
+    try:
+        return KNOB_CLASSES[kind](**kwargs)
+    except ValidationError as error:
+        if error.field != "knob.name":
+            raise
+        # a knob without a valid name is named by its place (``spec.knobs[3].name``)
+        message = str(error).removeprefix("knob.name: ").split(" (allowed: ")[0]
+        raise ValidationError(f"{where}.name", message, error.allowed) from None
 
 
 @dataclass(frozen=True)
@@ -421,6 +430,12 @@ class SearchSpace:
         knobs = tuple(self.knobs)
         if not knobs:
             raise ValidationError("space.knobs", "needs at least one knob")
+        if len(knobs) > MAX_KNOBS:
+            raise ValidationError(
+                "space.knobs",
+                f"{len(knobs)} knobs",
+                f"at most {MAX_KNOBS} (a many-knob space is searched in a LlamaTune embedding)",
+            )
         seen: set[str] = set()
         for i, knob in enumerate(knobs):
             if not isinstance(knob, Knob):

@@ -496,3 +496,21 @@ def test_safe_drops_unsafe_recommended_choices() -> None:
          "recommended": ["y", "z"], "recommended_source": "a guide"}
     )  # fmt: skip
     assert knob.safe().recommended == ("y",)
+
+
+def test_a_space_has_at_most_max_knobs_knobs() -> None:
+    from tuner.space import MAX_KNOBS
+
+    knobs = tuple(FloatKnob(f"k{i}", low=0.0, high=1.0) for i in range(MAX_KNOBS + 1))
+    assert len(SearchSpace(knobs[:MAX_KNOBS]).knobs) == MAX_KNOBS
+    with pytest.raises(ValidationError) as caught:
+        SearchSpace(knobs)
+    assert caught.value.field == "space.knobs" and f"at most {MAX_KNOBS}" in str(caught.value)
+
+
+def test_a_knob_with_a_bad_name_is_named_by_its_place_in_a_config() -> None:
+    from tuner.space import knob_from_dict
+
+    with pytest.raises(ValidationError) as caught:
+        knob_from_dict({"name": "größe", "kind": "bool"}, "study.knobs[3]")
+    assert caught.value.field == "study.knobs[3].name" and "größe" in str(caught.value)
