@@ -9,8 +9,8 @@ file. Tests bind port 0 and read the port the kernel picked.
 ``serve`` is the long-running process: it opens the SQLite database, serves until SIGTERM
 or SIGINT, then shuts down gracefully: health turns NOT_SERVING (load balancers stop
 routing), in-flight calls get ``grace`` seconds to finish, and only then is the storage
-closed. It binds to loopback unless told otherwise; the API has no authentication, so
-exposing it is a deliberate choice (``host="0.0.0.0"`` behind a firewall or a proxy).
+closed. It binds to loopback unless told otherwise; any other address needs TLS and a
+bearer token (``server.security``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
+from server.security import ServerSecurity
 from server.service import LeasePolicy, TuningService
 from server.servicer import SERVICE_NAME, TunerServicer
 from server.storage import SQLiteStorage
@@ -50,6 +51,7 @@ def build_server(
     host: str = DEFAULT_HOST,
     port: int = 0,
     max_workers: int = 16,
+    security: ServerSecurity | None = None,
 ) -> tuple[grpc.Server, int]:
     """An unstarted server for ``service``, bound to ``host:port``.
 
@@ -59,6 +61,8 @@ def build_server(
         host: Interface to bind; loopback by default. IPv6 literals are accepted bare.
         port: TCP port; 0 lets the kernel pick a free one.
         max_workers: Threads serving calls concurrently.
+        security: TLS key pair and bearer token (``server.security``); required, both,
+            for any host that is not loopback.
 
     Returns:
         ``(server, port)``: the server (call ``start()``; stop it with ``stop_server``) and
@@ -66,10 +70,15 @@ def build_server(
 
     Raises:
         OSError: The address cannot be bound (in use, or not an address of this host).
+        ValidationError: ``host`` is not loopback and TLS or the token is missing.
     """
+    security = security or ServerSecurity()
+    security.check_host(host)
     executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tuner-grpc")
     # No SO_REUSEPORT: a second server on a busy port must fail, not share the port.
-    server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
+    server = grpc.server(
+        executor, options=[("grpc.so_reuseport", 0)], interceptors=security.interceptors()
+    )
     pb_grpc.add_TunerServiceServicer_to_server(TunerServicer(service), server)
 
     health_servicer = health.HealthServicer()
@@ -83,7 +92,11 @@ def build_server(
     )
     address = format_address(host, port)
     try:
-        bound = server.add_insecure_port(address)
+        credentials = security.credentials()
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError as error:
         executor.shutdown(wait=False)
         raise OSError(f"cannot listen on {address}: address in use or not local") from error
@@ -115,6 +128,7 @@ def serve(
     grace: float = 5.0,
     stop: threading.Event | None = None,
     leases: LeasePolicy | None = DEFAULT_LEASES,
+    security: ServerSecurity | None = None,
 ) -> None:
     """Serve the studies in the SQLite database ``db_path`` until told to stop.
 
@@ -132,12 +146,15 @@ def serve(
         stop: An event that ends serving when set.
         leases: How long a handed-out trial lives without a heartbeat and what becomes of it
             then (``server.service.LeasePolicy``); None: trials never expire.
+        security: TLS and bearer token (``server.security``); needed beyond loopback.
 
     Raises:
         StorageError: The database cannot be opened.
         OSError: The address cannot be bound.
     """
     stop = stop or threading.Event()
+    security = security or ServerSecurity()
+    security.check_host(host)  # before the database is touched
     storage = SQLiteStorage(db_path)
     try:
         service = TuningService(storage, leases=leases)
@@ -148,7 +165,7 @@ def serve(
                 "re-offered" if leases.on_expiry == "reoffer" else "FAILED",
             )
         try:
-            _serve_until(service, host, port, max_workers, grace, stop, db_path)
+            _serve_until(service, host, port, max_workers, grace, stop, db_path, security)
         finally:
             service.close()
     finally:
@@ -174,16 +191,19 @@ def _serve_until(
     grace: float,
     stop: threading.Event,
     db_path: str | os.PathLike[str],
+    security: ServerSecurity,
 ) -> None:
-    server, bound = build_server(service, host, port, max_workers)
+    server, bound = build_server(service, host, port, max_workers, security)
     previous = _install_signal_handlers(stop)
     try:
         server.start()
         log.info(
-            "tuner serving %s on %s (database %s)",
+            "tuner serving %s on %s (database %s; %s, %s)",
             SERVICE_NAME,
             format_address(host, bound),
             os.fspath(db_path),
+            "TLS" if security.tls else "no TLS",
+            "bearer token required" if security.token else "no token",
         )
         while not stop.wait(timeout=1.0):
             pass

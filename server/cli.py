@@ -5,7 +5,7 @@
     tuner tune CONFIG [--server HOST:PORT] [--db PATH] [--trials N] [--name NAME] [--plot PNG]
     tuner daemon CONFIG [--server HOST:PORT] [--db PATH] [--state FILE] [--max-windows N]
     tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051] [--lease-ttl S]
-                [--on-lease-expiry reoffer|fail]
+                [--on-lease-expiry reoffer|fail] [--tls-cert PEM --tls-key PEM] [--token-file F]
     tuner create CONFIG [--name NAME]            (the study of a config, for ask/tell)
     tuner ask STUDY [--format json|env|args] [--client-id ID]
     tuner tell STUDY TRIAL (--metric NAME=VALUE ... | --infeasible R | --failed R | --timed-out R)
@@ -79,9 +79,15 @@ out = Console()
 err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
 
 
+# --tls-ca / --token-file of the running command, for ``_api``
+_SECURITY: dict[str, Path | None] = {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tuner`` console script."""
     args = _parser().parse_args(argv)
+    if getattr(args, "server", None):  # how client commands reach a secured server
+        _SECURITY.update(tls_ca=args.tls_ca, token_file=args.token_file)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -212,11 +218,13 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from server.app import serve
+    from server.security import ServerSecurity
     from server.service import LeasePolicy
 
     logging.getLogger().setLevel(logging.INFO)
     leases = None if args.lease_ttl == 0 else LeasePolicy(args.lease_ttl, args.on_lease_expiry)
-    serve(args.db, host=args.host, port=args.port, leases=leases)
+    security = ServerSecurity.from_files(args.tls_cert, args.tls_key, args.token_file)
+    serve(args.db, host=args.host, port=args.port, leases=leases, security=security)
     return 0
 
 
@@ -389,8 +397,12 @@ def _api(server: str | None, db: Path, writable: bool = False) -> Iterator[Any]:
     """A ``TunerClient`` for ``server``, else a ``TuningService`` over the file ``db``."""
     if server:
         from server.client import TunerClient
+        from server.security import read_file, read_token
 
-        with TunerClient(server) as client:
+        ca, token_file = _SECURITY.get("tls_ca"), _SECURITY.get("token_file")
+        token = read_token(token_file, "--token-file") if token_file else None
+        tls_ca = read_file(ca, "--tls-ca") if ca else None
+        with TunerClient(server, tls_ca=tls_ca, token=token) as client:
             client.wait_ready(10)
             yield client
         return
@@ -595,6 +607,14 @@ def _parser() -> argparse.ArgumentParser:
         if db:
             p.add_argument("--server", metavar="HOST:PORT", help="use a running tuner server")
             p.add_argument(
+                "--tls-ca", type=Path, metavar="PEM",
+                help="trust this certificate for a server with TLS (its own, if self-signed)",
+            )  # fmt: skip
+            p.add_argument(
+                "--token-file", type=Path, metavar="FILE",
+                help="bearer token for a server started with --token-file",
+            )  # fmt: skip
+            p.add_argument(
                 "--db",
                 type=Path,
                 default=DEFAULT_DB,
@@ -620,7 +640,15 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = command("serve", cmd_serve, "serve studies over gRPC", db=False)
     serve.add_argument("--db", type=Path, default=DEFAULT_DB)
-    serve.add_argument("--host", default="127.0.0.1", help="interface (default loopback)")
+    serve.add_argument(
+        "--host", default="127.0.0.1",
+        help="interface (default loopback; any other needs --tls-cert, --tls-key, --token-file)",
+    )  # fmt: skip
+    serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="server certificate chain")
+    serve.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
+    serve.add_argument(
+        "--token-file", type=Path, metavar="FILE", help="require this bearer token on every call"
+    )
     serve.add_argument("--port", type=int, default=50051)
     serve.add_argument(
         "--lease-ttl",

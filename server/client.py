@@ -59,13 +59,28 @@ class TunerClient:
         target: The server's address, ``host:port`` (any gRPC target string).
         timeout: Deadline in seconds of each attempt of a call.
         retry_for: Seconds during which an UNAVAILABLE call is tried again (0: never).
+        tls_ca: PEM certificate(s) to trust for a server started with ``--tls-cert`` (the
+            server's own certificate when it is self-signed); None: plain text.
+        token: Bearer token for a server started with ``--token-file``.
     """
 
-    def __init__(self, target: str, timeout: float = 30.0, retry_for: float = 60.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        timeout: float = 30.0,
+        retry_for: float = 60.0,
+        tls_ca: bytes | None = None,
+        token: str | None = None,
+    ) -> None:
         self.target = target
         self.timeout = timeout
         self.retry_for = retry_for
-        self._channel = grpc.insecure_channel(target)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        if tls_ca is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca)
+            self._channel = grpc.secure_channel(target, credentials)
         self._stub = pb_grpc.TunerServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
@@ -202,7 +217,9 @@ class TunerClient:
         while True:
             left = give_up - time.monotonic()
             try:
-                return method(request, timeout=max(0.1, min(self.timeout, left)))
+                return method(
+                    request, timeout=max(0.1, min(self.timeout, left)), metadata=self._metadata
+                )
             except grpc.RpcError as error:
                 if error.code() is grpc.StatusCode.UNAVAILABLE and left > 0:
                     wait = min(pause * random.uniform(0.5, 1.0), left)
