@@ -10,6 +10,7 @@
     tuner ask STUDY [--format json|env|args] [--client-id ID]
     tuner tell STUDY TRIAL (--metric NAME=VALUE ... | --infeasible R | --failed R | --timed-out R)
     tuner heartbeat STUDY TRIAL                  (renew a trial's lease while it runs)
+    tuner import STUDY (--csv FILE | --from-study OTHER)   (warm start from measured trials)
     tuner studies [--server HOST:PORT | --db PATH]
     tuner show STUDY [--json]
     tuner best STUDY [--json]
@@ -46,11 +47,13 @@ STUDY TRIAL`` meanwhile (a ``tell`` that arrives after expiry is still stored, o
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import logging
 import math
 import shlex
 import sys
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -71,9 +74,18 @@ from server.session import Confirmation, SessionResult, confirm, run_phases, run
 from server.storage import SQLiteStorage
 from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
-from tuner.errors import TunerError
+from tuner.errors import TunerError, ValidationError
+from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, dominates, is_feasible, pareto_front
+from tuner.trial import (
+    OBSERVED,
+    Trial,
+    TrialStatus,
+    best_trial,
+    dominates,
+    is_feasible,
+    pareto_front,
+)
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
@@ -226,6 +238,101 @@ def cmd_serve(args: argparse.Namespace) -> int:
     security = ServerSecurity.from_files(args.tls_cert, args.tls_key, args.token_file)
     serve(args.db, host=args.host, port=args.port, leases=leases, security=security)
     return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from server.service import ImportedTrial
+
+    with _api(args.server, args.db, writable=True) as api:
+        spec = api.get_study(args.study).spec
+        items: list[ImportedTrial]
+        if args.from_study:
+            other = api.list_trials(args.from_study, list(OBSERVED))
+            items = [
+                ImportedTrial(t.config, t.status, t.metrics, t.reason, f"import:{args.from_study}")
+                for t in other
+            ]
+        else:
+            items = read_trials_csv(args.csv, spec)
+        if not items:
+            raise ValidationError("--from-study" if args.from_study else "--csv", "no trials")
+        stored = api.import_trials(args.study, items)
+    counts = Counter(t.status.value for t in stored)
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    print(f"imported {len(stored)} trials into {args.study} ({summary}): "
+          f"ids {stored[0].id}-{stored[-1].id}")  # fmt: skip
+    return 0
+
+
+def read_trials_csv(path: Path, spec: StudySpec) -> list[Any]:
+    """Trials from a CSV file: a column per knob, per metric, and optional ``status`` and
+    ``reason`` columns (COMPLETED when there is no status). Other columns are ignored.
+
+    Raises:
+        ValidationError: A missing knob column or a value that does not parse, named as
+            ``csv line N, column C``.
+    """
+    from server.service import ImportedTrial
+
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError("--csv", f"cannot read {path}: {exc.strerror}") from None
+    with handle:
+        reader = csv.DictReader(handle)
+        columns = list(reader.fieldnames or ())
+        missing = [n for n in spec.space.names if n not in columns]
+        if missing:
+            raise ValidationError("--csv", f"{path} has no column for knob {missing[0]!r}",
+                                  spec.space.names)  # fmt: skip
+        metrics = [m for m in spec.metric_names if m in columns]
+        ignored = [c for c in columns if c not in (*spec.space.names, *metrics, "status", "reason")]
+        if ignored:
+            err.print(f"ignoring columns {', '.join(ignored)}", highlight=False)
+        items = []
+        for line, row in enumerate(reader, start=2):
+            where = f"csv line {line}"
+            config = {k.name: parse_cell(k, row[k.name], f"{where}, column {k.name}")
+                      for k in spec.space.knobs}  # fmt: skip
+            values = {}
+            for m in metrics:
+                if (row[m] or "").strip():
+                    values[m] = parse_number(row[m], f"{where}, column {m}")
+            status = (row.get("status") or "COMPLETED").strip().upper()
+            if status not in TrialStatus.__members__:
+                raise ValidationError(f"{where}, column status", f"got {status!r}",
+                                      [s.value for s in TrialStatus if s.is_final])  # fmt: skip
+            reason = (row.get("reason") or "").strip()
+            items.append(
+                ImportedTrial(config, TrialStatus(status), values, reason, f"import:{path.name}")
+            )
+    return items
+
+
+def parse_cell(knob: Knob, text: str | None, where: str) -> Scalar:
+    """A CSV cell as ``knob``'s value: choices as ``tuner ask`` prints them."""
+    cell = (text or "").strip()
+    if isinstance(knob, _ChoiceKnob):
+        for choice in knob.choices:
+            if cell in (format_value(choice), str(choice)):
+                return choice
+        raise ValidationError(where, f"got {cell!r}", [format_value(c) for c in knob.choices])
+    number = parse_number(cell, where)
+    if isinstance(knob, IntKnob):
+        if not number.is_integer():
+            raise ValidationError(where, f"got {cell!r}", "an integer")
+        return knob.validate(int(number), where)
+    return knob.validate(number, where)
+
+
+def parse_number(text: str | None, where: str) -> float:
+    try:
+        value = float((text or "").strip())
+    except ValueError:
+        raise ValidationError(where, f"got {text!r}", "a number") from None
+    if not math.isfinite(value):
+        raise ValidationError(where, f"got {text!r}", "a finite number")
+    return value
 
 
 def cmd_heartbeat(args: argparse.Namespace) -> int:
@@ -685,6 +792,13 @@ def _parser() -> argparse.ArgumentParser:
     tell.add_argument("--failed", metavar="REASON", help="the run failed for another reason")
     tell.add_argument("--timed-out", metavar="REASON", help="the run exceeded its time limit")
 
+    imp = command("import", cmd_import, "add trials measured elsewhere (warm start)")
+    imp.add_argument("study")
+    source = imp.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--csv", type=Path, help="one row per trial: knob columns, metric columns, [status, reason]"
+    )
+    source.add_argument("--from-study", metavar="STUDY", help="another study with the same knobs")
     beat = command("heartbeat", cmd_heartbeat, "renew the lease of a trial that is running")
     beat.add_argument("study")
     beat.add_argument("trial", type=int)

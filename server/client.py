@@ -28,7 +28,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -39,7 +39,7 @@ from server import convert
 from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import error_from_rpc
-from server.service import StudyInfo
+from server.service import ImportedTrial, StudyInfo
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
@@ -174,6 +174,20 @@ class TunerClient:
             request_id=_request_id(),
         )
         return convert.trial_from_proto(self._call(self._stub.CompleteTrial, request))
+
+    def import_trials(self, study: str, trials: Sequence[ImportedTrial]) -> list[Trial]:
+        """Add configurations measured elsewhere (a warm start); all or nothing.
+
+        Raises:
+            ValidationError: A bad trial (the field names it: ``trials[3].config.x``).
+        """
+        request = pb.ImportTrialsRequest(
+            study=study,
+            trials=[convert.imported_to_proto(t) for t in trials],
+            request_id=_request_id(),
+        )
+        reply = self._call(self._stub.ImportTrials, request)
+        return [convert.trial_from_proto(t) for t in reply.trials]
 
     def heartbeat(self, study: str, trial_id: int) -> Trial:
         """Renew the lease of an ACTIVE trial; the reply carries its new ``lease_expires_at``.

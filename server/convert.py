@@ -21,7 +21,7 @@ from typing import Any
 from google.protobuf import timestamp_pb2
 
 from server.api.v1 import tuner_pb2 as pb
-from server.service import StudyInfo
+from server.service import ImportedTrial, StudyInfo
 from tuner.errors import ValidationError
 from tuner.space import (
     BoolKnob,
@@ -290,6 +290,27 @@ def trial_from_proto(message: pb.Trial) -> Trial:
         expired_at=_timestamp_from_proto(message, "expired_at") or None,
         reported_late=message.reported_late,
         reoffered_as=message.reoffered_as or None,
+    )
+
+
+def imported_from_proto(message: pb.ImportedTrial, path: str) -> ImportedTrial:
+    """An imported trial from its wire form (``path`` names it in errors)."""
+    return ImportedTrial(
+        config=config_from_proto(message.config, f"{path}.config"),
+        status=outcome_from_proto(message.status, f"{path}.status"),
+        metrics=metrics_from_proto(message.metrics),
+        reason=message.reason,
+        source=message.source,
+    )
+
+
+def imported_to_proto(trial: ImportedTrial) -> pb.ImportedTrial:
+    return pb.ImportedTrial(
+        config=config_to_proto(dict(trial.config)),
+        status=outcome_to_proto(trial.status),
+        metrics=dict(trial.metrics),
+        reason=trial.reason,
+        source=trial.source,
     )
 
 

@@ -28,12 +28,13 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from server.storage import NewTrial, Request, Storage
+from server.storage import FinishedTrial, NewTrial, Request, Storage
 from tuner.designer import FitCache, make_designer
 from tuner.errors import AlreadyExistsError, NotFoundError, StateError, ValidationError
+from tuner.space import Scalar
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus, best_trial, pareto_front, with_resolved_constraints
 
@@ -43,6 +44,7 @@ MAX_SUGGESTIONS = 100
 MAX_CLIENT_ID = 256
 MAX_REQUEST_ID = 256
 MAX_REASON = 4096
+MAX_IMPORT = 10_000
 #: Statuses a client may report, and whether each needs a reason.
 REPORTABLE = {
     TrialStatus.COMPLETED: False,
@@ -51,6 +53,17 @@ REPORTABLE = {
     TrialStatus.TIMED_OUT: True,
     TrialStatus.ABANDONED: True,
 }
+
+
+@dataclass(frozen=True)
+class ImportedTrial:
+    """A configuration measured elsewhere, for ``TuningService.import_trials``."""
+
+    config: Mapping[str, Scalar]
+    status: TrialStatus = TrialStatus.COMPLETED
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    reason: str = ""
+    source: str = "import"
 
 
 #: What becomes of a trial whose lease expired.
@@ -250,6 +263,62 @@ class TuningService:
             log.info("study %s trial %d: %s", study, trial.id, status.value)
         return trial
 
+    def import_trials(
+        self, study: str, trials: Sequence[ImportedTrial], request_id: str = ""
+    ) -> list[Trial]:
+        """Add configurations measured elsewhere, with their outcomes (a warm start).
+
+        Each configuration must be a full, valid configuration of the study's space; a
+        COMPLETED one reports every metric of the study. The trials count toward the
+        initial design, and the model learns from them from the next suggestion on. All or
+        nothing: one bad trial rejects the request, naming it (``trials[i]...``).
+
+        Raises:
+            ValidationError: A bad trial, too many, or a study searched in an embedding
+                (whose model learns only from points of the embedding).
+        """
+        study = _study_name(study)
+        items = list(trials)
+        if not 1 <= len(items) <= MAX_IMPORT:
+            raise ValidationError("trials", f"got {len(items)}", f"1 to {MAX_IMPORT} trials")
+        request = _request(
+            request_id, "ImportTrials", study,
+            [(t.config, t.status.value, sorted(t.metrics.items()), t.reason) for t in items],
+        )  # fmt: skip
+        with self._lock(study):
+            spec = self.storage.get_study(study).spec
+            if request is not None and (known := self._replay(study, request)) is not None:
+                return known
+            if spec.embedding is not None:
+                raise ValidationError(
+                    "trials",
+                    f"study {study!r} is searched in a {spec.embedding.kind} embedding, whose "
+                    "model learns only from points of the embedding: imported configurations "
+                    "would be ignored",
+                    "a study without an embedding",
+                )
+            finished = [self._finished(spec, item, f"trials[{i}]") for i, item in enumerate(items)]
+            stored = self.storage.import_trials(study, finished, request)
+        log.info("study %s: imported %d trials", study, len(stored))
+        return stored
+
+    def _finished(self, spec: StudySpec, item: ImportedTrial, where: str) -> FinishedTrial:
+        status = _reportable(item.status, f"{where}.status")
+        config = spec.space.validate_config(dict(item.config), f"{where}.config")
+        if spec.candidates and config not in spec.candidates:
+            raise ValidationError(f"{where}.config", "is not one of the study's candidates")
+        metrics = dict(item.metrics)
+        try:
+            _check_metrics(spec, metrics, status)
+        except ValidationError as error:
+            raise ValidationError(f"{where}.{error.field}", str(error).split(": ", 1)[1]) from None
+        reason = _text(item.reason, f"{where}.reason", MAX_REASON)
+        if REPORTABLE[status] and not reason.strip():
+            raise ValidationError(
+                f"{where}.reason", f"a {status.value} trial needs a reason", "non-empty text"
+            )
+        return FinishedTrial(config, status, metrics, reason, item.source or "import")
+
     def heartbeat(self, study: str, trial_id: int) -> Trial:
         """Renew the lease of an ACTIVE trial: its worker is still measuring it.
 
@@ -364,10 +433,10 @@ def _text(value: object, field_: str, limit: int) -> str:
     return value
 
 
-def _reportable(status: object) -> TrialStatus:
+def _reportable(status: object, field_: str = "status") -> TrialStatus:
     parsed = next((s for s in REPORTABLE if s == status), None)
     if parsed is None:
-        raise ValidationError("status", f"cannot report {status!r}", [s.value for s in REPORTABLE])
+        raise ValidationError(field_, f"cannot report {status!r}", [s.value for s in REPORTABLE])
     return parsed
 
 

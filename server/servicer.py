@@ -74,6 +74,18 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         return convert.trial_to_proto(trial, request.study)
 
     @grpc_errors
+    def ImportTrials(
+        self, request: pb.ImportTrialsRequest, context: grpc.ServicerContext
+    ) -> pb.ImportTrialsResponse:
+        items = [
+            convert.imported_from_proto(t, f"trials[{i}]") for i, t in enumerate(request.trials)
+        ]
+        trials = self._service.import_trials(request.study, items, request.request_id)
+        return pb.ImportTrialsResponse(
+            trials=[convert.trial_to_proto(t, request.study) for t in trials]
+        )
+
+    @grpc_errors
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.Trial:
         trial = self._service.heartbeat(request.study, request.trial_id)
         return convert.trial_to_proto(trial, request.study)

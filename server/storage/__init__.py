@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from server.storage.base import (
     CREATABLE_STATUSES,
+    FinishedTrial,
     NewTrial,
     Request,
     Storage,
@@ -24,6 +25,7 @@ from server.storage.sqlite import SQLiteStorage
 __all__ = [
     "CREATABLE_STATUSES",
     "LATEST_VERSION",
+    "FinishedTrial",
     "NewTrial",
     "Request",
     "SQLiteStorage",

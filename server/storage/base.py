@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -126,6 +126,38 @@ class NewTrial:
         object.__setattr__(self, "status", status)
 
 
+@dataclass(frozen=True)
+class FinishedTrial:
+    """A trial measured elsewhere, added with its outcome (``Storage.import_trials``).
+
+    Attributes:
+        config: Knob name -> value, already validated against the study's space.
+        status: A final status (COMPLETED, INFEASIBLE, FAILED, TIMED_OUT, ABANDONED).
+        metrics: Its metrics (finite floats).
+        reason: Why it is not COMPLETED, if it is not.
+        source: Where it came from (``import``, ``import:<study>``, ``import:<file>``).
+    """
+
+    config: Config
+    status: TrialStatus
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    reason: str = ""
+    source: str = "import"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", check_config(self.config))
+        object.__setattr__(self, "metrics", check_metrics(self.metrics))
+        status = check_status(self.status, "trial.status")
+        if not status.is_final:
+            raise ValidationError(
+                "trial.status", f"an imported trial is finished, not {status.value}",
+                [s.value for s in TrialStatus if s.is_final],
+            )  # fmt: skip
+        object.__setattr__(self, "status", status)
+        for key in ("reason", "source"):
+            check_text(getattr(self, key), f"trial.{key}")
+
+
 class Storage(ABC):
     """Durable home of studies, trials and trial events; safe to share between threads."""
 
@@ -170,6 +202,14 @@ class Storage(ABC):
         Raises:
             NotFoundError: Unknown study.
         """
+
+    @abstractmethod
+    def import_trials(
+        self, study: str, trials: Sequence[FinishedTrial], request: Request | None = None
+    ) -> list[Trial]:
+        """Add finished trials (with their metrics) in one transaction, numbered on like
+        ``add_trials``, each with a ``created`` event saying it was imported; with
+        ``request``, the request is recorded in the same transaction."""
 
     @abstractmethod
     def get_trial(self, study: str, trial_id: int) -> Trial:

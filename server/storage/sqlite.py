@@ -35,6 +35,7 @@ from sqlite_utils import Database
 
 from server.storage import migrations
 from server.storage.base import (
+    FinishedTrial,
     NewTrial,
     Request,
     Storage,
@@ -165,6 +166,44 @@ class SQLiteStorage(Storage):
             )
             if request is not None:
                 ids = (*answered, *(i for i, _ in numbered))
+                self._remember(db, study_id, replace(request, trial_ids=ids), now)
+            return _load_trials(db, study_id, "AND t.trial_id >= ?", [first]) if items else []
+
+    def import_trials(
+        self, study: str, trials: Sequence[FinishedTrial], request: Request | None = None
+    ) -> list[Trial]:
+        items = list(trials)
+        for i, item in enumerate(items):
+            if not isinstance(item, FinishedTrial):
+                raise ValidationError(f"trials[{i}]", f"must be a FinishedTrial, got {item!r}")
+        with self._write(f"import trials into study {study!r}") as db:
+            study_id = _study_id(db, study)
+            first = db.execute(
+                "SELECT COALESCE(MAX(trial_id), 0) + 1 FROM trials WHERE study_id = ?", [study_id]
+            ).fetchone()[0]
+            now = self._clock()
+            numbered = list(enumerate(items, start=first))
+            rows = []
+            for i, t in numbered:
+                row = _trial_row(study_id, i, NewTrial(t.config, source=t.source), now)
+                rows.append(row | {"status": t.status.value, "reason": t.reason})
+            db.table("trials").insert_all(rows)
+            db.table("parameters").insert_all(
+                {"study_id": study_id, "trial_id": i, "name": name, "value_json": json.dumps(value)}
+                for i, t in numbered
+                for name, value in t.config.items()
+            )
+            db.table("metrics").insert_all(
+                {"study_id": study_id, "trial_id": i, "name": k, "value": v}
+                for i, t in numbered
+                for k, v in t.metrics.items()
+            )
+            _insert_events(
+                db, [(study_id, i, now, "created", f"imported {t.status.value} ({t.source})")
+                     for i, t in numbered],
+            )  # fmt: skip
+            if request is not None:
+                ids = tuple(i for i, _ in numbered)
                 self._remember(db, study_id, replace(request, trial_ids=ids), now)
             return _load_trials(db, study_id, "AND t.trial_id >= ?", [first]) if items else []
 

@@ -354,6 +354,43 @@ class ListTrialsResponse(_message.Message):
     trials: _containers.RepeatedCompositeFieldContainer[Trial]
     def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
 
+class ImportedTrial(_message.Message):
+    __slots__ = ("config", "status", "metrics", "reason", "source")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    config: _containers.RepeatedCompositeFieldContainer[Parameter]
+    status: TrialOutcome
+    metrics: _containers.ScalarMap[str, float]
+    reason: str
+    source: str
+    def __init__(self, config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ImportTrialsRequest(_message.Message):
+    __slots__ = ("study", "trials", "request_id")
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    trials: _containers.RepeatedCompositeFieldContainer[ImportedTrial]
+    request_id: str
+    def __init__(self, study: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[ImportedTrial, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ImportTrialsResponse(_message.Message):
+    __slots__ = ("trials",)
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    trials: _containers.RepeatedCompositeFieldContainer[Trial]
+    def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
+
 class HeartbeatRequest(_message.Message):
     __slots__ = ("study", "trial_id")
     STUDY_FIELD_NUMBER: _ClassVar[int]

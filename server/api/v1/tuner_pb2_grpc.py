@@ -62,6 +62,11 @@ class TunerServiceStub:
                 request_serializer=tuner_dot_v1_dot_tuner__pb2.CompleteTrialRequest.SerializeToString,
                 response_deserializer=tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
                 _registered_method=True)
+        self.ImportTrials = channel.unary_unary(
+                '/tuner.v1.TunerService/ImportTrials',
+                request_serializer=tuner_dot_v1_dot_tuner__pb2.ImportTrialsRequest.SerializeToString,
+                response_deserializer=tuner_dot_v1_dot_tuner__pb2.ImportTrialsResponse.FromString,
+                _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/tuner.v1.TunerService/Heartbeat',
                 request_serializer=tuner_dot_v1_dot_tuner__pb2.HeartbeatRequest.SerializeToString,
@@ -130,6 +135,16 @@ class TunerServiceServicer:
         ABANDONED with a reason. FAILED_PRECONDITION if the trial is already finished. A trial
         the server gave up because its lease expired takes one late report (stored, with
         `reported_late` set); a second one is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportTrials(self, request, context):
+        """Adds configurations measured elsewhere (a warm start), with their outcomes: the model
+        learns from them from the next suggestion on, and they count toward the initial design.
+        All or nothing: one bad trial is INVALID_ARGUMENT naming it (`trials[3].config.x`).
+        Not for studies searched in an embedding (INVALID_ARGUMENT).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -205,6 +220,11 @@ def add_TunerServiceServicer_to_server(servicer, server):
                     servicer.CompleteTrial,
                     request_deserializer=tuner_dot_v1_dot_tuner__pb2.CompleteTrialRequest.FromString,
                     response_serializer=tuner_dot_v1_dot_tuner__pb2.Trial.SerializeToString,
+            ),
+            'ImportTrials': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportTrials,
+                    request_deserializer=tuner_dot_v1_dot_tuner__pb2.ImportTrialsRequest.FromString,
+                    response_serializer=tuner_dot_v1_dot_tuner__pb2.ImportTrialsResponse.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
@@ -369,6 +389,33 @@ class TunerService:
             '/tuner.v1.TunerService/CompleteTrial',
             tuner_dot_v1_dot_tuner__pb2.CompleteTrialRequest.SerializeToString,
             tuner_dot_v1_dot_tuner__pb2.Trial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportTrials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuner.v1.TunerService/ImportTrials',
+            tuner_dot_v1_dot_tuner__pb2.ImportTrialsRequest.SerializeToString,
+            tuner_dot_v1_dot_tuner__pb2.ImportTrialsResponse.FromString,
             options,
             channel_credentials,
             insecure,
