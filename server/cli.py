@@ -11,6 +11,7 @@
     tuner tell STUDY TRIAL (--metric NAME=VALUE ... | --infeasible R | --failed R | --timed-out R)
     tuner heartbeat STUDY TRIAL                  (renew a trial's lease while it runs)
     tuner import STUDY (--csv FILE | --from-study OTHER)   (warm start from measured trials)
+    tuner ray CONFIG [--parallel N] [--server HOST:PORT]   (trials in parallel on Ray Tune)
     tuner studies [--server HOST:PORT | --db PATH]
     tuner show STUDY [--json]
     tuner best STUDY [--json]
@@ -69,8 +70,16 @@ from rich.table import Table
 from server.app import DEFAULT_LEASES
 from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
 from server.plot import plot_convergence
+from server.security import read_file, read_token
 from server.service import ON_EXPIRY
-from server.session import Confirmation, SessionResult, confirm, run_phases, run_session
+from server.session import (
+    Confirmation,
+    SessionResult,
+    confirm,
+    run_phases,
+    run_session,
+    summarize,
+)
 from server.storage import SQLiteStorage
 from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
@@ -238,6 +247,57 @@ def cmd_serve(args: argparse.Namespace) -> int:
     security = ServerSecurity.from_files(args.tls_cert, args.tls_key, args.token_file)
     serve(args.db, host=args.host, port=args.port, leases=leases, security=security)
     return 0
+
+
+def cmd_ray(args: argparse.Namespace) -> int:
+    try:
+        from server.raytune import local_ray, run_ray
+    except ImportError as exc:
+        raise ValidationError(
+            "ray", f"Ray Tune is not installed ({exc})", "pip install 'ray[tune]'"
+        ) from None
+    overrides = {"trials": args.trials, "db": args.db, "name": args.name}
+    config = load_config(args.config, overrides)
+    if config.phases:
+        raise ValidationError("session.phases", "tuner ray runs one study, not phases")
+    tls_ca = read_file(args.tls_ca, "--tls-ca") if args.tls_ca else None
+    token = read_token(args.token_file, "--token-file") if args.token_file else None
+    with local_ray(args.parallel), _local_server(args.server, config.db) as server:
+        out.print(
+            f"study [bold]{config.spec.name}[/]: {config.trials} trials on Ray, "
+            f"{args.parallel} at a time, server {server}"
+        )
+        run_ray(
+            server, config.spec, config.target, config.trials, args.parallel, tls_ca, token,
+            storage=config.db.parent / "ray",
+        )  # fmt: skip
+        with _api(server, config.db) as api:
+            trials = api.list_trials(config.spec.name)
+    result = summarize(config.spec, trials)
+    _print_result(result)
+    out.print(f"convergence plot: {plot_convergence(config.spec, result.trials, config.plot)}")
+    return 0
+
+
+@contextmanager
+def _local_server(server: str | None, db: Path) -> Iterator[str]:
+    """``server``, or a tuner server on 127.0.0.1 over ``db`` for the block's duration."""
+    if server:
+        yield server
+        return
+    from server.app import build_server, stop_server
+    from server.service import TuningService
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    storage = SQLiteStorage(db)
+    service = TuningService(storage, leases=DEFAULT_LEASES)
+    grpc_server, port = build_server(service, "127.0.0.1", 0)
+    grpc_server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_server(grpc_server, 5).wait()
+        service.close()
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -504,7 +564,6 @@ def _api(server: str | None, db: Path, writable: bool = False) -> Iterator[Any]:
     """A ``TunerClient`` for ``server``, else a ``TuningService`` over the file ``db``."""
     if server:
         from server.client import TunerClient
-        from server.security import read_file, read_token
 
         ca, token_file = _SECURITY.get("tls_ca"), _SECURITY.get("token_file")
         token = read_token(token_file, "--token-file") if token_file else None
@@ -791,6 +850,13 @@ def _parser() -> argparse.ArgumentParser:
     tell.add_argument("--infeasible", metavar="REASON", help="the configuration is at fault")
     tell.add_argument("--failed", metavar="REASON", help="the run failed for another reason")
     tell.add_argument("--timed-out", metavar="REASON", help="the run exceeded its time limit")
+
+    ray = command("ray", cmd_ray, "run a study's trials in parallel on Ray Tune")
+    ray.set_defaults(db=None)
+    ray.add_argument("config", type=Path)
+    ray.add_argument("--parallel", type=int, default=2, help="trials at once (default 2)")
+    ray.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
+    ray.add_argument("--name", help="study name (overrides [study] name)")
 
     imp = command("import", cmd_import, "add trials measured elsewhere (warm start)")
     imp.add_argument("study")
