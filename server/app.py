@@ -29,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
+from server.observability import Metrics
 from server.security import ServerSecurity
 from server.service import LeasePolicy, TuningService
 from server.servicer import SERVICE_NAME, TunerServicer
@@ -52,6 +53,7 @@ def build_server(
     port: int = 0,
     max_workers: int = 16,
     security: ServerSecurity | None = None,
+    metrics: Metrics | None = None,
 ) -> tuple[grpc.Server, int]:
     """An unstarted server for ``service``, bound to ``host:port``.
 
@@ -63,6 +65,7 @@ def build_server(
         max_workers: Threads serving calls concurrently.
         security: TLS key pair and bearer token (``server.security``); required, both,
             for any host that is not loopback.
+        metrics: Prometheus metrics to record every call in (``server.observability``).
 
     Returns:
         ``(server, port)``: the server (call ``start()``; stop it with ``stop_server``) and
@@ -79,7 +82,7 @@ def build_server(
     server = grpc.server(
         executor, options=[("grpc.so_reuseport", 0)], interceptors=security.interceptors()
     )
-    pb_grpc.add_TunerServiceServicer_to_server(TunerServicer(service), server)
+    pb_grpc.add_TunerServiceServicer_to_server(TunerServicer(service, metrics), server)
 
     health_servicer = health.HealthServicer()
     for name in ("", SERVICE_NAME):
@@ -129,6 +132,7 @@ def serve(
     stop: threading.Event | None = None,
     leases: LeasePolicy | None = DEFAULT_LEASES,
     security: ServerSecurity | None = None,
+    metrics_port: int | None = None,
 ) -> None:
     """Serve the studies in the SQLite database ``db_path`` until told to stop.
 
@@ -147,6 +151,7 @@ def serve(
         leases: How long a handed-out trial lives without a heartbeat and what becomes of it
             then (``server.service.LeasePolicy``); None: trials never expire.
         security: TLS and bearer token (``server.security``); needed beyond loopback.
+        metrics_port: Serve Prometheus metrics on 127.0.0.1 at this port (None: no endpoint).
 
     Raises:
         StorageError: The database cannot be opened.
@@ -158,6 +163,11 @@ def serve(
     storage = SQLiteStorage(db_path)
     try:
         service = TuningService(storage, leases=leases)
+        metrics = Metrics(storage) if metrics_port is not None else None
+        endpoint = None
+        if metrics is not None and metrics_port is not None:
+            endpoint, _ = metrics.serve(metrics_port)
+            log.info("prometheus metrics on http://127.0.0.1:%d/metrics", metrics_port)
         if leases is not None:
             log.info(
                 "trial leases: %.0f s without a heartbeat, then %s",
@@ -165,8 +175,11 @@ def serve(
                 "re-offered" if leases.on_expiry == "reoffer" else "FAILED",
             )
         try:
-            _serve_until(service, host, port, max_workers, grace, stop, db_path, security)
+            _serve_until(service, host, port, max_workers, grace, stop, db_path, security, metrics)
         finally:
+            if endpoint is not None:
+                endpoint.shutdown()
+                endpoint.server_close()
             service.close()
     finally:
         storage.close()
@@ -192,8 +205,9 @@ def _serve_until(
     stop: threading.Event,
     db_path: str | os.PathLike[str],
     security: ServerSecurity,
+    metrics: Metrics | None,
 ) -> None:
-    server, bound = build_server(service, host, port, max_workers, security)
+    server, bound = build_server(service, host, port, max_workers, security, metrics)
     previous = _install_signal_handlers(stop)
     try:
         server.start()

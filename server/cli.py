@@ -6,6 +6,7 @@
     tuner daemon CONFIG [--server HOST:PORT] [--db PATH] [--state FILE] [--max-windows N]
     tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051] [--lease-ttl S]
                 [--on-lease-expiry reoffer|fail] [--tls-cert PEM --tls-key PEM] [--token-file F]
+                [--metrics-port PORT] [--log-format text|json]
     tuner create CONFIG [--name NAME]            (the study of a config, for ask/tell)
     tuner ask STUDY [--format json|env|args] [--client-id ID]
     tuner tell STUDY TRIAL (--metric NAME=VALUE ... | --infeasible R | --failed R | --timed-out R)
@@ -242,10 +243,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from server.security import ServerSecurity
     from server.service import LeasePolicy
 
-    logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger().setLevel(logging.DEBUG if args.verbose else logging.INFO)
     leases = None if args.lease_ttl == 0 else LeasePolicy(args.lease_ttl, args.on_lease_expiry)
     security = ServerSecurity.from_files(args.tls_cert, args.tls_key, args.token_file)
-    serve(args.db, host=args.host, port=args.port, leases=leases, security=security)
+    if args.log_format == "json":
+        from server.observability import JsonFormatter
+
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
+    serve(
+        args.db, host=args.host, port=args.port, leases=leases, security=security,
+        metrics_port=args.metrics_port,
+    )  # fmt: skip
     return 0
 
 
@@ -809,6 +818,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--host", default="127.0.0.1",
         help="interface (default loopback; any other needs --tls-cert, --tls-key, --token-file)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default: none)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--log-format", choices=("text", "json"), default="text",
+        help="json: one JSON object per log line (default text)",
     )  # fmt: skip
     serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="server certificate chain")
     serve.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -89,22 +90,40 @@ def grpc_errors(method: _Method) -> _Method:
 
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        begun = time.perf_counter()
         try:
-            return method(self, request, context)
+            reply = method(self, request, context)
         except Exception as exc:
             error: Exception = exc
+        else:
+            _observe(self, method.__name__, request, grpc.StatusCode.OK, begun)
+            return reply
         code, message = status_for(error)
         message = shorten(message)
+        fields = {"rpc": method.__name__, "code": code.name,
+                  "study": str(getattr(request, "study", "") or "")}  # fmt: skip
         if code is grpc.StatusCode.INTERNAL:
-            log.error("%s failed unexpectedly", method.__name__, exc_info=error)
+            log.error("%s failed unexpectedly", method.__name__, exc_info=error, extra=fields)
         elif isinstance(error, StorageError):  # the disk is full, read-only, or gone
-            log.error("%s: %s %s", method.__name__, code.name, message)
+            log.error("%s: %s %s", method.__name__, code.name, message, extra=fields)
         else:
-            log.info("%s: %s %s", method.__name__, code.name, message)
+            log.info("%s: %s %s", method.__name__, code.name, message, extra=fields)
+        _observe(self, method.__name__, request, code, begun)
         context.abort_with_status(rpc_status.to_status(_rich_status(code, message, error)))
         raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover
 
     return cast(_Method, wrapper)
+
+
+def _observe(servicer: Any, method: str, request: Any, code: grpc.StatusCode, begun: float) -> None:
+    """Record the call's latency in the servicer's metrics (if it has any) and the log."""
+    seconds = time.perf_counter() - begun
+    study = str(getattr(request, "study", "") or "")
+    metrics = getattr(servicer, "metrics", None)
+    if metrics is not None:
+        metrics.observe(method, code.name, seconds, study)
+    fields = {"rpc": method, "code": code.name, "study": study, "ms": round(seconds * 1000, 2)}
+    log.debug("%s %s in %.1f ms", method, code.name, seconds * 1000, extra=fields)
 
 
 def shorten(message: str, limit: int = MAX_MESSAGE) -> str:

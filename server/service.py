@@ -216,7 +216,8 @@ class TuningService:
             )
         for trial in new:
             if trial.warning:
-                log.warning("study %s trial %d: %s", study, trial.id, trial.warning)
+                log.warning("study %s trial %d: %s", study, trial.id, trial.warning,
+                            extra={"study": study, "trial": trial.id})  # fmt: skip
         return mine + new
 
     def complete_trial(
@@ -260,7 +261,8 @@ class TuningService:
                 status.value,
             )
         else:
-            log.info("study %s trial %d: %s", study, trial.id, status.value)
+            log.info("study %s trial %d: %s", study, trial.id, status.value,
+                     extra={"study": study, "trial": trial.id})  # fmt: skip
         return trial
 
     def import_trials(
@@ -402,7 +404,10 @@ class TuningService:
         status = TrialStatus.ABANDONED if reoffer else TrialStatus.FAILED
         for trial in self.storage.expire_leases(study, self._clock(), status, reoffer):
             again = f"; re-offered as trial {trial.reoffered_as}" if trial.reoffered_as else ""
-            log.warning("study %s trial %d: %s%s", study, trial.id, trial.reason, again)
+            fields = {"study": study, "trial": trial.id, "client": trial.client_id}
+            log.warning(
+                "study %s trial %d: %s%s", study, trial.id, trial.reason, again, extra=fields
+            )
 
     def _lock(self, study: str) -> threading.Lock:
         with self._locks_guard:

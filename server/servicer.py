@@ -14,6 +14,7 @@ from server import convert
 from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import grpc_errors
+from server.observability import Metrics
 from server.service import TuningService
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["TunerService"].full_name
@@ -25,10 +26,12 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
     Args:
         service: The service every call is delegated to. The servicer does not own it:
             whoever built it closes it.
+        metrics: Prometheus metrics to record call latencies in (``server.observability``).
     """
 
-    def __init__(self, service: TuningService) -> None:
+    def __init__(self, service: TuningService, metrics: Metrics | None = None) -> None:
         self._service = service
+        self.metrics = metrics  # every call's latency goes here (``grpc_errors``)
 
     @grpc_errors
     def CreateStudy(
