@@ -227,3 +227,25 @@ def test_metrics_are_read_from_the_last_json_line(tmp_path: Path) -> None:
     target = CloudLaunchTarget(command=[sys.executable, str(script)])
     outcome = target.run_trial({"family": "m4", "size": "large", "nodes": 4})
     assert outcome.metrics["runtime_s"] == 2.0
+
+
+def test_phases_cannot_split_a_candidate_list(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_config(
+            {
+                "study": {
+                    "name": "cloud",
+                    "objectives": [{"name": "cost_usd", "goal": "minimize"}],
+                },
+                "target": {"kind": "cloud_replay", "workload": WORKLOAD},
+                "session": {
+                    "db": str(tmp_path / "t.db"),
+                    "phases": [
+                        {"knobs": ["family", "size"], "trials": 5},
+                        {"knobs": ["nodes"], "trials": 5},
+                    ],
+                },
+            },
+            {},
+        )
+    assert caught.value.field == "session.phases"
