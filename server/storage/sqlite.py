@@ -146,24 +146,13 @@ class SQLiteStorage(Storage):
                 raise ValidationError(f"trials[{i}]", f"must be a NewTrial, got {item!r}")
         with self._write(f"add trials to study {study!r}") as db:
             study_id = _study_id(db, study)
-            first = db.execute(
-                "SELECT COALESCE(MAX(trial_id), 0) + 1 FROM trials WHERE study_id = ?", [study_id]
-            ).fetchone()[0]
             now = self._clock()
+            first = _insert_trials(
+                db, study_id, now,
+                [(_trial_row(t, now), t.config, {}, f"{t.status.value}, client {t.client_id!r}")
+                 for t in items],
+            )  # fmt: skip
             numbered = list(enumerate(items, start=first))
-            db.table("trials").insert_all(_trial_row(study_id, i, t, now) for i, t in numbered)
-            db.table("parameters").insert_all(
-                {"study_id": study_id, "trial_id": i, "name": name, "value_json": json.dumps(value)}
-                for i, t in numbered
-                for name, value in t.config.items()
-            )
-            _insert_events(
-                db,
-                [
-                    (study_id, i, now, "created", f"{t.status.value}, client {t.client_id!r}")
-                    for i, t in numbered
-                ],
-            )
             if request is not None:
                 ids = (*answered, *(i for i, _ in numbered))
                 self._remember(db, study_id, replace(request, trial_ids=ids), now)
@@ -178,30 +167,14 @@ class SQLiteStorage(Storage):
                 raise ValidationError(f"trials[{i}]", f"must be a FinishedTrial, got {item!r}")
         with self._write(f"import trials into study {study!r}") as db:
             study_id = _study_id(db, study)
-            first = db.execute(
-                "SELECT COALESCE(MAX(trial_id), 0) + 1 FROM trials WHERE study_id = ?", [study_id]
-            ).fetchone()[0]
             now = self._clock()
+            made = []
+            for t in items:
+                row = _trial_row(NewTrial(t.config, source=t.source), now)
+                row |= {"status": t.status.value, "reason": t.reason}
+                made.append((row, t.config, t.metrics, f"imported {t.status.value} ({t.source})"))
+            first = _insert_trials(db, study_id, now, made)
             numbered = list(enumerate(items, start=first))
-            rows = []
-            for i, t in numbered:
-                row = _trial_row(study_id, i, NewTrial(t.config, source=t.source), now)
-                rows.append(row | {"status": t.status.value, "reason": t.reason})
-            db.table("trials").insert_all(rows)
-            db.table("parameters").insert_all(
-                {"study_id": study_id, "trial_id": i, "name": name, "value_json": json.dumps(value)}
-                for i, t in numbered
-                for name, value in t.config.items()
-            )
-            db.table("metrics").insert_all(
-                {"study_id": study_id, "trial_id": i, "name": k, "value": v}
-                for i, t in numbered
-                for k, v in t.metrics.items()
-            )
-            _insert_events(
-                db, [(study_id, i, now, "created", f"imported {t.status.value} ({t.source})")
-                     for i, t in numbered],
-            )  # fmt: skip
             if request is not None:
                 ids = tuple(i for i, _ in numbered)
                 self._remember(db, study_id, replace(request, trial_ids=ids), now)
@@ -341,16 +314,24 @@ class SQLiteStorage(Storage):
             )
             if not expired:
                 return []
-            next_id = db.execute(
-                "SELECT MAX(trial_id) + 1 FROM trials WHERE study_id = ?", [study_id]
-            ).fetchone()[0]
             events = []
             for trial in expired:
                 reason = (
                     f"lease expired at {_iso(cast(float, trial.lease_expires_at))}: no heartbeat "
                     f"from client {trial.client_id!r}"
                 )
-                copy = next_id if reoffer else None
+                copy = None
+                if reoffer:
+                    again = NewTrial(
+                        trial.config,
+                        source=trial.source,
+                        status=TrialStatus.PENDING,
+                        embedded=trial.embedded,
+                    )
+                    detail = f"PENDING, re-offer of trial {trial.id}"
+                    copy = _insert_trials(
+                        db, study_id, now, [(_trial_row(again, now), trial.config, {}, detail)]
+                    )
                 db.execute(
                     "UPDATE trials SET status = ?, reason = ?, updated_at = ?, expired_at = ?, "
                     "reoffered_as = ? WHERE study_id = ? AND trial_id = ?",
@@ -358,23 +339,7 @@ class SQLiteStorage(Storage):
                 )
                 events.append((study_id, trial.id, now, "lease_expired", reason))
                 if copy is not None:
-                    again = NewTrial(
-                        trial.config,
-                        source=trial.source,
-                        status=TrialStatus.PENDING,
-                        embedded=trial.embedded,
-                    )
-                    db.table("trials").insert(_trial_row(study_id, copy, again, now))
-                    db.table("parameters").insert_all(
-                        {"study_id": study_id, "trial_id": copy, "name": k,
-                         "value_json": json.dumps(v)}
-                        for k, v in trial.config.items()
-                    )  # fmt: skip
                     events.append((study_id, trial.id, now, "reoffered", f"as trial {copy}"))
-                    events.append(
-                        (study_id, copy, now, "created", f"PENDING, re-offer of trial {trial.id}")
-                    )
-                    next_id += 1
             _insert_events(db, events)
             ids = [t.id for t in expired]
             marks = ", ".join("?" * len(ids))
@@ -530,10 +495,9 @@ def _stored_study(row: Mapping[str, Any]) -> StoredStudy:
     return StoredStudy(id=int(row["id"]), spec=spec, created_at=float(row["created_at"]))
 
 
-def _trial_row(study_id: int, trial_id: int, trial: NewTrial, now: float) -> dict[str, Any]:
+def _trial_row(trial: NewTrial, now: float) -> dict[str, Any]:
+    """The ``trials`` row of a new trial, without its study and number."""
     return {
-        "study_id": study_id,
-        "trial_id": trial_id,
         "status": trial.status.value,
         "client_id": trial.client_id,
         "source": trial.source,
@@ -545,6 +509,37 @@ def _trial_row(study_id: int, trial_id: int, trial: NewTrial, now: float) -> dic
         "heartbeat_at": now if trial.lease_expires_at is not None else None,
         "lease_expires_at": trial.lease_expires_at,
     }
+
+
+def _insert_trials(
+    db: Database,
+    study_id: int,
+    now: float,
+    made: Sequence[tuple[dict[str, Any], Mapping[str, Any], Mapping[str, float], str]],
+) -> int:
+    """Insert trials numbered on from the study's last, each given as (row, config,
+    metrics, detail of its ``created`` event); returns the first new trial id."""
+    first = int(
+        db.execute(
+            "SELECT COALESCE(MAX(trial_id), 0) + 1 FROM trials WHERE study_id = ?", [study_id]
+        ).fetchone()[0]
+    )
+    numbered = list(enumerate(made, start=first))
+    db.table("trials").insert_all(
+        {"study_id": study_id, "trial_id": i, **row} for i, (row, _, _, _) in numbered
+    )
+    db.table("parameters").insert_all(
+        {"study_id": study_id, "trial_id": i, "name": name, "value_json": json.dumps(value)}
+        for i, (_, config, _, _) in numbered
+        for name, value in config.items()
+    )
+    db.table("metrics").insert_all(
+        {"study_id": study_id, "trial_id": i, "name": name, "value": value}
+        for i, (_, _, metrics, _) in numbered
+        for name, value in metrics.items()
+    )
+    _insert_events(db, [(study_id, i, now, "created", detail) for i, (*_, detail) in numbered])
+    return first
 
 
 def _insert_events(db: Database, events: Iterable[tuple[int, int, float, str, str]]) -> None:
