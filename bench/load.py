@@ -12,9 +12,9 @@ numbers measure the service (gRPC, per-study locking, SQLite with ``synchronous=
 not model fitting, which ``bench.latency`` measures. A thread asks the standard health
 service every 50 ms throughout.
 
-The client speaks the wire contract straight from ``proto/tuner/v1/tuner.proto``
-(``grpc.protos_and_services``), as a client in another language would; the benchmark does
-not import the service.
+The client speaks the wire contract straight from ``proto/tuner/v1/tuner.proto`` (compiled
+at run time into a descriptor pool of its own), as a client in another language would; the
+benchmark does not import the service.
 
 ``optuna``: the same workers and cycles against Optuna's gRPC storage proxy
 (``optuna.storages.run_grpc_proxy_server`` over an SQLite ``RDBStorage``, in its own
@@ -46,11 +46,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rich.table import Table
 
@@ -89,12 +92,42 @@ def free_port() -> int:
 
 
 def wire() -> tuple[Any, Any]:
-    """The generated messages and service of the proto, loaded at run time."""
+    """The messages, enum values and a stub of ``tuner.v1.TunerService``, built at run time
+    from ``proto/`` in a descriptor pool of their own (so they never clash with generated
+    code already loaded in the process, as in the test suite)."""
+    from grpc_tools import protoc
+
     folder = Path(tempfile.mkdtemp(prefix="tuner-wire-"))
-    # a module name of its own: ``tuner`` is the optimizer package here
-    shutil.copy(PROTO, folder / "tuner_wire.proto")
-    sys.path.insert(0, str(folder))
-    return grpc.protos_and_services("tuner_wire.proto")  # type: ignore[attr-defined,no-any-return]
+    out = folder / "tuner.desc"
+    include = str(resources.files("grpc_tools") / "_proto")
+    argv = ["protoc", f"-I{ROOT / 'proto'}", f"-I{include}", "--include_imports",
+            f"--descriptor_set_out={out}", "tuner/v1/tuner.proto"]  # fmt: skip
+    if protoc.main(argv) != 0:
+        raise RuntimeError(f"protoc could not read {PROTO}")
+    pool = descriptor_pool.DescriptorPool()
+    for proto_file in descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file:
+        pool.Add(proto_file)
+    shutil.rmtree(folder, ignore_errors=True)
+    described = pool.FindFileByName("tuner/v1/tuner.proto")
+    pb = SimpleNamespace()
+    for name, message in described.message_types_by_name.items():
+        setattr(pb, name, message_factory.GetMessageClass(message))
+    for enum in described.enum_types_by_name.values():
+        for value in enum.values:
+            setattr(pb, value.name, value.number)
+    service = described.services_by_name["TunerService"]
+
+    class TunerServiceStub:
+        def __init__(self, channel: grpc.Channel) -> None:
+            for method in service.methods:
+                reply = message_factory.GetMessageClass(method.output_type)
+                setattr(self, method.name, channel.unary_unary(
+                    f"/{service.full_name}/{method.name}",
+                    request_serializer=lambda message: message.SerializeToString(),
+                    response_deserializer=reply.FromString,
+                ))  # fmt: skip
+
+    return pb, SimpleNamespace(TunerServiceStub=TunerServiceStub)
 
 
 @contextmanager

@@ -41,3 +41,13 @@ def test_the_check_counts_a_completion_the_database_does_not_hold(tmp_path: Path
 @pytest.mark.parametrize("values", [(0.3,) * 4, (0.0, 1.0, 0.5, 0.3)])
 def test_the_made_up_metric_is_zero_only_at_its_optimum(values: tuple[float, ...]) -> None:
     assert (load.metric(values) == 0.0) == (values == (0.3,) * 4)
+
+
+def test_the_wire_contract_loads_beside_the_generated_code() -> None:
+    import server.api.v1.tuner_pb2 as generated  # what the rest of the suite has loaded
+
+    pb, services = load.wire()
+    spec = pb.StudySpec(name="x", objectives=[pb.Objective(name="y", goal=pb.GOAL_MINIMIZE)])
+    again = generated.StudySpec.FromString(spec.SerializeToString())
+    assert again.objectives[0].goal == generated.GOAL_MINIMIZE
+    assert callable(services.TunerServiceStub)
