@@ -267,14 +267,3 @@ def test_half_of_the_inner_designers_steps_are_local() -> None:
     center, length = inner._local_box(history, [Suggestion({}, "bo")]) or ([], 0.0)
     best = max(low, key=lambda t: t.metrics["y"])
     assert center == inner.encoder.encode(best.config) and length == TR_LENGTH
-
-
-@pytest.mark.parametrize(("dims", "local"), [(4, True), (10, True), (11, False), (16, False)])
-def test_trust_region_only_when_the_embedding_reduces_the_space(dims: int, local: bool) -> None:
-    """20 knobs: a trust region in 10 or fewer coordinates (two knobs per coordinate or
-    more), none with about one knob per coordinate, where it only slows the search. The
-    rule follows level 0, so the grown levels keep the study's choice."""
-    designer = EmbeddedDesigner(make_spec(dims=dims), settings=FAST)
-    levels = range(len(designer.embedding.sizes))
-    inner = [designer.stage(level).inner for level in levels]
-    assert all(isinstance(i, BODesigner) and i.trust_region is local for i in inner)

@@ -31,14 +31,9 @@ The policy, over the stored history:
    trial order, and the longest stored point), so a restarted server resumes at the same
    level.
 
-When the embedding really reduces the space (at least ``TRUST_REGION_REDUCTION`` knobs per
-coordinate at level 0), the inner BO designer searches half of its suggestions in a trust
-region around the best trial (``BODesigner(trust_region=True)``): most coordinates then
-drive knobs that do not matter, and in 16 or more dimensions global BO keeps sampling the
-faces of the box after it has found the right basin (Branin in D = 100 ends at 0.80 at 50
-evaluations without it, 0.54 with it). With about one knob per coordinate (20 MySQL knobs
-in 16 dimensions, 5 in 4) the trust region only slows the search: SYSBENCH needs 0.56 of
-mlos's trials without it and 0.76 with it (``bench/README.md``), so every step is global.
+The inner BO designer searches half of its suggestions in a trust region around the best
+trial (``BODesigner(trust_region=True)``): in 16 or more dimensions global BO keeps sampling
+the faces of the box after it has found the right basin.
 
 With ``designer.expert_priors`` the initial design is drawn from the knobs' recommended
 region (``priors.py``) and mapped into the embedding.
@@ -60,7 +55,7 @@ from tuner.designer.acquisition import OptimizerSettings
 from tuner.designer.base import Designer, History, Suggestion, derive_seed
 from tuner.designer.bo import BODesigner, QuasiRandomDesigner, checked
 from tuner.designer.model import FitCache
-from tuner.embedding import HeSBOEmbedding, level_sizes, low_point_is_valid
+from tuner.embedding import HeSBOEmbedding, low_point_is_valid
 from tuner.encoding import ConfigKey
 from tuner.space import Config, IntKnob, SearchSpace
 from tuner.study import StudySpec
@@ -71,9 +66,6 @@ _ASK_ROUNDS = 6
 # The growth rule's significant improvement, relative to the median feasible value's distance
 # from the best (scale-free, and robust to the huge values of a bad initial design).
 GROW_IMPROVEMENT = 0.01
-# Knobs per level-0 coordinate from which the inner BO designer uses a trust region (module
-# doc): 2 means "at least half of the coordinates carry two or more knobs".
-TRUST_REGION_REDUCTION = 2
 
 
 def low_dimensional_spec(spec: StudySpec, embedding: HeSBOEmbedding) -> StudySpec:
@@ -118,8 +110,6 @@ class EmbeddedDesigner(Designer):
         self.settings = spec.embedding
         self._cache, self._optimizer = cache, settings
         self._stages: dict[int, Stage] = {}
-        dims = level_sizes(spec.embedding.dims, len(spec.space))[0]
-        self.reduces = len(spec.space) >= TRUST_REGION_REDUCTION * dims
         base = self.stage(0)
         self.embedding, self.low_spec = base.embedding, base.low_spec  # level 0
         self.outer = QuasiRandomDesigner(spec)  # the default configuration and repairs
@@ -130,7 +120,7 @@ class EmbeddedDesigner(Designer):
             embedding = HeSBOEmbedding(self.spec.space, self.settings, level)
             low_spec = low_dimensional_spec(self.spec, embedding)
             inner: Designer = (
-                BODesigner(low_spec, self._cache, self._optimizer, trust_region=self.reduces)
+                BODesigner(low_spec, self._cache, self._optimizer, trust_region=True)
                 if self.spec.designer.algorithm == "bo"
                 else QuasiRandomDesigner(low_spec)
             )
