@@ -1,7 +1,7 @@
 """Cloud configuration benchmark: pick the fastest or cheapest of Scout's 69 deployments.
 
 ``python -m bench.cloud [--seeds 50] [--budget 30] [--objectives runtime_s,cost_usd]
-[--methods ours,random,optuna] [--jobs 2] [--resume]``
+[--methods ours,random,optuna] [--jobs 2] [--resume [--redo ours]]``
 
 Every method searches the ``cloud_replay`` target (``targets/cloud.py``): 18 Scout
 workloads (Hadoop and Spark jobs), each measured on 69 AWS deployments (c4/m4/r4, large to
@@ -11,8 +11,9 @@ it uses one of the budget's evaluations and yields no value. Per workload and ob
 (runtime, or cost = nodes x price x runtime), for seeds 0..N-1:
 
 * ``ours``: our designer through the product's candidate-list path (``make_designer`` over
-  the target's 69 candidates; Sobol design of ``INITIAL`` points snapped to candidates, then
-  qLogNEI maximized exactly over the untaken candidates), one ``suggest(1, ...)`` per
+  the target's 69 candidates and their features, total vCPUs and memory; Sobol design of
+  ``INITIAL`` points snapped to candidates, then qLogNEI maximized exactly over the untaken
+  candidates), one ``suggest(1, ...)`` per
   evaluation; the user's current deployment is not measured first (``start_with_default =
   false``), so no method gets a free known point;
 * ``random``: the candidates in a seeded random order (no repeats), which checks the data
@@ -91,6 +92,7 @@ def run_one(
                 "objectives": [{"name": objective, "goal": "minimize"}],
                 "designer": {"seed": seed, "start_with_default": False, "initial_trials": INITIAL},
                 "candidates": list(candidates),
+                "candidate_features": list(target.describe_candidate_features()),
             },
             knobs=target.describe_knobs(),
         )
@@ -338,7 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for method in args.methods.split(","):
             for workload in names:
                 done = results.get(objective, {}).get(method, {}).get(workload)
-                if done is not None and done["seeds"] == seeds and done["budget"] == args.budget:
+                if (
+                    done is not None
+                    and done["seeds"] == seeds
+                    and done["budget"] == args.budget
+                    and method not in args.redo.split(",")
+                ):
                     continue
                 jobs += [(method, workload, objective, s, args.budget, table) for s in seeds]
     meta = machine_info()
@@ -390,6 +397,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workloads", default="", help="comma-separated; default: all 18")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--resume", action="store_true", help="keep finished cells of cloud.json")
+    parser.add_argument(
+        "--redo",
+        default="",
+        help="with --resume: methods to run again all the same (after a change to them)",
+    )
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cloud"

@@ -105,6 +105,17 @@ class CloudCatalog:
             "config", f"no instance type {config['family']}.{config['size']} in {self.name}"
         )
 
+    def resources(self, config: Config) -> dict[str, float]:
+        """A deployment's totals over its nodes: ``vcpus`` and ``memory_gib``.
+
+        Studies of the catalog's candidates model these instead of size and node count
+        (``StudySpec.candidate_features``): 8 x ``c4.2xlarge`` and 2 x ``c4.8xlarge`` both
+        have 64 vCPUs and 120 GiB, and a job runs about as fast on either.
+        """
+        instance = self.instance(config)
+        nodes = int(config["nodes"])
+        return {"vcpus": float(nodes * instance.vcpus), "memory_gib": nodes * instance.memory_gib}
+
     def cost_usd(self, config: Config, runtime_s: float) -> float:
         """What running ``config`` for ``runtime_s`` costs: nodes x hourly price x hours."""
         price = self.instance(config).price_usd_per_hour

@@ -123,7 +123,11 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
     if "candidates" not in study:
         offered = target.describe_candidates()
         if offered:
-            study["candidates"] = _candidates_for(offered, knobs, target.describe_knobs())
+            described = target.describe_candidate_features()
+            picked = _candidates_for(offered, knobs, target.describe_knobs())
+            study["candidates"] = [c for _, c in picked]
+            if described and "candidate_features" not in study:
+                study["candidate_features"] = [described[i] for i, _ in picked]
     spec = StudySpec.from_dict(study, knobs=knobs)
     _check_metrics(spec, target)
     target.check_space(spec.space)
@@ -256,19 +260,20 @@ def _listed_knobs(listed: Any, catalog: tuple[Knob, ...] = ()) -> tuple[Knob, ..
 
 def _candidates_for(
     offered: tuple[Config, ...], knobs: tuple[Knob, ...], catalog: tuple[Knob, ...]
-) -> list[Config]:
-    """The target's candidates as configurations of the study's knobs.
+) -> list[tuple[int, Config]]:
+    """The target's candidates as configurations of the study's knobs, each with its index
+    in ``offered``.
 
     A catalog knob the study leaves out stays at its default, so only the candidates that
     have it there remain; each is cut down to the study's knobs (repeats dropped).
     """
     names = [k.name for k in knobs]
     fixed = {k.name: k.default for k in catalog if k.name not in names}
-    out: dict[tuple[Any, ...], Config] = {}
-    for config in offered:
+    out: dict[tuple[Any, ...], tuple[int, Config]] = {}
+    for i, config in enumerate(offered):
         if all(config.get(name) == value for name, value in fixed.items()):
             projected = {name: config[name] for name in names if name in config}
-            out.setdefault(tuple(projected.items()), projected)
+            out.setdefault(tuple(projected.items()), (i, projected))
     return list(out.values())
 
 

@@ -15,6 +15,7 @@ travel as ``google.protobuf.Timestamp`` to the nanosecond; 0.0 means "unset".
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,7 +80,13 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
         ),
         allow_unsafe=spec.allow_unsafe,
         embedding=_embedding_to_proto(spec.embedding),
-        candidates=[pb.Candidate(config=config_to_proto(c)) for c in spec.candidates],
+        candidates=[
+            pb.Candidate(
+                config=config_to_proto(c),
+                features=spec.candidate_features[i] if spec.candidate_features else {},
+            )
+            for i, c in enumerate(spec.candidates)
+        ],
     )
 
 
@@ -134,6 +141,8 @@ def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
                 config_from_proto(c.config, f"candidates[{i}].config")
                 for i, c in enumerate(message.candidates)
             ]
+            if any(c.features for c in message.candidates):
+                data["candidate_features"] = [dict(c.features) for c in message.candidates]
         return StudySpec.from_dict(data, knobs=knobs)
     except ValidationError as error:
         raise _under(path, error) from None
@@ -453,12 +462,17 @@ def _timestamp_from_proto(message: Any, key: str) -> float:
 def _under(prefix: str, error: ValidationError) -> ValidationError:
     """``error`` with its field moved under ``prefix`` (``knobs[0]`` -> ``spec.knobs[0]``).
 
+    The spec's ``candidate_features[3]`` is the wire's ``candidates[3].features``.
+
     The search space's own paths (``space.knobs[1]``) become the message's (``knobs[1]``).
     """
     own = f"{error.field}: "
     text = str(error)
     message = text[len(own) :] if text.startswith(own) else text
     field = error.field.removeprefix("space.")
+    # the spec's parallel list is the wire's per-candidate map
+    field = re.sub(r"^candidate_features\[(\d+)\]", r"candidates[\1].features", field)
+    field = "candidates" if field == "candidate_features" else field
     moved = ValidationError(f"{prefix}.{field}" if prefix else field, message)
     moved.allowed = error.allowed
     return moved

@@ -169,6 +169,15 @@ class Target(ABC):
         """
         return ()
 
+    def describe_candidate_features(self) -> tuple[dict[str, float], ...]:
+        """Numbers describing each of ``describe_candidates()``, in that order, or empty.
+
+        A study built from the target takes them as ``StudySpec.candidate_features``: the
+        model then sees them instead of the ordered knobs (a cloud deployment's total vCPUs
+        and memory rather than its instance size and node count).
+        """
+        return ()
+
     def default_config(self) -> Config | None:
         """The knobs' host defaults, or None when some knob has no default."""
         return SearchSpace(self.describe_knobs()).default_config()

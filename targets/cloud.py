@@ -92,6 +92,10 @@ class CloudTarget(Target):
     def describe_candidates(self) -> tuple[Config, ...]:
         return self.catalog.candidates()
 
+    def describe_candidate_features(self) -> tuple[dict[str, float], ...]:
+        """Each deployment's totals: what a job sees of it (``CloudCatalog.resources``)."""
+        return tuple(self.catalog.resources(c) for c in self.describe_candidates())
+
     def apply(self, config: Config) -> None:
         self._config = full_config(self.kind, self.describe_knobs(), config)
 

@@ -35,10 +35,13 @@ _SPEC_FIELDS = (
     "allow_unsafe",
     "embedding",
     "candidates",
+    "candidate_features",
 )
 # A candidate list is scored whole on every model-based suggestion; beyond this many the
 # space is better described by knob ranges and parameter constraints.
 MAX_CANDIDATES = 100_000
+# Descriptors per candidate (``StudySpec.candidate_features``): a few numbers, each finite.
+MAX_CANDIDATE_FEATURES = 16
 _EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
 DEFAULT_GROW_AFTER = 10
 DEFAULT_EMBEDDING_DIMS = 16
@@ -284,6 +287,7 @@ class StudySpec:
     allow_unsafe: bool = False
     embedding: EmbeddingSettings | None = None
     candidates: tuple[Config, ...] = ()
+    candidate_features: tuple[dict[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _STUDY_NAME.match(self.name):
@@ -347,6 +351,9 @@ class StudySpec:
         if self.embedding is not None:
             object.__setattr__(self, "embedding", self._resolved_embedding(self.embedding))
         object.__setattr__(self, "candidates", self._checked_candidates(self.candidates))
+        object.__setattr__(
+            self, "candidate_features", self._checked_features(self.candidate_features)
+        )
 
     def _checked_candidates(self, candidates: Any) -> tuple[Config, ...]:
         """The allowed configurations, each validated; empty means "the whole space".
@@ -397,6 +404,60 @@ class StudySpec:
                     f"the knobs' default configuration {default} is not a candidate",
                     "a list that includes it, or designer.start_with_default = false",
                 )
+        return tuple(out)
+
+    def _checked_features(self, features: Any) -> tuple[dict[str, float], ...]:
+        """Numeric descriptors of each candidate, which the model uses instead of the
+        ordered knobs; empty means "model the knobs".
+
+        A cloud deployment is better described by what it provides than by its knobs: 8
+        nodes of ``c4.2xlarge`` and 2 of ``c4.8xlarge`` both have 64 vCPUs, which knob
+        coordinates (a size level and a node count) put far apart. One mapping per
+        candidate, in the candidates' order, all with the same names (at most
+        ``MAX_CANDIDATE_FEATURES``) and finite values. Candidates with the same features and
+        categorical knobs (4 x ``xlarge`` and 8 x ``large``) look alike to the model.
+        """
+        if isinstance(features, str | bytes | dict) or not hasattr(features, "__iter__"):
+            raise ValidationError("candidate_features", "must be a list of tables of numbers")
+        features = tuple(features)
+        if not features:
+            return ()
+        if len(features) != len(self.candidates):
+            raise ValidationError(
+                "candidate_features",
+                f"got {len(features)} entries for {len(self.candidates)} candidates",
+                "one table of numbers per candidate, in the candidates' order",
+            )
+        names: list[str] = []
+        out: list[dict[str, float]] = []
+        for i, raw in enumerate(features):
+            where = f"candidate_features[{i}]"
+            if not isinstance(raw, dict) or not raw:
+                raise ValidationError(where, "must be a non-empty table of numbers")
+            if i == 0:
+                names = sorted(raw)
+                if len(names) > MAX_CANDIDATE_FEATURES:
+                    raise ValidationError(
+                        where, f"got {len(names)} features", f"at most {MAX_CANDIDATE_FEATURES}"
+                    )
+                for name in names:
+                    if not isinstance(name, str) or not METRIC_NAME.match(name):
+                        raise ValidationError(
+                            f"{where}.{name}", "invalid feature name", METRIC_NAME.pattern
+                        )
+            elif sorted(raw) != names:
+                raise ValidationError(
+                    where, f"has features {sorted(raw)}; every candidate needs the same", names
+                )
+            row: dict[str, float] = {}
+            for name in names:
+                value = raw[name]
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise ValidationError(f"{where}.{name}", f"got {value!r}", "a finite number")
+                if not math.isfinite(value):
+                    raise ValidationError(f"{where}.{name}", f"got {value!r}", "a finite number")
+                row[name] = float(value)
+            out.append(row)
         return tuple(out)
 
     def _resolved_embedding(self, embedding: EmbeddingSettings) -> EmbeddingSettings:
@@ -460,6 +521,11 @@ class StudySpec:
             # only when set: specs without an embedding keep their fingerprints
             **({"embedding": self.embedding.to_dict()} if self.embedding else {}),
             **({"candidates": [dict(c) for c in self.candidates]} if self.candidates else {}),
+            **(
+                {"candidate_features": [dict(f) for f in self.candidate_features]}
+                if self.candidate_features
+                else {}
+            ),
         }
 
     def fingerprint(self) -> str:
@@ -500,6 +566,7 @@ class StudySpec:
             allow_unsafe=allow_unsafe,
             embedding=_embedding(data.get("embedding")),
             candidates=tuple(_list(data, "candidates")),
+            candidate_features=tuple(_list(data, "candidate_features")),
         )
 
 

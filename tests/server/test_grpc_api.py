@@ -572,6 +572,7 @@ def _cloud_spec() -> StudySpec:
         objectives=(Objective("cost_usd", Goal.MINIMIZE),),
         designer=DesignerSettings(seed=3, initial_trials=2),
         candidates=catalog.candidates(),
+        candidate_features=tuple(catalog.resources(c) for c in catalog.candidates()),
     )
 
 
@@ -600,13 +601,29 @@ def _repeated(wire: pb.StudySpec) -> None:
     wire.candidates[7].CopyFrom(wire.candidates[6])
 
 
+def _features_missing(wire: pb.StudySpec) -> None:
+    wire.candidates[4].features.clear()
+
+
+def _feature_nan(wire: pb.StudySpec) -> None:
+    wire.candidates[2].features["vcpus"] = math.nan
+
+
+def _feature_renamed(wire: pb.StudySpec) -> None:
+    del wire.candidates[9].features["memory_gib"]
+    wire.candidates[9].features["memory"] = 64.0
+
+
 @pytest.mark.parametrize(
     ("mutate", "fragment"),
     [
         (_off_list, "spec.candidates[5].nodes"),
         (_repeated, "spec.candidates[7]: repeats candidates[6]"),
+        (_features_missing, "spec.candidates[4].features: must be a non-empty table"),
+        (_feature_nan, "spec.candidates[2].features.vcpus: got nan"),
+        (_feature_renamed, "spec.candidates[9].features: has features ['memory', 'vcpus']"),
     ],
-    ids=["out-of-range", "repeated"],
+    ids=["out-of-range", "repeated", "features-missing", "feature-nan", "feature-renamed"],
 )
 def test_a_bad_candidate_is_invalid_argument(
     stub: pb_grpc.TunerServiceStub, mutate: Callable[[pb.StudySpec], None], fragment: str

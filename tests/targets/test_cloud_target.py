@@ -111,6 +111,35 @@ def test_a_config_file_study_gets_the_targets_candidates(tmp_path: Path) -> None
     )
     assert len(config.spec.candidates) == 69
     assert config.spec.space.names == ("family", "size", "nodes")
+    # the model sees each deployment's totals: 8 x c4.2xlarge has 64 vCPUs and 120 GiB
+    keys = [(c["family"], c["size"], c["nodes"]) for c in config.spec.candidates]
+    features = dict(zip(keys, config.spec.candidate_features, strict=True))
+    assert features[("c4", "2xlarge", 8)] == {"vcpus": 64.0, "memory_gib": 120.0}
+    assert features[("r4", "large", 4)] == {"vcpus": 8.0, "memory_gib": 61.0}
+
+
+def test_a_study_of_some_knobs_keeps_the_features_of_its_candidates(tmp_path: Path) -> None:
+    config = parse_config(
+        {
+            "study": {
+                "name": "c",
+                "objectives": [{"name": "cost_usd", "goal": "minimize"}],
+                "knobs": [{"name": "nodes"}],
+            },
+            "target": {"kind": "cloud_replay", "workload": WORKLOAD},
+            "session": {"trials": 5, "db": str(tmp_path / "t.db")},
+        },
+        {},
+    )
+    catalog = load_cloud_catalog()
+    default = catalog.default
+    assert [c["nodes"] for c in config.spec.candidates] == list(
+        catalog.node_counts[default["size"]]
+    )
+    for candidate, features in zip(
+        config.spec.candidates, config.spec.candidate_features, strict=True
+    ):
+        assert features == catalog.resources({**default, **candidate})
 
 
 # -- the launcher -----------------------------------------------------------------------

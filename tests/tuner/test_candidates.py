@@ -7,8 +7,13 @@ import math
 from typing import Any
 
 import pytest
+import torch
 
 from tuner.designer import make_designer
+from tuner.designer.acquisition import build_acquisition
+from tuner.designer.candidates import CandidatePool, FeatureEncoder
+from tuner.designer.model import fit_models, outcome_data
+from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError, ValidationError
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -181,3 +186,171 @@ def test_bo_finds_the_best_candidate_within_a_third_of_the_list() -> None:
             )
         found += any(key(t.config) == key(best) for t in trials)
     assert found >= 2
+
+
+# -- candidate features ------------------------------------------------------------------
+CORES = {"large": 2, "xlarge": 4, "2xlarge": 8}
+MEMORY = {"c4": 1.875, "m4": 4.0, "r4": 7.625}  # GiB per vCPU
+
+
+def resources(config: dict[str, Any]) -> dict[str, float]:
+    cores = CORES[config["size"]] * config["nodes"]
+    return {"vcpus": float(cores), "memory_gib": cores * MEMORY[config["family"]]}
+
+
+FEATURES = [resources(c) for c in CANDIDATES]
+
+
+def featured(**changes: Any) -> StudySpec:
+    return spec(candidate_features=FEATURES, **changes)
+
+
+def test_features_round_trip_and_a_study_without_them_keeps_its_fingerprint() -> None:
+    study = featured()
+    assert study.candidate_features[3] == FEATURES[3]
+    assert StudySpec.from_dict(study.to_dict()) == study
+    assert "candidate_features" not in spec().to_dict()
+    assert study.fingerprint() != spec().fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("features", "field", "words"),
+    [
+        (FEATURES[:-1], "candidate_features", "one table of numbers per candidate"),
+        ({"vcpus": 1.0}, "candidate_features", "list"),
+        ([*FEATURES[:5], {}, *FEATURES[6:]], "candidate_features[5]", "non-empty"),
+        (
+            [*FEATURES[:2], {"vcpus": 8.0}, *FEATURES[3:]],
+            "candidate_features[2]",
+            "['vcpus']; every candidate needs the same (allowed: 'memory_gib', 'vcpus')",
+        ),
+        (
+            [*FEATURES[:7], {"vcpus": math.inf, "memory_gib": 1.0}, *FEATURES[8:]],
+            "candidate_features[7].vcpus",
+            "finite number",
+        ),
+        (
+            [*FEATURES[:1], {"vcpus": "8", "memory_gib": 1.0}, *FEATURES[2:]],
+            "candidate_features[1].vcpus",
+            "finite number",
+        ),
+        (
+            [{"vcpus": 1.0, "memory_gib": True}, *FEATURES[1:]],
+            "candidate_features[0].memory_gib",
+            "finite number",
+        ),
+        ([{f"f{i}": 1.0 for i in range(17)} for _ in CANDIDATES], "candidate_features[0]", "16"),
+        ([{"1bad": 1.0} for _ in CANDIDATES], "candidate_features[0].1bad", "feature name"),
+    ],
+)
+def test_bad_features_are_named(features: Any, field: str, words: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        spec(candidate_features=features)
+    assert caught.value.field == field
+    assert words in str(caught.value)
+
+
+def test_the_model_sees_the_categorical_knobs_and_the_features_scaled_to_the_unit_box() -> None:
+    pool = CandidatePool(featured().candidates, UnitBoxEncoder(featured().space), tuple(FEATURES))
+    encoder = pool.model_encoder
+    assert isinstance(encoder, FeatureEncoder)
+    assert encoder.d == 3 and list(encoder.cat_dims) == [0]  # family, memory_gib, vcpus
+    X = pool.model_X
+    assert X.shape == (len(CANDIDATES), 3)
+    assert float(X[:, 1:].min()) == 0.0 and float(X[:, 1:].max()) == 1.0
+    # vcpus span 8..96 (12x): log scale, so 4 x large (8) -> 0 and 16 x large (32) -> 0.56
+    index = {key(c): i for i, c in enumerate(CANDIDATES)}
+    low, mid = X[index[("c4", "large", 4)], 2], X[index[("c4", "large", 16)], 2]
+    assert float(low) == 0.0
+    assert float(mid) == pytest.approx(math.log(32 / 8) / math.log(96 / 8))
+    # 8 x large and 4 x xlarge of one family are alike to the model; other families are not
+    twin_a, twin_b = index[("m4", "large", 8)], index[("m4", "xlarge", 4)]
+    assert torch.equal(X[twin_a], X[twin_b])
+    assert not torch.equal(X[twin_a], X[index[("r4", "xlarge", 4)]])
+    with pytest.raises(ValueError, match="not one of the study's candidates"):
+        encoder.encode_many([{"family": "m4", "size": "large", "nodes": 5}])
+
+
+def test_a_model_on_features_transfers_to_deployments_of_the_same_size() -> None:
+    """What one deployment taught the model holds for another with the same totals."""
+    study = featured(designer={"start_with_default": False})
+    pool = CandidatePool(study.candidates, UnitBoxEncoder(study.space), tuple(FEATURES))
+    measured = [c for c in CANDIDATES if c["size"] != "xlarge"]
+    trials = tuple(
+        Trial(i + 1, c, TrialStatus.COMPLETED, {"runtime_s": runtime(c)})
+        for i, c in enumerate(measured)
+    )
+    data = outcome_data(study, pool.model_encoder, trials)
+    model = fit_models(data, pool.model_encoder)
+    unseen = [c for c in CANDIDATES if c["size"] == "xlarge"]
+    with torch.no_grad():
+        mean = model.posterior(pool.model_encoder.encode_many(unseen)).mean[:, 0]
+    predicted = mean.exp() if data[0].log else mean
+    truth = torch.tensor([runtime(c) for c in unseen], dtype=torch.float64)
+    # every xlarge deployment has a measured twin (same vCPUs and memory): near-exact
+    assert float(((predicted - truth).abs() / truth).max()) < 0.05
+
+
+def failed_and_measured(goal: str = "minimize") -> tuple[StudySpec, tuple[Trial, ...]]:
+    study = featured(
+        objectives=[{"name": "runtime_s", "goal": goal}], designer={"start_with_default": False}
+    )
+    configs = CANDIDATES[::6]
+    trials = tuple(
+        Trial(
+            i + 1,
+            c,
+            TrialStatus.INFEASIBLE if c["nodes"] == 4 else TrialStatus.COMPLETED,
+            {} if c["nodes"] == 4 else {"runtime_s": runtime(c)},
+        )
+        for i, c in enumerate(configs)
+    )
+    return study, trials
+
+
+@pytest.mark.parametrize("goal", ["minimize", "maximize"])
+def test_failed_trials_count_as_the_worst_value_seen_when_imputed(goal: str) -> None:
+    study, trials = failed_and_measured(goal)
+    encoder = UnitBoxEncoder(study.space)
+    failed = [t for t in trials if t.status is TrialStatus.INFEASIBLE]
+    values = [t.metrics["runtime_s"] for t in trials if t.metrics]
+    assert failed and len(values) > 3
+    plain = outcome_data(study, encoder, trials)
+    imputed = outcome_data(study, encoder, trials, impute_failures=True)
+    assert plain[0].Y.shape[0] == len(values)
+    assert imputed[0].Y.shape[0] == len(trials)
+    worst = max(values) if goal == "minimize" else min(values)
+    tail = imputed[0].Y[len(values) :, 0]
+    assert torch.allclose(tail, torch.full_like(tail, imputed[0].transform(worst)))
+    assert torch.equal(imputed[0].X[len(values) :], encoder.encode_many([t.config for t in failed]))
+    # the feasibility classifier is unchanged, and several objectives are never imputed
+    assert torch.equal(plain[-1].Y, imputed[-1].Y)
+    pareto = featured(
+        objectives=[{"name": "runtime_s", "goal": goal}, {"name": "cost_usd", "goal": goal}],
+        designer={"start_with_default": False},
+    )
+    assert outcome_data(pareto, encoder, trials, impute_failures=True)[0].Y.shape[0] == len(values)
+
+
+def test_a_margin_lowers_the_improvement_of_every_candidate() -> None:
+    study, trials = failed_and_measured()
+    encoder = UnitBoxEncoder(study.space)
+    data = outcome_data(study, encoder, trials, impute_failures=True)
+    model = fit_models(data, encoder)
+    X = encoder.encode_many(CANDIDATES[1::6]).unsqueeze(-2)  # 12 untaken, one at a time
+    values = []
+    for margin in (0.0, 0.5):
+        torch.manual_seed(0)  # the same pruned baseline for both
+        acquisition = build_acquisition(study, model, data, data[0].X, None, True, 0, None, margin)
+        with torch.no_grad():
+            values.append(acquisition(X))
+    assert bool((values[1] < values[0]).all())
+
+
+def test_a_featured_study_with_failures_gets_model_based_candidates() -> None:
+    study, trials = failed_and_measured()
+    designer = make_designer(study)
+    batch = designer.suggest(2, list(trials), [])
+    assert [s.source for s in batch] == ["bo", "bo"] and not any(s.warning for s in batch)
+    taken = {key(t.config) for t in trials}
+    assert all(key(s.config) in {key(c) for c in CANDIDATES} - taken for s in batch)

@@ -6,6 +6,10 @@
 * With several objectives, ``qLogNoisyExpectedHypervolumeImprovement`` (Daulton et al. 2021,
   with the log-smoothing of Ament et al.) instead: the expected growth of the hypervolume the
   Pareto front dominates above a reference point, under the same constraints.
+* With a ``margin`` (the designer asks for one on candidate-list studies), the noisy
+  incumbent is raised by it: only improvements beyond the margin count, as with the ``xi``
+  of classic EI. On a short list the plain criterion keeps picking neighbours of the best
+  deployment for improvements smaller than the noise.
 * Before that, ``qLogProbabilityOfFeasibility``: the search looks for the feasible region
   first, as Ax does, because improvement is undefined without a feasible incumbent.
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from botorch.acquisition import AcquisitionFunction
@@ -70,6 +75,7 @@ def build_acquisition(
     any_feasible: bool,
     seed: int,
     reference: list[float] | None = None,
+    margin: float = 0.0,
 ) -> AcquisitionFunction:
     """qLogNEI (qLogNEHVI with several objectives) with outcome constraints, or qLogPoF while
     no trial is feasible.
@@ -80,6 +86,8 @@ def build_acquisition(
         X_pending: ``m x d`` inputs of pending trials, or None.
         reference: Multi-objective only: the reference point in metric units, one value per
             objective (``reference_point``).
+        margin: Single objective only: the improvement over the incumbent that starts to
+            count, in the model's units of the objective (0: any improvement).
     """
     sampler = SobolQMCNormalSampler(sample_shape=torch.Size([MC_SAMPLES]), seed=seed)
     constraints = outcome_constraints(spec, data)
@@ -99,7 +107,8 @@ def build_acquisition(
         return sign * samples[..., 0]
 
     objective = GenericMCObjective(signed_objective)
-    return qLogNoisyExpectedImprovement(
+    kind = partial(_MarginLogNEI, margin) if margin > 0 else qLogNoisyExpectedImprovement
+    return kind(
         model=model,
         X_baseline=X_baseline,
         sampler=sampler,
@@ -109,6 +118,17 @@ def build_acquisition(
         prune_baseline=True,
         cache_root=None,  # BoTorch caches the baseline Cholesky where the model allows
     )
+
+
+class _MarginLogNEI(qLogNoisyExpectedImprovement):
+    """qLogNEI whose incumbent (per posterior sample) is raised by ``margin``."""
+
+    def __init__(self, margin: float, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.margin = margin
+
+    def compute_best_f(self, obj: torch.Tensor) -> torch.Tensor:
+        return super().compute_best_f(obj) + self.margin
 
 
 def _hypervolume(

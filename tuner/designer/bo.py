@@ -13,7 +13,14 @@ inside the knobs' recommended region, then the search widens (``priors.py``).
 
 With a candidate list (``StudySpec.candidates``) every step picks among the untaken
 candidates: Sobol points snap to the nearest, the acquisition is maximized exactly over the
-list, random fill-ins are drawn from it (``candidates.py``).
+list, random fill-ins are drawn from it (``candidates.py``). Three things differ for such
+studies, each measured on the cloud benchmark (``bench/README.md``, cost after 10 trials):
+the model sees the candidates' features when the study gives them (``FeatureEncoder``),
+the objective's GP counts failed trials as the worst value seen (``model.py``), and
+qLogNEI asks for an improvement of ``CANDIDATE_MARGIN`` standard deviations of the
+observed objective (``acquisition.py``). A list of a few dozen deployments is searched in
+ten trials, where a step toward a near neighbour of the best costs as much as one to a
+far, uncertain one.
 
 With ``trust_region`` (the LlamaTune designer turns it on for its inner designer) every
 second model-based suggestion is local, TuRBO-style (Eriksson et al., NeurIPS 2019): Thompson
@@ -73,6 +80,9 @@ TR_LENGTH = 0.8
 TR_HALVINGS = 5
 TR_PATIENCE = 3
 TR_IMPROVEMENT = 1e-3
+# Candidate lists: qLogNEI counts only improvements beyond this many standard deviations of
+# the objective's observations (``acquisition.build_acquisition``'s margin).
+CANDIDATE_MARGIN = 0.5
 
 
 class QuasiRandomDesigner(Designer):
@@ -184,8 +194,9 @@ class BODesigner(QuasiRandomDesigner):
         self, history: History, chosen: list[Suggestion]
     ) -> tuple[list[float], float] | None:
         """Center and side of the trust region for this call, or None for a global step."""
-        if not self.trust_region or self.spec.multi_objective:
-            return None  # a trust region follows one best trial; a Pareto front has many
+        if not self.trust_region or self.spec.multi_objective or self.sampler.pool is not None:
+            # a trust region follows one best trial (a Pareto front has many) in the unit box
+            return None
         initial = self.spec.designer.initial_size(len(self.spec.space))
         step = history.designed + len(chosen) - initial  # model-based suggestions so far
         leaders = _leaders(self.spec, history.observed, 1)
@@ -205,9 +216,12 @@ class BODesigner(QuasiRandomDesigner):
     ) -> list[Config]:
         if q <= 0:
             return []
-        data = outcome_data(self.spec, self.encoder, history.observed)
+        pool = self.sampler.pool
+        # a candidate list: what the model sees of each (``candidates.py``), failures imputed
+        encoder = pool.model_encoder if pool is not None else self.encoder
+        data = outcome_data(self.spec, encoder, history.observed, impute_failures=pool is not None)
         pending = [t.config for t in history.pending] + [s.config for s in chosen]
-        X_pending = self.encoder.encode_many(pending) if pending else None
+        X_pending = encoder.encode_many(pending) if pending else None
         any_feasible = any(is_feasible(self.spec, t) for t in history.observed)
         with (
             warnings.catch_warnings(record=True) as caught,
@@ -216,7 +230,7 @@ class BODesigner(QuasiRandomDesigner):
         ):
             warnings.simplefilter("always")
             torch.manual_seed(seed)
-            model = fit_models(data, self.encoder, self.cache, self.spec.name)
+            model = fit_models(data, encoder, self.cache, self.spec.name)
             if local is not None:
                 box = _box_region(local[0], local[1], _objective_lengthscales(model))
                 candidates = thompson_candidates(
@@ -224,8 +238,18 @@ class BODesigner(QuasiRandomDesigner):
                 )
             else:
                 reference = reference_point(self.spec, history.observed)
+                y = data[0].Y
+                margin = CANDIDATE_MARGIN * float(y.std()) if pool and y.numel() > 1 else 0.0
                 acquisition = build_acquisition(
-                    self.spec, model, data, data[0].X, X_pending, any_feasible, seed, reference
+                    self.spec,
+                    model,
+                    data,
+                    data[0].X,
+                    X_pending,
+                    any_feasible,
+                    seed,
+                    reference,
+                    0.0 if self.spec.multi_objective else margin,
                 )
                 region = self.region if coarse else None
                 candidates = self._maximize(acquisition, history, chosen, q, seed, region)

@@ -19,10 +19,18 @@ anything off the list:
   pick the best, several at once by sequential greedy selection with the earlier picks as
   pending points (BoTorch ``optimize_acqf_discrete``), the exact optimum over the list;
 * random fill-ins draw uniformly among the untaken candidates.
+
+With ``StudySpec.candidate_features`` the model does not see the ordered knobs at all: its
+inputs are the categorical knobs' coordinates followed by the features, each mapped onto
+``[0, 1]`` over the candidates (in log space when positive and spanning more than a factor
+of 10), see ``FeatureEncoder``. The design and the random fill-ins still work on the knobs.
+On the cloud benchmark, totals of vCPUs and memory (nodes x instance) in place of the size
+and node-count knobs let the GP see that 8 small nodes and 2 large ones are alike.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable
 
@@ -36,17 +44,86 @@ from tuner.space import Config, _ChoiceKnob
 
 # Candidates scored per batch of the acquisition function (memory, not results).
 _BATCH = 2048
+# A positive feature spanning more than this factor is mapped in log space.
+_LOG_SPAN = 10.0
+
+
+class FeatureEncoder:
+    """The model's inputs for a study with candidate features: every categorical knob's
+    unit-box coordinate, then each feature (sorted by name) mapped onto ``[0, 1]`` over the
+    candidates. Only candidates can be encoded; it has the parts of ``UnitBoxEncoder`` that
+    the model and acquisition use (``d``, ``cat_dims``, ``encode_many``, ``key``)."""
+
+    def __init__(
+        self,
+        encoder: UnitBoxEncoder,
+        candidates: tuple[Config, ...],
+        features: tuple[dict[str, float], ...],
+    ) -> None:
+        self.base = encoder
+        self.categorical = sorted(encoder.cat_dims)
+        self.names = sorted(features[0])
+        X = encoder.encode_many(list(candidates))[:, self.categorical]
+        columns = [_unit([row[name] for row in features]) for name in self.names]
+        self.X = torch.cat([X, torch.tensor(columns, dtype=torch.float64).T], dim=-1)
+        self.rows = {encoder.key(c): i for i, c in enumerate(candidates)}
+
+    @property
+    def d(self) -> int:
+        return len(self.categorical) + len(self.names)
+
+    @property
+    def cat_dims(self) -> dict[int, list[float]]:
+        levels = self.base.cat_dims
+        return {j: levels[i] for j, i in enumerate(self.categorical)}
+
+    @property
+    def discrete_dims(self) -> dict[int, list[float]]:
+        return {}
+
+    def key(self, config: Config) -> ConfigKey:
+        return self.base.key(config)
+
+    def encode_many(self, configs: list[Config]) -> torch.Tensor:
+        """``n x d`` model inputs of ``configs``, each of which must be a candidate."""
+        rows = []
+        for config in configs:
+            row = self.rows.get(self.base.key(config))
+            if row is None:
+                raise ValueError(f"{config} is not one of the study's candidates")
+            rows.append(row)
+        return self.X[rows] if rows else self.X[:0]
+
+
+def _unit(values: list[float]) -> list[float]:
+    """``values`` mapped onto ``[0, 1]`` (log first when positive and spanning > 10x)."""
+    if min(values) > 0 and max(values) / min(values) > _LOG_SPAN:
+        values = [math.log(v) for v in values]
+    low, high = min(values), max(values)
+    if high - low <= 0:
+        return [0.5] * len(values)
+    return [(v - low) / (high - low) for v in values]
 
 
 class CandidatePool:
     """The study's candidate configurations with their encodings and keys."""
 
-    def __init__(self, candidates: tuple[Config, ...], encoder: UnitBoxEncoder) -> None:
+    def __init__(
+        self,
+        candidates: tuple[Config, ...],
+        encoder: UnitBoxEncoder,
+        features: tuple[dict[str, float], ...] = (),
+    ) -> None:
         self.encoder = encoder
         self.configs = candidates
         self.keys = [encoder.key(c) for c in candidates]
         self.index = {key: i for i, key in enumerate(self.keys)}
         self.X = encoder.encode_many(list(candidates))
+        # what the model sees: the knobs' encoding, or the categorical knobs and features
+        self.model_encoder: UnitBoxEncoder | FeatureEncoder = (
+            FeatureEncoder(encoder, candidates, features) if features else encoder
+        )
+        self.model_X = self.model_encoder.X if features else self.X  # type: ignore[union-attr]
         self._categorical = torch.tensor(
             [dim.layout == CATEGORICAL for dim in encoder.dims], dtype=torch.bool
         )
@@ -129,9 +206,11 @@ class CandidatePool:
         if not free or count <= 0:
             return []
         count = min(count, len(free))
-        choices = self.X[free]
+        choices = self.model_X[free]
         picked, _ = optimize_acqf_discrete(
             acquisition, q=count, choices=choices, max_batch_size=_BATCH, unique=True
         )
+        # candidates whose inputs are equal (features that cannot tell them apart) look the
+        # same to the model: the last of them in list order stands for all
         rows = {tuple(row.tolist()): i for i, row in zip(free, choices, strict=True)}
         return [self.configs[rows[tuple(row.tolist())]] for row in picked]

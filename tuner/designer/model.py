@@ -15,6 +15,14 @@ every posterior and likelihood evaluation).
 Positive metrics spanning more than an order of magnitude (latencies, throughputs) are
 modelled in log space, where they are closer to Gaussian.
 
+With ``impute_failures`` (the designer sets it for candidate-list studies) the objective's
+GP of a single-objective study also learns from the configurations that broke the system:
+each INFEASIBLE or TIMED_OUT trial without an objective value counts as the worst value
+observed so far. The feasibility classifier alone says "this one failed" but leaves the
+objective's model free to predict a record there; on the cloud benchmark, the deployments
+that run out of memory sit next to the cheapest ones that do not, and the imputed values
+keep qLogNEI from spending trial after trial on that edge (SMAC's "crash cost" idea).
+
 Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last fitted
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
 The cache only saves time: without it the same model is fitted from the priors.
@@ -29,6 +37,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from botorch.fit import fit_gpytorch_mll
@@ -43,6 +52,7 @@ from gpytorch.kernels import Kernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from tuner.encoding import UnitBoxEncoder
+from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
@@ -57,6 +67,19 @@ _FIT_MAXITER = 200  # L-BFGS-B steps of a fit from the priors
 # start), so the hyperparameters cannot lag behind the data for long.
 _WARM_MAXITER = 25
 _FULL_FIT_EVERY = 5
+
+
+class Encoder(Protocol):
+    """What the model needs of an encoder: ``UnitBoxEncoder``, or a candidate study's
+    ``FeatureEncoder`` (``candidates.py``)."""
+
+    @property
+    def d(self) -> int: ...
+
+    @property
+    def cat_dims(self) -> dict[int, list[float]]: ...
+
+    def encode_many(self, configs: list[Config]) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -103,12 +126,16 @@ class FitCache:
 
 
 def outcome_data(
-    spec: StudySpec, encoder: UnitBoxEncoder, observed: tuple[Trial, ...]
+    spec: StudySpec,
+    encoder: UnitBoxEncoder | Encoder,
+    observed: tuple[Trial, ...],
+    impute_failures: bool = False,
 ) -> list[OutcomeData]:
     """Training sets for every outcome with at least one observation (objective first).
 
     The objectives of a multi-objective study stay in metric units: the hypervolume is a
     volume in those units, and a log scale would stretch the values near zero without bound.
+    ``impute_failures``: see the module doc (single-objective studies only).
     """
     linear = {o.name for o in spec.objectives} if spec.multi_objective else set()
     out: list[OutcomeData] = []
@@ -122,14 +149,19 @@ def outcome_data(
             and float(values.max() / values.min()) > _LOG_SPAN
             and name not in linear
         )
-        out.append(
-            OutcomeData(
-                name,
-                encoder.encode_many([t.config for t in rows]),
-                values.log() if use_log else values,
-                use_log,
-            )
-        )
+        Y = values.log() if use_log else values
+        X = encoder.encode_many([t.config for t in rows])
+        if impute_failures and name == spec.objective.name and not spec.multi_objective:
+            broken = [
+                t
+                for t in observed
+                if t.status is not TrialStatus.COMPLETED and not _finite(t.metrics.get(name))
+            ]
+            if broken:
+                worst = Y.max() if spec.objective.goal.value == "minimize" else Y.min()
+                X = torch.cat([X, encoder.encode_many([t.config for t in broken])])
+                Y = torch.cat([Y, worst.reshape(1, 1).expand(len(broken), 1)])
+        out.append(OutcomeData(name, X, Y, use_log))
     if any(t.status is not TrialStatus.COMPLETED for t in observed):
         labels = [[0.0 if t.status is TrialStatus.COMPLETED else 1.0] for t in observed]
         out.append(
@@ -144,7 +176,7 @@ def outcome_data(
 
 def fit_models(
     data: list[OutcomeData],
-    encoder: UnitBoxEncoder,
+    encoder: UnitBoxEncoder | Encoder,
     cache: FitCache | None = None,
     cache_scope: str = "",
 ) -> Model:
@@ -165,7 +197,7 @@ def fit_models(
 
 
 def _fit(
-    group: list[OutcomeData], encoder: UnitBoxEncoder, cache: FitCache | None, scope: str
+    group: list[OutcomeData], encoder: UnitBoxEncoder | Encoder, cache: FitCache | None, scope: str
 ) -> GPyTorchModel:
     model = build_model(group, encoder)
     key = (scope, ",".join(o.name for o in group))
@@ -184,7 +216,7 @@ def _fit(
     return model
 
 
-def build_model(group: list[OutcomeData], encoder: UnitBoxEncoder) -> GPyTorchModel:
+def build_model(group: list[OutcomeData], encoder: UnitBoxEncoder | Encoder) -> GPyTorchModel:
     """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel."""
     d = encoder.d
     X = group[0].X

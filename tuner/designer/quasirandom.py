@@ -46,7 +46,11 @@ class FeasibleSampler:
         self.encoder = encoder
         self.inequalities = unit_box_inequalities(spec, encoder)
         # a study with a candidate list draws only from it (``candidates.py``)
-        self.pool = CandidatePool(spec.candidates, encoder) if spec.candidates else None
+        self.pool = (
+            CandidatePool(spec.candidates, encoder, spec.candidate_features)
+            if spec.candidates
+            else None
+        )
 
     def sobol(
         self,

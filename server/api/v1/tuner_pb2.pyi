@@ -193,10 +193,19 @@ class StudySpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ...) -> None: ...
 
 class Candidate(_message.Message):
-    __slots__ = ("config",)
+    __slots__ = ("config", "features")
+    class FeaturesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     config: _containers.RepeatedCompositeFieldContainer[Parameter]
-    def __init__(self, config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ...) -> None: ...
+    features: _containers.ScalarMap[str, float]
+    def __init__(self, config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., features: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class TrialCount(_message.Message):
     __slots__ = ("status", "count")
