@@ -239,18 +239,13 @@ class BODesigner(QuasiRandomDesigner):
             else:
                 reference = reference_point(self.spec, history.observed)
                 y = data[0].Y
-                margin = CANDIDATE_MARGIN * float(y.std()) if pool and y.numel() > 1 else 0.0
+                margin = 0.0
+                if pool is not None and not self.spec.multi_objective and y.numel() > 1:
+                    margin = CANDIDATE_MARGIN * float(y.std())
                 acquisition = build_acquisition(
-                    self.spec,
-                    model,
-                    data,
-                    data[0].X,
-                    X_pending,
-                    any_feasible,
-                    seed,
-                    reference,
-                    0.0 if self.spec.multi_objective else margin,
-                )
+                    self.spec, model, data, data[0].X, X_pending, any_feasible, seed, reference,
+                    margin,
+                )  # fmt: skip
                 region = self.region if coarse else None
                 candidates = self._maximize(acquisition, history, chosen, q, seed, region)
         for w in caught:  # jitter and optimizer notes: logged, not recorded on the trial

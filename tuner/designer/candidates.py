@@ -52,7 +52,7 @@ class FeatureEncoder:
     """The model's inputs for a study with candidate features: every categorical knob's
     unit-box coordinate, then each feature (sorted by name) mapped onto ``[0, 1]`` over the
     candidates. Only candidates can be encoded; it has the parts of ``UnitBoxEncoder`` that
-    the model and acquisition use (``d``, ``cat_dims``, ``encode_many``, ``key``)."""
+    the model uses (``d``, ``cat_dims``, ``encode_many``)."""
 
     def __init__(
         self,
@@ -76,13 +76,6 @@ class FeatureEncoder:
     def cat_dims(self) -> dict[int, list[float]]:
         levels = self.base.cat_dims
         return {j: levels[i] for j, i in enumerate(self.categorical)}
-
-    @property
-    def discrete_dims(self) -> dict[int, list[float]]:
-        return {}
-
-    def key(self, config: Config) -> ConfigKey:
-        return self.base.key(config)
 
     def encode_many(self, configs: list[Config]) -> torch.Tensor:
         """``n x d`` model inputs of ``configs``, each of which must be a candidate."""
@@ -123,7 +116,7 @@ class CandidatePool:
         self.model_encoder: UnitBoxEncoder | FeatureEncoder = (
             FeatureEncoder(encoder, candidates, features) if features else encoder
         )
-        self.model_X = self.model_encoder.X if features else self.X  # type: ignore[union-attr]
+        self.model_X = self.model_encoder.encode_many(list(candidates)) if features else self.X
         self._categorical = torch.tensor(
             [dim.layout == CATEGORICAL for dim in encoder.dims], dtype=torch.bool
         )
