@@ -452,9 +452,8 @@ class StudySpec:
             row: dict[str, float] = {}
             for name in names:
                 value = raw[name]
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise ValidationError(f"{where}.{name}", f"got {value!r}", "a finite number")
-                if not math.isfinite(value):
+                number = isinstance(value, int | float) and not isinstance(value, bool)
+                if not number or not math.isfinite(value):
                     raise ValidationError(f"{where}.{name}", f"got {value!r}", "a finite number")
                 row[name] = float(value)
             out.append(row)

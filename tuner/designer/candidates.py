@@ -59,6 +59,7 @@ class FeatureEncoder:
         encoder: UnitBoxEncoder,
         candidates: tuple[Config, ...],
         features: tuple[dict[str, float], ...],
+        index: dict[ConfigKey, int],
     ) -> None:
         self.base = encoder
         self.categorical = sorted(encoder.cat_dims)
@@ -66,7 +67,7 @@ class FeatureEncoder:
         X = encoder.encode_many(list(candidates))[:, self.categorical]
         columns = [_unit([row[name] for row in features]) for name in self.names]
         self.X = torch.cat([X, torch.tensor(columns, dtype=torch.float64).T], dim=-1)
-        self.rows = {encoder.key(c): i for i, c in enumerate(candidates)}
+        self.rows = index  # candidate key -> row of X
 
     @property
     def d(self) -> int:
@@ -113,10 +114,11 @@ class CandidatePool:
         self.index = {key: i for i, key in enumerate(self.keys)}
         self.X = encoder.encode_many(list(candidates))
         # what the model sees: the knobs' encoding, or the categorical knobs and features
-        self.model_encoder: UnitBoxEncoder | FeatureEncoder = (
-            FeatureEncoder(encoder, candidates, features) if features else encoder
-        )
-        self.model_X = self.model_encoder.encode_many(list(candidates)) if features else self.X
+        self.model_encoder: UnitBoxEncoder | FeatureEncoder = encoder
+        self.model_X = self.X
+        if features:
+            self.model_encoder = FeatureEncoder(encoder, candidates, features, self.index)
+            self.model_X = self.model_encoder.X
         self._categorical = torch.tensor(
             [dim.layout == CATEGORICAL for dim in encoder.dims], dtype=torch.bool
         )

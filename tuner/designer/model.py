@@ -51,7 +51,6 @@ from gpytorch.constraints import Interval
 from gpytorch.kernels import Kernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from tuner.encoding import UnitBoxEncoder
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -127,7 +126,7 @@ class FitCache:
 
 def outcome_data(
     spec: StudySpec,
-    encoder: UnitBoxEncoder | Encoder,
+    encoder: Encoder,
     observed: tuple[Trial, ...],
     impute_failures: bool = False,
 ) -> list[OutcomeData]:
@@ -176,7 +175,7 @@ def outcome_data(
 
 def fit_models(
     data: list[OutcomeData],
-    encoder: UnitBoxEncoder | Encoder,
+    encoder: Encoder,
     cache: FitCache | None = None,
     cache_scope: str = "",
 ) -> Model:
@@ -197,7 +196,7 @@ def fit_models(
 
 
 def _fit(
-    group: list[OutcomeData], encoder: UnitBoxEncoder | Encoder, cache: FitCache | None, scope: str
+    group: list[OutcomeData], encoder: Encoder, cache: FitCache | None, scope: str
 ) -> GPyTorchModel:
     model = build_model(group, encoder)
     key = (scope, ",".join(o.name for o in group))
@@ -216,7 +215,7 @@ def _fit(
     return model
 
 
-def build_model(group: list[OutcomeData], encoder: UnitBoxEncoder | Encoder) -> GPyTorchModel:
+def build_model(group: list[OutcomeData], encoder: Encoder) -> GPyTorchModel:
     """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel."""
     d = encoder.d
     X = group[0].X
