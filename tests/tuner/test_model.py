@@ -343,3 +343,23 @@ def test_a_trend_carries_the_fitted_slope_to_the_face_of_the_box() -> None:
     assert cache.get(("s", "tps"), 1) is not None and cache.get(("s:trend", "tps"), 1) is not None
     again: Any = fit_models([data], encoder, cache, "s", trend=True)
     assert isinstance(again.mean_module, LinearMean)
+
+
+def test_a_trend_works_for_batched_outcomes_and_next_to_a_feasibility_classifier() -> None:
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    ran = [
+        _trial(i + 1, i / 6, tps=100.0 + 10 * i, p95=10.0 + i, hit=0.5 + i / 20) for i in range(6)
+    ]
+    data = outcome_data(spec, encoder, tuple(ran))
+    batched: Any = fit_models(data, encoder, trend=True)
+    assert not isinstance(batched, ModelListGP) and isinstance(batched.mean_module, LinearMean)
+    face = torch.tensor([[1.0, 0.5]], dtype=torch.float64)
+    with torch.no_grad():
+        tps, p95, _ = batched.posterior(face).mean[0].tolist()
+    assert tps > 140.0 and p95 > 14.0  # both slopes carried beyond the data (x <= 5/6)
+    broken = (*ran, _trial(7, 0.95, S.INFEASIBLE))
+    listed: Any = fit_models(outcome_data(spec, encoder, broken), encoder, trend=True)
+    assert isinstance(listed, ModelListGP) and len(listed.models) == 4
+    assert all(isinstance(m.mean_module, LinearMean) for m in listed.models)
+    assert listed.posterior(face).mean.shape == (1, 4)
