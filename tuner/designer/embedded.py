@@ -47,9 +47,9 @@ The inner BO designer depends on how much the embedding compresses the knobs:
   configurations, the sign of plateaus of choice knobs and special values, where the trust
   region's Thompson samples are what keeps the search moving.
 
-Measured (``bench/README.md``, SYSBENCH-20 and JOB-5, seeds 0-19 and 0-9, trials to reach
-mlos-core's best at 100 ÷ 100): SYSBENCH 0.42 against 0.70 with the trust region and a
-constant mean; JOB 0.37 against 0.32. The trend is not a better predictor (leave-one-out
+Measured (``bench/README.md``; trials to reach mlos-core's mean best at 100, ÷ 100):
+SYSBENCH-20 seeds 0-29 0.45 against 0.69 with the trust region and a constant mean (seeds
+0-9 0.447 against 0.759); JOB-5 seeds 0-9 0.37 against 0.32. The trend is not a better predictor (leave-one-out
 with it re-estimated per fold is worse in every fit checked); it is a bias of the
 acquisition toward the faces, and on the wide embeddings it is harmful: Branin D = 100 ends
 at 1.59 at 50 evaluations with it against 0.46 without.
