@@ -31,11 +31,11 @@ below ``0.8 / 2^5``. The state is recomputed from the history on every call. Glo
 or more dimensions keeps sampling the box's faces long after it has found the right basin;
 the local half refines it, and a posterior sample (unlike the expected improvement) also
 tries the side of the best point that the model is unsure about.
+
 With ``trust_region_on_plateaus`` as well, the trust region only opens once the history holds
-a trial of source ``random``: a fill-in for a suggestion that repeated a taken
-configuration, the mark of a landscape of plateaus (``embedded.py``).
-Until then every model-based suggestion is global. ``trend`` gives the GPs a linear prior
-mean (``model.py``).
+a trial of source ``random``: a fill-in for a suggestion that repeated a taken configuration,
+the mark of a landscape of plateaus (``embedded.py``). Until then every model-based
+suggestion is global. ``trend`` gives the GPs a linear prior mean (``model.py``).
 
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
 constraints, and compared with every configuration already taken; a duplicate is replaced by

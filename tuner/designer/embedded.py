@@ -38,9 +38,9 @@ The inner BO designer depends on how much the embedding compresses the knobs:
   suggestions are Thompson samples in a trust region around the best trial
   (``BODesigner(trust_region=True)``); in 16 or more dimensions global BO keeps sampling the
   faces of the box after it has found the right basin;
-* at most two knobs per coordinate (20 MySQL knobs in 16, 5 in 4), each coordinate stands for
-  one knob, or two, whose effects are mostly monotone (more buffer, more I/O capacity, a log
-  switched off), and the good configurations lie on the faces of the box. The GPs get a
+* at most two knobs per coordinate (20 MySQL knobs in 16, 5 in 4): each coordinate stands
+  for one knob, or two, and on the MySQL surrogates the good configurations lie on the faces
+  of the box (several knobs near the top of their ranges, a log switched off). The GPs get a
   linear prior mean (``trend``, ``model.py``), which carries the fitted slopes out to those
   faces, and every step is global qLogNEI until the first random fill-in
   (``trust_region_on_plateaus``): a proposal that kept projecting onto measured
@@ -49,10 +49,10 @@ The inner BO designer depends on how much the embedding compresses the knobs:
 
 Measured (``bench/README.md``; trials to reach mlos-core's mean best at 100, ÷ 100):
 SYSBENCH-20 seeds 0-29 0.45 against 0.69 with the trust region and a constant mean (seeds
-0-9 0.447 against 0.759); JOB-5 seeds 0-9 0.37 against 0.32. The trend is not a better predictor (leave-one-out
-with it re-estimated per fold is worse in every fit checked); it is a bias of the
-acquisition toward the faces, and on the wide embeddings it is harmful: Branin D = 100 ends
-at 1.59 at 50 evaluations with it against 0.46 without.
+0-9: 0.447 against 0.759); JOB-5 seeds 0-9 0.37 against 0.32. The trend is not a better
+predictor (leave-one-out with it re-estimated per fold is worse in every fit checked); it is
+a bias of the acquisition toward the faces, and on the wide embeddings it is harmful: Branin
+D = 100 ends at 1.59 at 50 evaluations with it against 0.46 without.
 
 With ``designer.expert_priors`` the initial design is drawn from the knobs' recommended
 region (``priors.py``) and mapped into the embedding.
