@@ -34,7 +34,7 @@ The policy, over the stored history:
 The inner BO designer depends on how much the embedding compresses the knobs:
 
 * more than ``NARROW_KNOBS_PER_DIM`` (2) knobs per coordinate at level 0 (Branin and
-  Hartmann6 in D = 100 or 1000, 90 PostgreSQL knobs in 16 dimensions): half of its
+  Hartmann6 in D = 100 or 1000, 111 PostgreSQL knobs in 16 dimensions): half of its
   suggestions are Thompson samples in a trust region around the best trial
   (``BODesigner(trust_region=True)``); in 16 or more dimensions global BO keeps sampling the
   faces of the box after it has found the right basin;
