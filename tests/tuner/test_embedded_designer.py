@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from tuner.designer.bo import (
     trust_region_length,
 )
 from tuner.designer.embedded import EmbeddedDesigner, grown_level
-from tuner.designer.model import FitCache
 from tuner.errors import StateError
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -269,34 +267,3 @@ def test_half_of_the_inner_designers_steps_are_local() -> None:
     center, length = inner._local_box(history, [Suggestion({}, "bo")]) or ([], 0.0)
     best = max(low, key=lambda t: t.metrics["y"])
     assert center == inner.encoder.encode(best.config) and length == TR_LENGTH
-
-
-def test_a_narrow_embedding_gets_a_trend_and_opens_the_trust_region_on_a_plateau() -> None:
-    """At most two knobs per coordinate (6 knobs in 4): the inner GPs get a linear prior mean
-    and every model-based step is global until a random fill-in is stored; from then on
-    every second step is local again. A wide embedding (20 knobs in 4) keeps the constant
-    mean and its trust region from the first model-based step."""
-    knobs = [dict(k, name=f"n{i}") for i, k in enumerate(KNOBS[:4])] + KNOBS[18:]
-    cache = FitCache()
-    narrow = EmbeddedDesigner(make_spec(knobs=knobs), cache, settings=FAST)
-    wide = EmbeddedDesigner(make_spec(), settings=FAST)
-    inner = narrow.stage(0).inner
-    assert isinstance(inner, BODesigner) and inner.trend and inner.trust_region_on_plateaus
-    assert not wide.stage(0).inner.trend  # type: ignore[attr-defined]
-    assert not wide.stage(0).inner.trust_region_on_plateaus  # type: ignore[attr-defined]
-    trials: list[Trial] = []
-    for _ in range(8):  # default, 5 design points, 2 model-based
-        (s,) = narrow.suggest(1, trials, [])
-        score = sum(float(v) for k, v in s.config.items() if k.startswith("n"))
-        trials.append(completed(len(trials) + 1, s, y=score))
-    assert [t.source for t in trials[6:]] == ["bo", "bo"]
-    # the model-based steps fitted GPs with the trend (cached under their own scope)
-    assert cache.get(("llama:trend", "y"), 4) is not None and cache.get(("llama", "y"), 4) is None
-    low = [t for t in (narrow.low_trial(t) for t in trials) if t is not None]
-    history = History.build(inner.encoder, low, [])
-    odd = [Suggestion({}, "bo")]  # one more model-based suggestion: a local step's turn
-    assert inner._local_box(history, odd) is None  # no plateau met yet: global
-    filled = [*low, replace(low[-1], id=len(trials) + 1, source="random")]
-    history = History.build(inner.encoder, filled, [])
-    assert inner._local_box(history, []) is not None  # a fill-in: the local turn is local
-    assert inner._local_box(history, odd) is None  # and the next one global again

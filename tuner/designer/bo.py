@@ -32,11 +32,6 @@ or more dimensions keeps sampling the box's faces long after it has found the ri
 the local half refines it, and a posterior sample (unlike the expected improvement) also
 tries the side of the best point that the model is unsure about.
 
-With ``trust_region_on_plateaus`` as well, the trust region only opens once the history holds
-a trial of source ``random``: a fill-in for a suggestion that repeated a taken configuration,
-the mark of a landscape of plateaus (``embedded.py``). Until then every model-based
-suggestion is global. ``trend`` gives the GPs a linear prior mean (``model.py``).
-
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
 constraints, and compared with every configuration already taken; a duplicate is replaced by
 a random configuration. Numerical trouble (a Cholesky failure, NaNs, a fit that does not
@@ -150,15 +145,11 @@ class BODesigner(QuasiRandomDesigner):
         cache: FitCache | None = None,
         settings: OptimizerSettings | None = None,
         trust_region: bool = False,
-        trust_region_on_plateaus: bool = False,
-        trend: bool = False,
     ) -> None:
         super().__init__(spec)
         self.cache = cache
         self.settings = settings or OptimizerSettings()
         self.trust_region = trust_region
-        self.trust_region_on_plateaus = trust_region_on_plateaus
-        self.trend = trend
 
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
@@ -206,10 +197,6 @@ class BODesigner(QuasiRandomDesigner):
         if not self.trust_region or self.spec.multi_objective or self.sampler.pool is not None:
             # a trust region follows one best trial (a Pareto front has many) in the unit box
             return None
-        if self.trust_region_on_plateaus and not any(
-            t.source == "random" for t in (*history.observed, *history.pending)
-        ):
-            return None  # no plateau met yet: global steps only
         initial = self.spec.designer.initial_size(len(self.spec.space))
         step = history.designed + len(chosen) - initial  # model-based suggestions so far
         leaders = _leaders(self.spec, history.observed, 1)
@@ -243,7 +230,7 @@ class BODesigner(QuasiRandomDesigner):
         ):
             warnings.simplefilter("always")
             torch.manual_seed(seed)
-            model = fit_models(data, encoder, self.cache, self.spec.name, self.trend)
+            model = fit_models(data, encoder, self.cache, self.spec.name)
             if local is not None:
                 box = _box_region(local[0], local[1], _objective_lengthscales(model))
                 candidates = thompson_candidates(

@@ -31,28 +31,9 @@ The policy, over the stored history:
    trial order, and the longest stored point), so a restarted server resumes at the same
    level.
 
-The inner BO designer depends on how much the embedding compresses the knobs:
-
-* more than ``NARROW_KNOBS_PER_DIM`` (2) knobs per coordinate at level 0 (Branin and
-  Hartmann6 in D = 100 or 1000, 111 PostgreSQL knobs in 16 dimensions): half of its
-  suggestions are Thompson samples in a trust region around the best trial
-  (``BODesigner(trust_region=True)``); in 16 or more dimensions global BO keeps sampling the
-  faces of the box after it has found the right basin;
-* at most two knobs per coordinate (20 MySQL knobs in 16, 5 in 4): each coordinate stands
-  for one knob, or two, and on the MySQL surrogates the good configurations lie on the faces
-  of the box (several knobs near the top of their ranges, a log switched off). The GPs get a
-  linear prior mean (``trend``, ``model.py``), which carries the fitted slopes out to those
-  faces, and every step is global qLogNEI until the first random fill-in
-  (``trust_region_on_plateaus``): a proposal that kept projecting onto measured
-  configurations, the sign of plateaus of choice knobs and special values, where the trust
-  region's Thompson samples are what keeps the search moving.
-
-Measured (``bench/README.md``; trials to reach mlos-core's mean best at 100, ÷ 100):
-SYSBENCH-20 seeds 0-29 0.45 against 0.69 with the trust region and a constant mean (seeds
-0-9: 0.447 against 0.759); JOB-5 seeds 0-9 0.37 against 0.32. The trend is not a better
-predictor (leave-one-out with it re-estimated per fold is worse in every fit checked); it is
-a bias of the acquisition toward the faces, and on the wide embeddings it is harmful: Branin
-D = 100 ends at 1.59 at 50 evaluations with it against 0.46 without.
+The inner BO designer searches half of its suggestions in a trust region around the best
+trial (``BODesigner(trust_region=True)``): in 16 or more dimensions global BO keeps sampling
+the faces of the box after it has found the right basin.
 
 With ``designer.expert_priors`` the initial design is drawn from the knobs' recommended
 region (``priors.py``) and mapped into the embedding.
@@ -82,9 +63,6 @@ from tuner.trial import OBSERVED, Trial, TrialStatus, dominates, is_feasible
 
 _RANDOM_TRIES = 200
 _ASK_ROUNDS = 6
-# At most this many knobs per coordinate (level 0): the inner GPs get a linear prior mean and
-# the trust region waits for a plateau (module doc).
-NARROW_KNOBS_PER_DIM = 2.0
 # The growth rule's significant improvement, relative to the median feasible value's distance
 # from the best (scale-free, and robust to the huge values of a bad initial design).
 GROW_IMPROVEMENT = 0.01
@@ -141,19 +119,11 @@ class EmbeddedDesigner(Designer):
         if level not in self._stages:
             embedding = HeSBOEmbedding(self.spec.space, self.settings, level)
             low_spec = low_dimensional_spec(self.spec, embedding)
-            narrow = len(self.spec.space) <= NARROW_KNOBS_PER_DIM * embedding.sizes[0]
-            inner: Designer
-            if self.spec.designer.algorithm != "bo":
-                inner = QuasiRandomDesigner(low_spec)
-            else:
-                inner = BODesigner(
-                    low_spec,
-                    self._cache,
-                    self._optimizer,
-                    trust_region=True,
-                    trust_region_on_plateaus=narrow,
-                    trend=narrow,
-                )
+            inner: Designer = (
+                BODesigner(low_spec, self._cache, self._optimizer, trust_region=True)
+                if self.spec.designer.algorithm == "bo"
+                else QuasiRandomDesigner(low_spec)
+            )
             self._stages[level] = Stage(embedding, low_spec, inner)
         return self._stages[level]
 

@@ -23,12 +23,6 @@ objective's model free to predict a record there; on the cloud benchmark, the de
 that run out of memory sit next to the cheapest ones that do not, and the imputed values
 keep qLogNEI from spending trial after trial on that edge (SMAC's "crash cost" idea).
 
-With ``trend`` every GP gets a linear prior mean (gpytorch's ``LinearMean``, its slopes fitted
-with the other hyperparameters) instead of a constant one: far from the data it carries the
-fitted slopes on to the faces of the box instead of reverting to the average. The LlamaTune
-designer asks for it when its embedding holds at most two knobs per coordinate (see
-``embedded.py``, where the measurements that decided it are summarized).
-
 Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last fitted
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
 The cache only saves time: without it the same model is fitted from the priors.
@@ -55,7 +49,6 @@ from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from gpytorch.constraints import Interval
 from gpytorch.kernels import Kernel
-from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from tuner.space import Config
@@ -185,7 +178,6 @@ def fit_models(
     encoder: Encoder,
     cache: FitCache | None = None,
     cache_scope: str = "",
-    trend: bool = False,
 ) -> Model:
     """Fit the outcomes' GPs, warm-started from the cache; outputs keep ``data``'s order.
 
@@ -196,23 +188,17 @@ def fit_models(
     A batched multi-output GP is never put inside a ``ModelListGP``: BoTorch 0.18 then lays
     out the joint posterior's covariance wrongly (the variances of the second output show up
     in the first output's slots for half the points), which silently breaks the acquisition.
-    ``trend``: linear prior means (module doc); cached apart from constant-mean fits.
     """
     groups = _groups(data)
-    scope = cache_scope + ":trend" if trend else cache_scope
     if len(groups) == 1:
-        return _fit(groups[0], encoder, cache, scope, trend)
-    return ModelListGP(*[_fit([o], encoder, cache, scope, trend) for o in data])
+        return _fit(groups[0], encoder, cache, cache_scope)
+    return ModelListGP(*[_fit([o], encoder, cache, cache_scope) for o in data])
 
 
 def _fit(
-    group: list[OutcomeData],
-    encoder: Encoder,
-    cache: FitCache | None,
-    scope: str,
-    trend: bool = False,
+    group: list[OutcomeData], encoder: Encoder, cache: FitCache | None, scope: str
 ) -> GPyTorchModel:
-    model = build_model(group, encoder, trend)
+    model = build_model(group, encoder)
     key = (scope, ",".join(o.name for o in group))
     state = cache.get(key, encoder.d) if cache is not None else None
     if state is not None:
@@ -229,22 +215,17 @@ def _fit(
     return model
 
 
-def build_model(group: list[OutcomeData], encoder: Encoder, trend: bool = False) -> GPyTorchModel:
-    """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel.
-
-    ``trend``: a linear prior mean over all inputs (module doc) instead of a constant.
-    """
+def build_model(group: list[OutcomeData], encoder: Encoder) -> GPyTorchModel:
+    """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel."""
     d = encoder.d
     X = group[0].X
     Y = torch.cat([o.Y for o in group], dim=-1)
     cat_dims = sorted(encoder.cat_dims)
     other = [i for i in range(d) if i not in encoder.cat_dims]
-    batch = torch.Size([len(group)]) if len(group) > 1 else None
     return SingleTaskGP(
         X,  # already normalized: the unit-box encoding of the knobs' ranges
         Y,
-        covar_module=_kernel(other, cat_dims, batch),
-        mean_module=LinearMean(d, batch_shape=batch or torch.Size([])) if trend else None,
+        covar_module=_kernel(other, cat_dims, torch.Size([len(group)]) if len(group) > 1 else None),
         outcome_transform=Standardize(m=len(group)),
     )
 
