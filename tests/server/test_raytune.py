@@ -1,13 +1,15 @@
 """Scale-out on Ray Tune: a real local Ray instance runs trials the tuner server proposes.
 
-Ray starts first (before any gRPC server of the process: see ``server.raytune.local_ray``),
-then an in-process tuner server on 127.0.0.1; trials run ``examples/ray_sort.py`` through
-the command target, two at a time.
+``tuner ray`` runs in its own process: Ray starts first (before any gRPC server of the
+process: see ``server.raytune.local_ray``), then a tuner server on 127.0.0.1; trials run
+``examples/ray_sort.py`` through the command target, two at a time.
 """
 
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ pytest.importorskip("ray")
 
 from server.app import build_server, stop_server
 from server.config import load_config
-from server.raytune import TunerSearch, local_ray, outcome_of, run_ray
+from server.raytune import TunerSearch, outcome_of
 from server.service import LeasePolicy, TuningService
 from server.storage import SQLiteStorage
 from tuner.trial import TrialStatus
@@ -42,28 +44,30 @@ def example(tmp_path: Path) -> Any:
 
 
 @pytest.mark.slow
-def test_ray_runs_the_studys_trials_in_parallel(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(REPO)
-    with local_ray(2):
-        storage = SQLiteStorage(tmp_path / "tuner.db")
-        service = TuningService(storage, leases=LeasePolicy(600))
-        grpc_server, port = build_server(service)
-        grpc_server.start()
-        try:
-            config = example(tmp_path)
-            run_ray(f"127.0.0.1:{port}", config.spec, config.target, 4, 2,
-                    storage=tmp_path / "ray")  # fmt: skip
-            trials = storage.list_trials("ray-sort")
-        finally:
-            stop_server(grpc_server, None).wait()
-            storage.close()
+def test_tuner_ray_runs_the_studys_trials_in_parallel(tmp_path: Path) -> None:
+    """``tuner ray`` as a user runs it: its own process, so Ray's daemons never fork from a
+    process that already runs gRPC threads (pytest's, after the server tests), and all of
+    them are gone when the command exits."""
+    text = (REPO / "examples" / "ray_sort.toml").read_text()
+    config = tmp_path / "ray_sort.toml"
+    config.write_text(text.replace('db = "runs/tuner.db"', f'db = "{tmp_path / "tuner.db"}"'))
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "ray", str(config), "--parallel", "2",
+         "--trials", "4"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    storage = SQLiteStorage(tmp_path / "tuner.db")
+    try:
+        trials = storage.list_trials("ray-sort")
+    finally:
+        storage.close()
     assert [t.status for t in trials] == [TrialStatus.COMPLETED] * 4
     assert all(t.metrics["mb_per_s"] > 0 for t in trials)
     assert len({t.client_id for t in trials}) == 4
     assert all(t.client_id.startswith("ray:") for t in trials)
     assert len({(t.config["kind"], t.config["block_kb"]) for t in trials}) == 4
+    assert (tmp_path / "ray").is_dir()  # Ray's own results, beside the study's database
 
 
 def test_the_searcher_pickles_and_restores_from_its_checkpoint(
