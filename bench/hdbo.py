@@ -21,6 +21,13 @@ definitions are in its initial commit ``fea0a1a``), which builds Ax ``BenchmarkP
 * ``Hartmann6, D=1000``: 1000 float parameters ``x0..x999`` in ``[0, 1]``; active
   ``x190, x140, x430, x370, x660, x30`` in that order; otherwise as D=100; 200 evaluations.
 
+**A guard of ours, not ALEBO's**: ``hartmann6-d20`` is Hartmann6 on six of 20 knobs in ``[0, 1]``
+(``x3, x7, x11, x14, x17, x19`` in that order), 100 evaluations, a 16-dimensional embedding:
+the size of the MySQL SYSBENCH problem with an interior optimum instead of one on the faces
+of the box. A designer change tuned on SYSBENCH must not lose here (``bench/README.md``, "A
+prior mean with a linear trend": a linear prior mean took the mean best at 50 from -3.16 to
+-2.13). It has no published curves.
+
 The active parameters are therefore *not* the first coordinates, and Branin's two blocks carry
 different bounds. Ax's ``NoisyFunctionMetric._evaluate`` passes ``[params[p] for p in
 param_names]`` in ``param_names`` order (``facebook/Ax`` ``ax/metrics/noisy_function.py``);
@@ -58,6 +65,7 @@ from tuner.space import Scalar
 CURVES_CSV = Path("hdbo_alebo_baselines") / "alebo_benchmark_curves.csv"
 BRANIN_ACTIVE = (19, 64)
 HARTMANN6_ACTIVE = {100: (19, 14, 43, 37, 66, 3), 1000: (190, 140, 430, 370, 660, 30)}
+HARTMANN6_GUARD_ACTIVE = (3, 7, 11, 14, 17, 19)  # hartmann6-d20: ours, not ALEBO's
 #: Published methods shown next to ours (CSV name -> display name); the rest stay in the JSON.
 SHOWN_PUBLISHED = {
     "ALEBO": "ALEBO",
@@ -178,6 +186,23 @@ def hartmann6_problem(dim: int, budget: int = 200) -> KnobProblem:
         optimum=-3.32237,
         published=f"Hartmann6, D={dim}",
         source=f"facebookresearch/alebo@2f8c7ba benchmarks/benchmark_problems.py hartmann6_{dim}",
+    )
+
+
+def hartmann6_guard_problem() -> KnobProblem:
+    """``hartmann6-d20``: Hartmann6 on 6 of 20 knobs in [0, 1], 100 evaluations (module doc)."""
+    names = tuple(f"x{i}" for i in HARTMANN6_GUARD_ACTIVE)
+    return KnobProblem(
+        name="hartmann6-d20",
+        knobs=tuple(_float_knob(f"x{i}", 0.0, 1.0) for i in range(20)),
+        evaluate=_embedded(hartmann6, names),
+        metric="f",
+        goal="minimize",
+        budget=100,
+        quick_budget=50,
+        embed_dims=16,
+        optimum=-3.32237,
+        source="bench/hdbo.py hartmann6_guard_problem (a guard of this repository)",
     )
 
 

@@ -10,6 +10,8 @@ Problems (read from ``../shared/benchdata`` at run time; ``--data`` overrides):
 * ``branin-d100`` (50 evaluations), ``hartmann6-d100`` and ``hartmann6-d1000`` (200): ALEBO's
   embedded problems exactly as defined in its benchmarks (``bench/hdbo.py``), so that our
   numbers sit next to the published ALEBO, HeSBO, REMBO, TuRBO, SMAC, CMA-ES and Sobol curves.
+* ``hartmann6-d20`` (100): a guard of ours, Hartmann6 on 6 of 20 knobs, SYSBENCH's size with
+  an interior optimum (``bench/hdbo.py``).
 
 Methods, every one evaluating the same ``KnobProblem.evaluate`` in this process, seeds
 ``0 .. N-1``:
@@ -86,7 +88,14 @@ METHODS = ("ours", "ours-full", "ours-priors", "mlos", "skopt", "optuna", "rando
 PRIOR_METHODS = frozenset({"ours-priors"})  # the only methods that see the knobs' priors
 OURS = {"ours": (True, False), "ours-full": (False, False), "ours-priors": (False, True)}
 RUNS_LOG = "llamatune-runs.jsonl"
-PROBLEMS = ("sysbench-20", "job-5", "branin-d100", "hartmann6-d100", "hartmann6-d1000")
+PROBLEMS = (
+    "sysbench-20",
+    "job-5",
+    "branin-d100",
+    "hartmann6-d100",
+    "hartmann6-d1000",
+    "hartmann6-d20",
+)
 FULL_SEEDS, QUICK_SEEDS = 10, 2
 REF_TRIALS = 100
 CHECKPOINTS = (25, 50, 100)
@@ -126,10 +135,13 @@ class Settings:
 def build_problems(names: list[str], data_dir: Path) -> tuple[list[KnobProblem], dict[str, str]]:
     """The named problems, and ``name -> reason`` for those that cannot be built here."""
     alebo = hdbo.alebo_problems()
+    guard = hdbo.hartmann6_guard_problem()
     problems, skipped = [], {}
     for name in names:
         if name in alebo:
             problems.append(alebo[name])
+        elif name == guard.name:
+            problems.append(guard)
         elif name in dbsurrogate.SAMPLE_SETS:
             if not (data_dir / dbsurrogate.FOLDER).is_dir():
                 skipped[name] = f"{data_dir / dbsurrogate.FOLDER} not found (use --data)"

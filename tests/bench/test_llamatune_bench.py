@@ -10,6 +10,7 @@ import json
 import math
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,18 @@ def test_alebo_hartmann6_definition_and_optimum(dim: int) -> None:
     assert problem.evaluate(shuffled) > -3.3  # the order of the active parameters matters
     with pytest.raises(ValueError, match="D in"):
         hdbo.hartmann6_problem(50)
+
+
+def test_the_hartmann6_guard_has_its_optimum_inside_20_knobs(tmp_path: Path) -> None:
+    [problem], skipped = llamatune.build_problems(["hartmann6-d20"], tmp_path)  # no data needed
+    assert not skipped and problem.dim == 20 and problem.budget == 100
+    assert problem.embed_dims == 16 and problem.published is None
+    config = _random_config(problem, 3)
+    active = hdbo.HARTMANN6_GUARD_ACTIVE
+    config.update({f"x{i}": v for i, v in zip(active, H6_MINIMIZER, strict=True)})
+    assert problem.evaluate(config) == pytest.approx(-3.32237, abs=1e-5)
+    corner = dict(config, **{f"x{i}": 1.0 for i in active})  # the faces are poor here
+    assert problem.evaluate(corner) > -0.5
 
 
 def test_best_so_far_and_trials_to_reach_follow_the_goal() -> None:
