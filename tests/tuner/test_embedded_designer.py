@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,10 +15,14 @@ from tuner.designer.bo import (
     TR_HALVINGS,
     TR_LENGTH,
     TR_PATIENCE,
+    TREND_KEEP,
+    TREND_PROBE,
     _box_region,
+    trend_probe_open,
     trust_region_length,
 )
 from tuner.designer.embedded import EmbeddedDesigner, grown_level
+from tuner.designer.model import FitCache
 from tuner.errors import StateError
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -267,3 +272,65 @@ def test_half_of_the_inner_designers_steps_are_local() -> None:
     center, length = inner._local_box(history, [Suggestion({}, "bo")]) or ([], 0.0)
     best = max(low, key=lambda t: t.metrics["y"])
     assert center == inner.encoder.encode(best.config) and length == TR_LENGTH
+
+
+def _scored(sources_values: list[tuple[str, float | None]], goal: str = "maximize") -> bool:
+    spec = make_spec() if goal == "maximize" else StudySpec.from_dict(
+        {**make_spec().to_dict(), "objectives": [{"name": "y", "goal": goal}]}
+    )  # fmt: skip
+    trials = [
+        Trial(i + 1, {}, TrialStatus.COMPLETED if v is not None else TrialStatus.INFEASIBLE,
+              {"y": v} if v is not None else {}, source=src)
+        for i, (src, v) in enumerate(sources_values)
+    ]  # fmt: skip
+    return trend_probe_open(spec, trials)
+
+
+def test_the_trend_probe_goes_on_while_its_steps_beat_most_earlier_trials() -> None:
+    """Six trend steps are scored before the probe is judged, then it stays open while they
+    beat 40 % of the earlier trials on average (TREND_PROBE, TREND_KEEP)."""
+    assert (TREND_PROBE, TREND_KEEP) == (6, 0.4)
+    design = [("sobol", float(v)) for v in (3, 1, 4, 1, 5, 9, 2, 6)]
+    assert _scored(design)  # no model-based step yet: the probe is open
+    good = [("bo", v) for v in (7.0, 8.0, 0.5, 10.0, 0.0, 0.2)]  # 7/8 8/9 0 11/11 0 1/13
+    assert _scored(design + good)  # mean 0.47
+    poor = [("bo", v) for v in (0.0, 1.5, 2.5, 20.0, 0.1, 0.3)]  # 0 3/9 5/10 11/11 1/12 2/13
+    assert _scored(design + poor[:5])  # five scored steps: not judged yet
+    assert not _scored(design + poor)  # mean 0.35 < 0.4: closed
+    later = [("bo", 50.0), ("random", 60.0), ("bo", 70.0)]
+    assert not _scored(design + poor + later)  # once closed, closed: later steps were flat
+    broken = [("bo", None)] * 4 + [("bo", 8.0), ("bo", 9.5)]  # 0 0 0 0 7/8 9/9: mean 0.31
+    assert not _scored(design + broken)  # a step that broke the system scores 0
+    assert _scored(design + [("bo", 6.5)] * 4 + broken[4:])  # the same steps, measured
+    assert _scored(design + good + [("random", -5.0), ("bo", 8.5)])  # fill-ins are not steps
+    # minimize: beating a trial means a lower value
+    mirror = [(s, -v) for s, v in design + good]
+    assert _scored(mirror, goal="minimize")
+    assert not _scored([(s, -v) for s, v in design + poor], goal="minimize")
+
+
+def test_a_narrow_embedding_probes_a_trend_and_a_wide_one_does_not() -> None:
+    """At most two knobs per coordinate (6 knobs in 4): the inner designer's first model-based
+    steps fit GPs with a linear prior mean (cached under their own scope) and are global even
+    on a trust region's turn; a wide embedding (20 knobs in 4) never probes."""
+    knobs = [dict(k, name=f"n{i}") for i, k in enumerate(KNOBS[:4])] + KNOBS[18:]
+    cache = FitCache()
+    narrow = EmbeddedDesigner(make_spec(knobs=knobs), cache, settings=FAST)
+    wide = EmbeddedDesigner(make_spec(), settings=FAST)
+    inner = narrow.stage(0).inner
+    assert isinstance(inner, BODesigner) and inner.trend_probe
+    assert not wide.stage(0).inner.trend_probe  # type: ignore[attr-defined]
+    trials: list[Trial] = []
+    for _ in range(9):  # default, 5 design points, 3 model-based
+        (s,) = narrow.suggest(1, trials, [])
+        score = sum(float(v) for k, v in s.config.items() if k.startswith("n"))
+        trials.append(completed(len(trials) + 1, s, y=score))
+    assert [t.source for t in trials[6:]] == ["bo", "bo", "bo"]
+    assert cache.get(("llama:trend", "y"), 4) is not None and cache.get(("llama", "y"), 4) is None
+    low = [t for t in (narrow.low_trial(t) for t in trials) if t is not None]
+    history = History.build(inner.encoder, low, [])
+    assert inner._trend_step(history, coarse=False)
+    assert not inner._trend_step(history, coarse=True)  # the prior region's phase comes first
+    closed = [*low[:5], *(replace(t, metrics={"y": -1.0}) for t in low[5:])]
+    closed += [replace(low[-1], id=100 + i, metrics={"y": -1.0}) for i in range(4)]
+    assert not inner._trend_step(History.build(inner.encoder, closed, []), coarse=False)

@@ -11,6 +11,7 @@ import torch
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabilityOfFeasibility
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.kernels.categorical import CategoricalKernel
+from gpytorch.means import LinearMean
 
 from tuner.designer.acquisition import build_acquisition, outcome_constraints, thompson_candidates
 from tuner.designer.model import (
@@ -318,3 +319,47 @@ def test_thompson_candidates_respect_the_modelled_constraint() -> None:
     # the same seed, the same point: a restarted server suggests the same
     again = thompson_candidates(spec, model, data, [0.5, 0.5], (0.0, 0.0), (1.0, 1.0), 1, 0)
     assert torch.equal(again, picks[:1])
+
+
+def test_a_trend_carries_the_fitted_slope_to_the_face_of_the_box() -> None:
+    """With ``trend`` the GP's prior mean is linear: beyond the data (x in [0, 0.4]) it keeps
+    rising toward x = 1, where a constant-mean GP falls back toward the average."""
+    spec = _spec([{"name": "x", "kind": "float"}])
+    encoder = UnitBoxEncoder(spec.space)
+    trials = tuple(_trial(i + 1, 0.4 * i / 7, tps=10.0 * (0.4 * i / 7)) for i in range(8))
+    (data,) = [d for d in outcome_data(spec, encoder, trials) if d.name == "tps"]
+    cache = FitCache()
+    flat: Any = fit_models([data], encoder, cache, "s")
+    sloped: Any = fit_models([data], encoder, cache, "s", trend=True)
+    assert not isinstance(flat.mean_module, LinearMean)
+    assert isinstance(sloped.mean_module, LinearMean)
+    face = torch.tensor([[1.0]], dtype=torch.float64)
+    with torch.no_grad():
+        at_face = float(sloped.posterior(face).mean)
+        flat_face = float(flat.posterior(face).mean)
+    assert at_face == pytest.approx(10.0, abs=1.0)  # the line y = 10 x, continued
+    assert flat_face < 6.0  # the constant mean pulls the prediction back down
+    # the two kinds are cached apart: a constant-mean state never warm-starts a trend fit
+    assert cache.get(("s", "tps"), 1) is not None and cache.get(("s:trend", "tps"), 1) is not None
+    again: Any = fit_models([data], encoder, cache, "s", trend=True)
+    assert isinstance(again.mean_module, LinearMean)
+
+
+def test_a_trend_works_for_batched_outcomes_and_next_to_a_feasibility_classifier() -> None:
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    ran = [
+        _trial(i + 1, i / 6, tps=100.0 + 10 * i, p95=10.0 + i, hit=0.5 + i / 20) for i in range(6)
+    ]
+    data = outcome_data(spec, encoder, tuple(ran))
+    batched: Any = fit_models(data, encoder, trend=True)
+    assert not isinstance(batched, ModelListGP) and isinstance(batched.mean_module, LinearMean)
+    face = torch.tensor([[1.0, 0.5]], dtype=torch.float64)
+    with torch.no_grad():
+        tps, p95, _ = batched.posterior(face).mean[0].tolist()
+    assert tps > 140.0 and p95 > 14.0  # both slopes carried beyond the data (x <= 5/6)
+    broken = (*ran, _trial(7, 0.95, S.INFEASIBLE))
+    listed: Any = fit_models(outcome_data(spec, encoder, broken), encoder, trend=True)
+    assert isinstance(listed, ModelListGP) and len(listed.models) == 4
+    assert all(isinstance(m.mean_module, LinearMean) for m in listed.models)
+    assert listed.posterior(face).mean.shape == (1, 4)

@@ -32,6 +32,25 @@ or more dimensions keeps sampling the box's faces long after it has found the ri
 the local half refines it, and a posterior sample (unlike the expected improvement) also
 tries the side of the best point that the model is unsure about.
 
+With ``trend_probe`` as well (the LlamaTune designer turns it on for embeddings of at most two
+knobs per coordinate), a single-objective study's model-based steps start as *trend steps*:
+global qLogNEI on GPs with a linear prior mean (``model.py``, ``trend``), which carry the
+fitted slopes out to the faces of the box, where a constant-mean GP falls back to the
+average. The measurements then decide: each trend step scores the share of earlier trials it
+beat (0 for a trial that broke the system or failed); after ``TREND_PROBE`` (6) of them the
+trend steps go on only while their mean score stays at or above ``TREND_KEEP`` (0.4). Once it
+falls below, every later step is the step above, with the constant mean. Which trials were
+trend steps is replayed from the history (the model-based trials in id order), so a
+restarted server continues the same way.
+
+The two constants come from the first BO steps of runs with a trend on every step
+(``bench/README.md``): on the MySQL SYSBENCH surrogate, whose good configurations lie on the
+faces, the running mean score before the target was reached stayed at or above 0.40 in 30
+seeds of 30; on Hartmann6 on 6 of 20 knobs, whose optimum is inside, the mean of the first
+six steps was at most 0.40 in 10 seeds of 10 (the faces score about 0.3 there). A trend on
+every step found SYSBENCH's faces fast but lost the interior optimum; a leave-one-out
+comparison of the two means chose the trend on both problems' first steps.
+
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
 constraints, and compared with every configuration already taken; a duplicate is replaced by
 a random configuration. Numerical trouble (a Cholesky failure, NaNs, a fit that does not
@@ -83,6 +102,10 @@ TR_IMPROVEMENT = 1e-3
 # Candidate lists: qLogNEI counts only improvements beyond this many standard deviations of
 # the objective's observations (``acquisition.build_acquisition``'s margin).
 CANDIDATE_MARGIN = 0.5
+# Trend probe (see module doc): trend steps before they are judged, and the mean share of
+# earlier trials they must beat to go on.
+TREND_PROBE = 6
+TREND_KEEP = 0.4
 
 
 class QuasiRandomDesigner(Designer):
@@ -145,11 +168,13 @@ class BODesigner(QuasiRandomDesigner):
         cache: FitCache | None = None,
         settings: OptimizerSettings | None = None,
         trust_region: bool = False,
+        trend_probe: bool = False,
     ) -> None:
         super().__init__(spec)
         self.cache = cache
         self.settings = settings or OptimizerSettings()
         self.trust_region = trust_region
+        self.trend_probe = trend_probe
 
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
@@ -230,7 +255,10 @@ class BODesigner(QuasiRandomDesigner):
         ):
             warnings.simplefilter("always")
             torch.manual_seed(seed)
-            model = fit_models(data, encoder, self.cache, self.spec.name)
+            trend = self._trend_step(history, coarse)
+            if trend:
+                local = None  # a trend step is global: the slopes point to the faces
+            model = fit_models(data, encoder, self.cache, self.spec.name, trend=trend)
             if local is not None:
                 box = _box_region(local[0], local[1], _objective_lengthscales(model))
                 candidates = thompson_candidates(
@@ -252,6 +280,12 @@ class BODesigner(QuasiRandomDesigner):
             log.debug("study %s: %s: %s", self.spec.name, w.category.__name__, w.message)
         configs = [self.encoder.decode(row.tolist()) for row in candidates]
         return configs
+
+    def _trend_step(self, history: History, coarse: bool) -> bool:
+        """Whether this step is a trend step (module doc)."""
+        if not self.trend_probe or coarse or self.spec.multi_objective:
+            return False
+        return self.sampler.pool is None and trend_probe_open(self.spec, history.observed)
 
     def _maximize(
         self,
@@ -348,6 +382,31 @@ def trust_region_length(spec: StudySpec, observed: Sequence[Trial], skip: int = 
         if best is not None and index >= skip:
             failures += 1
     return TR_LENGTH * 0.5 ** ((failures // TR_PATIENCE) % (TR_HALVINGS + 1))
+
+
+def trend_probe_open(spec: StudySpec, observed: Sequence[Trial]) -> bool:
+    """Whether the trend probe (module doc) still goes on after ``observed``.
+
+    Replayed in trial id order: every model-based trial (source ``bo``) is a trend step while
+    the probe is open; its score is the share of the earlier feasible trials it beat (0 when
+    it has no feasible objective value); the probe stays open for ``TREND_PROBE`` scored steps
+    and then while their mean score is at least ``TREND_KEEP``.
+    """
+    name = spec.objective.name
+    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
+    earlier: list[float] = []  # signed feasible values so far (lower wins)
+    scores: list[float] = []
+    for trial in sorted((t for t in observed if t.id >= 0), key=lambda t: t.id):
+        value = trial.metrics.get(name)
+        ok = value is not None and math.isfinite(value) and is_feasible(spec, trial)
+        y = sign * value if ok and value is not None else math.inf
+        if trial.source == "bo" and earlier:
+            scores.append(sum(e > y for e in earlier) / len(earlier))
+            if len(scores) >= TREND_PROBE and sum(scores) / len(scores) < TREND_KEEP:
+                return False
+        if ok:
+            earlier.append(y)
+    return True
 
 
 def _objective_lengthscales(model: object) -> list[float] | None:

@@ -23,6 +23,11 @@ objective's model free to predict a record there; on the cloud benchmark, the de
 that run out of memory sit next to the cheapest ones that do not, and the imputed values
 keep qLogNEI from spending trial after trial on that edge (SMAC's "crash cost" idea).
 
+With ``trend`` every GP gets a linear prior mean (gpytorch's ``LinearMean``, its slopes fitted
+with the other hyperparameters) instead of a constant one: far from the data it carries the
+fitted slopes on to the faces of the box instead of reverting to the average.
+The BO designer's trend probe uses it (``bo.py``).
+
 Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last fitted
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
 The cache only saves time: without it the same model is fitted from the priors.
@@ -49,6 +54,7 @@ from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from gpytorch.constraints import Interval
 from gpytorch.kernels import Kernel
+from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from tuner.space import Config
@@ -178,6 +184,7 @@ def fit_models(
     encoder: Encoder,
     cache: FitCache | None = None,
     cache_scope: str = "",
+    trend: bool = False,
 ) -> Model:
     """Fit the outcomes' GPs, warm-started from the cache; outputs keep ``data``'s order.
 
@@ -190,15 +197,20 @@ def fit_models(
     in the first output's slots for half the points), which silently breaks the acquisition.
     """
     groups = _groups(data)
+    scope = cache_scope + ":trend" if trend else cache_scope
     if len(groups) == 1:
-        return _fit(groups[0], encoder, cache, cache_scope)
-    return ModelListGP(*[_fit([o], encoder, cache, cache_scope) for o in data])
+        return _fit(groups[0], encoder, cache, scope, trend)
+    return ModelListGP(*[_fit([o], encoder, cache, scope, trend) for o in data])
 
 
 def _fit(
-    group: list[OutcomeData], encoder: Encoder, cache: FitCache | None, scope: str
+    group: list[OutcomeData],
+    encoder: Encoder,
+    cache: FitCache | None,
+    scope: str,
+    trend: bool = False,
 ) -> GPyTorchModel:
-    model = build_model(group, encoder)
+    model = build_model(group, encoder, trend)
     key = (scope, ",".join(o.name for o in group))
     state = cache.get(key, encoder.d) if cache is not None else None
     if state is not None:
@@ -215,17 +227,22 @@ def _fit(
     return model
 
 
-def build_model(group: list[OutcomeData], encoder: Encoder) -> GPyTorchModel:
-    """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel."""
+def build_model(group: list[OutcomeData], encoder: Encoder, trend: bool = False) -> GPyTorchModel:
+    """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel.
+
+    ``trend``: a linear prior mean over all inputs (module doc) instead of a constant.
+    """
     d = encoder.d
     X = group[0].X
     Y = torch.cat([o.Y for o in group], dim=-1)
     cat_dims = sorted(encoder.cat_dims)
     other = [i for i in range(d) if i not in encoder.cat_dims]
+    batch = torch.Size([len(group)]) if len(group) > 1 else None
     return SingleTaskGP(
         X,  # already normalized: the unit-box encoding of the knobs' ranges
         Y,
-        covar_module=_kernel(other, cat_dims, torch.Size([len(group)]) if len(group) > 1 else None),
+        covar_module=_kernel(other, cat_dims, batch),
+        mean_module=LinearMean(d, batch_shape=batch or torch.Size([])) if trend else None,
         outcome_transform=Standardize(m=len(group)),
     )
 
