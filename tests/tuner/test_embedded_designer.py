@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tuner.designer import BODesigner, Suggestion, make_designer
+from tuner.designer import bo as bo_module
 from tuner.designer.acquisition import OptimizerSettings
 from tuner.designer.base import History
 from tuner.designer.bo import (
@@ -334,3 +335,35 @@ def test_a_narrow_embedding_probes_a_trend_and_a_wide_one_does_not() -> None:
     closed = [*low[:5], *(replace(t, metrics={"y": -1.0}) for t in low[5:])]
     closed += [replace(low[-1], id=100 + i, metrics={"y": -1.0}) for i in range(4)]
     assert not inner._trend_step(History.build(inner.encoder, closed, []), coarse=False)
+
+
+def test_trend_steps_are_global_until_a_random_fill_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trend step drops the trust region it was given, until the history holds a random
+    fill-in (plateaus): then a local turn is a Thompson step in the box again."""
+    knobs = [dict(k, name=f"n{i}") for i, k in enumerate(KNOBS[:4])] + KNOBS[18:]
+    narrow = EmbeddedDesigner(make_spec(knobs=knobs), settings=FAST)
+    inner = narrow.stage(0).inner
+    assert isinstance(inner, BODesigner)
+    trials: list[Trial] = []
+    for _ in range(7):  # default, 5 design points, 1 model-based
+        (s,) = narrow.suggest(1, trials, [])
+        score = sum(float(v) for k, v in s.config.items() if k.startswith("n"))
+        trials.append(completed(len(trials) + 1, s, y=score))
+    low = [t for t in (narrow.low_trial(t) for t in trials) if t is not None]
+    best = max(low, key=lambda t: t.metrics["y"])
+    box = (inner.encoder.encode(best.config), TR_LENGTH)
+    local_steps: list[int] = []
+    thompson = bo_module.thompson_candidates
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        local_steps.append(1)
+        return thompson(*args, **kwargs)
+
+    monkeypatch.setattr(bo_module, "thompson_candidates", counted)
+    history = History.build(inner.encoder, low, [])
+    assert inner._trend_step(history, coarse=False)
+    assert len(inner._optimize(history, [], 1, 5, False, box)) == 1 and local_steps == []
+    filled = [*low, replace(low[-1], id=len(trials) + 1, source="random")]
+    history = History.build(inner.encoder, filled, [])
+    assert inner._trend_step(history, coarse=False)  # still a trend step, now in the box
+    assert len(inner._optimize(history, [], 1, 5, False, box)) == 1 and local_steps == [1]

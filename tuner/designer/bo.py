@@ -41,7 +41,11 @@ beat (0 for a trial that broke the system or failed); after ``TREND_PROBE`` (6) 
 trend steps go on only while their mean score stays at or above ``TREND_KEEP`` (0.4). Once it
 falls below, every later step is the step above, with the constant mean. Which trials were
 trend steps is replayed from the history (the model-based trials in id order), so a
-restarted server continues the same way.
+restarted server continues the same way. Trend steps are global only until the history holds
+a random fill-in (a suggestion that kept projecting onto taken configurations, ``embedded.py``):
+on plateaus of choice knobs and special values (MySQL JOB) global steps keep landing on
+measured configurations, and from then on every second trend step is a trust-region step
+again.
 
 The two constants come from the first BO steps of runs with a trend on every step
 (``bench/README.md``): on the MySQL SYSBENCH surrogate, whose good configurations lie on the
@@ -256,7 +260,7 @@ class BODesigner(QuasiRandomDesigner):
             warnings.simplefilter("always")
             torch.manual_seed(seed)
             trend = self._trend_step(history, coarse)
-            if trend:
+            if trend and not _met_plateau(history):
                 local = None  # a trend step is global: the slopes point to the faces
             model = fit_models(data, encoder, self.cache, self.spec.name, trend=trend)
             if local is not None:
@@ -382,6 +386,12 @@ def trust_region_length(spec: StudySpec, observed: Sequence[Trial], skip: int = 
         if best is not None and index >= skip:
             failures += 1
     return TR_LENGTH * 0.5 ** ((failures // TR_PATIENCE) % (TR_HALVINGS + 1))
+
+
+def _met_plateau(history: History) -> bool:
+    """Whether some trial is a random fill-in: a suggestion that kept projecting onto taken
+    configurations (``embedded.py``), the mark of plateaus of choice knobs."""
+    return any(t.source == "random" for t in (*history.observed, *history.pending))
 
 
 def trend_probe_open(spec: StudySpec, observed: Sequence[Trial]) -> bool:
