@@ -310,22 +310,29 @@ def test_the_trend_probe_goes_on_while_its_steps_beat_most_earlier_trials() -> N
     assert not _scored([(s, -v) for s, v in design + poor], goal="minimize")
 
 
+def _narrow_run(n: int, cache: FitCache | None = None) -> tuple[EmbeddedDesigner, list[Trial]]:
+    """``n`` trials of 6 knobs in 4 dimensions (a narrow embedding), maximizing the sum of the
+    four float knobs: a landscape whose best lies on a face of the box."""
+    knobs = [dict(k, name=f"n{i}") for i, k in enumerate(KNOBS[:4])] + KNOBS[18:]
+    designer = EmbeddedDesigner(make_spec(knobs=knobs), cache, settings=FAST)
+    trials: list[Trial] = []
+    for _ in range(n):
+        (s,) = designer.suggest(1, trials, [])
+        score = sum(float(v) for k, v in s.config.items() if k.startswith("n"))
+        trials.append(completed(len(trials) + 1, s, y=score))
+    return designer, trials
+
+
 def test_a_narrow_embedding_probes_a_trend_and_a_wide_one_does_not() -> None:
     """At most two knobs per coordinate (6 knobs in 4): the inner designer's first model-based
     steps fit GPs with a linear prior mean (cached under their own scope) and are global even
     on a trust region's turn; a wide embedding (20 knobs in 4) never probes."""
-    knobs = [dict(k, name=f"n{i}") for i, k in enumerate(KNOBS[:4])] + KNOBS[18:]
     cache = FitCache()
-    narrow = EmbeddedDesigner(make_spec(knobs=knobs), cache, settings=FAST)
+    narrow, trials = _narrow_run(9, cache)  # default, 5 design points, 3 model-based
     wide = EmbeddedDesigner(make_spec(), settings=FAST)
     inner = narrow.stage(0).inner
     assert isinstance(inner, BODesigner) and inner.trend_probe
     assert not wide.stage(0).inner.trend_probe  # type: ignore[attr-defined]
-    trials: list[Trial] = []
-    for _ in range(9):  # default, 5 design points, 3 model-based
-        (s,) = narrow.suggest(1, trials, [])
-        score = sum(float(v) for k, v in s.config.items() if k.startswith("n"))
-        trials.append(completed(len(trials) + 1, s, y=score))
     assert [t.source for t in trials[6:]] == ["bo", "bo", "bo"]
     assert cache.get(("llama:trend", "y"), 4) is not None and cache.get(("llama", "y"), 4) is None
     low = [t for t in (narrow.low_trial(t) for t in trials) if t is not None]
@@ -340,15 +347,9 @@ def test_a_narrow_embedding_probes_a_trend_and_a_wide_one_does_not() -> None:
 def test_trend_steps_are_global_until_a_random_fill_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """A trend step drops the trust region it was given, until the history holds a random
     fill-in (plateaus): then a local turn is a Thompson step in the box again."""
-    knobs = [dict(k, name=f"n{i}") for i, k in enumerate(KNOBS[:4])] + KNOBS[18:]
-    narrow = EmbeddedDesigner(make_spec(knobs=knobs), settings=FAST)
+    narrow, trials = _narrow_run(7)  # default, 5 design points, 1 model-based
     inner = narrow.stage(0).inner
     assert isinstance(inner, BODesigner)
-    trials: list[Trial] = []
-    for _ in range(7):  # default, 5 design points, 1 model-based
-        (s,) = narrow.suggest(1, trials, [])
-        score = sum(float(v) for k, v in s.config.items() if k.startswith("n"))
-        trials.append(completed(len(trials) + 1, s, y=score))
     low = [t for t in (narrow.low_trial(t) for t in trials) if t is not None]
     best = max(low, key=lambda t: t.metrics["y"])
     box = (inner.encoder.encode(best.config), TR_LENGTH)

@@ -52,8 +52,8 @@ The two constants come from the first BO steps of runs with a trend on every ste
 faces, the running mean score from the sixth step until the target was reached stayed at
 or above 0.40 in 29 seeds of 30 (0.399 in the last); on Hartmann6 on 6 of 20 knobs, whose
 optimum is inside, the mean of the first six steps was below 0.40 in 10 seeds of 10 (0.15 to
-0.399: the faces score about 0.3 there). The threshold sits at the edge of both samples. A trend on
-every step found SYSBENCH's faces fast but lost the interior optimum; a leave-one-out
+0.399: the faces score about 0.3 there). The threshold sits at the edge of both samples. A
+trend on every step found SYSBENCH's faces fast but lost the interior optimum; a leave-one-out
 comparison of the two means chose the trend on both problems' first steps.
 
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
