@@ -231,7 +231,7 @@ def _print_report(cells: list[Cell], meta: dict[str, Any], markdown: bool) -> No
 def _time_ours(designer: BODesigner, completed: list[Trial]) -> tuple[float, str]:
     start = time.perf_counter()
     suggestions = designer.suggest(1, completed, [])
-    return time.perf_counter() - start, suggestions[0].source
+    return time.perf_counter() - start, suggestions[0].step.value
 
 
 def _time_skopt(peer: Optimizer, x: list[float], y: float) -> float:

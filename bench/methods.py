@@ -93,13 +93,13 @@ def drive(
     sources: Counter[str] = Counter()
     for i in range(budget):
         suggestion = designer.suggest(1, trials, [])[0]
-        sources[suggestion.source] += 1
+        sources[suggestion.step.value] += 1
         if suggestion.warning:
             sources["warnings"] += 1
         trial = completed_trial(
-            i + 1, suggestion.config, measure(suggestion.config), suggestion.source
+            i + 1, suggestion.config, measure(suggestion.config), suggestion.step.value
         )
-        trials.append(replace(trial, embedded=suggestion.embedded))
+        trials.append(replace(trial, embedded=suggestion.embedded, step=suggestion.step))
         _tick(on_eval)
     return trials, dict(sources)
 

@@ -154,8 +154,9 @@ def _ours(target: ReplayTarget, spec: StudySpec, budget: int) -> list[Config]:
     for i in range(budget):
         suggestion = designer.suggest(1, trials, [])[0]
         status, metrics, reason = _measure(target, suggestion.config)
+        step = suggestion.step
         trials.append(
-            Trial(i + 1, suggestion.config, status, metrics, reason, source=suggestion.source)
+            Trial(i + 1, suggestion.config, status, metrics, reason, source=step.value, step=step)
         )
     return [t.config for t in trials]
 

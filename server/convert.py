@@ -36,13 +36,15 @@ from tuner.space import (
     knob_from_dict,
 )
 from tuner.study import EmbeddingSettings, Goal, StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 KNOB_KINDS = ("float_range", "int_range", "categorical", "ordinal", "bool_knob")
 VALUE_KINDS = ("number", "integer", "text", "flag")
 
 _GOALS = {Goal.MINIMIZE: pb.GOAL_MINIMIZE, Goal.MAXIMIZE: pb.GOAL_MAXIMIZE}
 _STATUSES = {s: pb.TrialStatus.Value(f"TRIAL_STATUS_{s.name}") for s in TrialStatus}
+_STEPS = {k: pb.StepKind.Value(f"STEP_KIND_{k.name}") for k in StepKind}
+_STEPS_BACK = {v: k for k, v in _STEPS.items()}
 _OUTCOMES = {
     TrialStatus.COMPLETED: pb.TRIAL_OUTCOME_COMPLETED,
     TrialStatus.INFEASIBLE: pb.TRIAL_OUTCOME_INFEASIBLE,
@@ -278,6 +280,7 @@ def trial_to_proto(trial: Trial, study: str) -> pb.Trial:
         expired_at=_timestamp_to_proto(trial.expired_at or 0.0),
         reported_late=trial.reported_late,
         reoffered_as=trial.reoffered_as or 0,
+        step=_STEPS[trial.step],
     )
 
 
@@ -299,6 +302,7 @@ def trial_from_proto(message: pb.Trial) -> Trial:
         expired_at=_timestamp_from_proto(message, "expired_at") or None,
         reported_late=message.reported_late,
         reoffered_as=message.reoffered_as or None,
+        step=_STEPS_BACK.get(message.step, StepKind.IMPORT),  # unset: an older server
     )
 
 

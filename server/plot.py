@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
+    StepKind,
     Trial,
     TrialStatus,
     best_so_far,
@@ -47,7 +48,9 @@ def plot_convergence(spec: StudySpec, trials: list[Trial], path: str | Path) -> 
         ys = [b for b in best if b is not None]
         if xs:
             ax.step(xs, ys, where="post", color="tab:green", lw=2, label="best feasible so far")
-        default = next((t for t in trials if t.source == "default" and name in t.metrics), None)
+        default = next(
+            (t for t in trials if t.step is StepKind.DEFAULT and name in t.metrics), None
+        )
         if default is not None:
             ax.axhline(default.metrics[name], color="grey", ls="--", lw=1, label="default config")
         constraints = ", ".join(str(c) for c in spec.outcome_constraints) or "none"
@@ -107,7 +110,7 @@ def plot_front(spec: StudySpec, trials: list[Trial], path: Path) -> Path:
             where: Literal["pre", "post"] = "pre" if first.goal is Goal.MAXIMIZE else "post"
             ax.step(xs, ys, where=where, color="tab:red", lw=1.5, label="Pareto front")
             ax.scatter(xs, ys, s=60, facecolors="none", edgecolors="tab:red", zorder=4)
-        default = next((t for t in measured if t.source == "default"), None)
+        default = next((t for t in measured if t.step is StepKind.DEFAULT), None)
         if default is not None:
             ax.scatter(
                 [default.metrics[first.name]],

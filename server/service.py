@@ -204,10 +204,11 @@ class TuningService:
                     NewTrial(
                         s.config,
                         client_id,
-                        s.source,
+                        s.step.value,
                         s.warning,
                         embedded=s.embedded,
                         lease_expires_at=lease,
+                        step=s.step,
                     )
                     for s in suggestions
                 ],

@@ -31,6 +31,7 @@ from tuner.errors import StateError, TargetError, ValidationError
 from tuner.space import Config, Knob, Scalar
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
+    StepKind,
     Trial,
     TrialStatus,
     best_trial,
@@ -272,7 +273,7 @@ def summarize(spec: StudySpec, trials: list[Trial]) -> SessionResult:
     The result's spec has its relative outcome constraints resolved against the default."""
     trials = sorted(trials, key=lambda t: t.id)
     spec = with_resolved_constraints(spec, trials)
-    default = next((t for t in trials if t.source == "default"), None)
+    default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
     front = tuple(pareto_front(spec, trials))
     if spec.multi_objective:
         return SessionResult(spec, trials, default, None, None, front)

@@ -66,3 +66,36 @@ def test_the_walker_sees_imports(tmp_path: Path) -> None:
     sample = tmp_path / "m.py"
     sample.write_text("import server.app\nfrom targets.base import Target\nfrom . import x\n")
     assert imported_top_levels(sample) == {"server", "targets"}
+
+
+def _designer_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("tuner.designer."):
+                out.add(node.module.split(".")[2])
+            elif node.module == "tuner.designer":
+                out.add("__init__")
+    return out
+
+
+def test_the_designer_package_depends_one_way() -> None:
+    """No import cycle among ``tuner/designer``'s modules (the package's ``__init__`` only
+    re-exports, and no module imports it)."""
+    folder = ROOT / "tuner" / "designer"
+    graph = {p.stem: _designer_imports(p) for p in folder.glob("*.py")}
+    assert all("__init__" not in deps for name, deps in graph.items() if name != "__init__")
+    graph.pop("__init__")
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join((*path, name))}"
+        if name in done or name not in graph:
+            return
+        for dep in sorted(graph[name]):
+            visit(dep, (*path, name))
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())

@@ -30,6 +30,33 @@ from tuner.space import Config
 from tuner.study import Goal, StudySpec
 
 
+class StepKind(StrEnum):
+    """Which step of the generation strategy made a trial's configuration (stored per trial).
+
+    The designer reads a trial's history through this enum only; ``Trial.source`` is a label
+    for people. ``tuner/designer/strategy.py`` holds the table that chooses among them.
+    """
+
+    DEFAULT = "default"  # the knobs' default configuration
+    SOBOL = "sobol"  # the initial design: scrambled Sobol (inside the prior region, if any)
+    PRIOR = "prior"  # expert priors: the acquisition maximized inside the recommended region
+    GLOBAL = "global"  # the acquisition (qLogNEI, qLogNEHVI, qLogPoF) over the whole space
+    LOCAL = "local"  # Thompson sampling in a trust region around the best trial
+    TREND = "trend"  # global qLogNEI on GPs with a linear prior mean (the trend probe)
+    RANDOM = "random"  # uniformly random, by ``designer.random_fraction``
+    FILL_IN = "fill-in"  # random, standing in for a model suggestion already taken
+    FALLBACK = "fallback"  # quasi-random after numerical trouble in the model
+    IMPORT = "import"  # not made by the designer: imported, or measured by the user
+
+    @property
+    def model_based(self) -> bool:
+        """Whether a fitted model chose the configuration."""
+        return self in _MODEL_BASED
+
+
+_MODEL_BASED = frozenset({StepKind.PRIOR, StepKind.GLOBAL, StepKind.LOCAL, StepKind.TREND})
+
+
 class TrialStatus(StrEnum):
     PENDING = "PENDING"
     ACTIVE = "ACTIVE"
@@ -88,7 +115,9 @@ class Trial:
         metrics: Reported metrics (COMPLETED trials have all the study's metrics).
         reason: Why a trial is INFEASIBLE, FAILED, TIMED_OUT or ABANDONED.
         client_id: The worker the trial was handed to.
-        source: What produced the configuration: default, sobol, bo, random, fallback, user.
+        source: A label for people: the step kind's name for the designer's trials,
+            ``import`` or ``import:<origin>`` for imported ones. Code reads ``step``.
+        step: The step of the generation strategy that made the configuration.
         warning: Numerical trouble met while suggesting it (e.g. a fallback to Sobol).
         embedded: For a study searched in an embedding, the low-dimensional point the
             configuration was projected from (empty otherwise, and for the default
@@ -110,6 +139,7 @@ class Trial:
     source: str = ""
     warning: str = ""
     embedded: tuple[float, ...] = ()
+    step: StepKind = StepKind.IMPORT
     created_at: float = 0.0
     updated_at: float = 0.0
     lease_expires_at: float | None = None
@@ -127,7 +157,7 @@ def with_resolved_constraints(spec: StudySpec, trials: Iterable[Trial]) -> Study
         return spec
     default = next(
         (t for t in sorted(trials, key=lambda t: t.id)
-         if t.source == "default" and t.status is TrialStatus.COMPLETED),
+         if t.step is StepKind.DEFAULT and t.status is TrialStatus.COMPLETED),
         None,
     )  # fmt: skip
     resolved = []

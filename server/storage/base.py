@@ -33,7 +33,7 @@ from typing import Any, Self
 from tuner.errors import ValidationError
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 #: Statuses a trial may be created with; final statuses are reached through ``finish_trial``.
 CREATABLE_STATUSES = (TrialStatus.PENDING, TrialStatus.ACTIVE)
@@ -96,9 +96,10 @@ class NewTrial:
         config: Knob name -> value (``float``, ``int``, ``str`` or ``bool``). The service has
             already validated it against the study's search space.
         client_id: The worker the trial is handed to (empty for a queued trial).
-        source: What produced the configuration: default, sobol, bo, random, fallback, user.
+        source: A label for people (the step's name for the designer's trials).
         warning: Numerical trouble met while suggesting it.
         status: ``PENDING`` (queued) or ``ACTIVE`` (handed out).
+        step: The step of the generation strategy that made it.
         embedded: The low-dimensional point of a study searched in an embedding, else empty.
         lease_expires_at: For an ACTIVE trial, when its lease runs out (None: no lease).
     """
@@ -110,10 +111,13 @@ class NewTrial:
     status: TrialStatus = TrialStatus.ACTIVE
     embedded: tuple[float, ...] = ()
     lease_expires_at: float | None = None
+    step: StepKind = StepKind.IMPORT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
         object.__setattr__(self, "embedded", check_point(self.embedded, "trial.embedded"))
+        if not isinstance(self.step, StepKind):
+            raise ValidationError("trial.step", f"got {self.step!r}", [k.value for k in StepKind])
         for key in ("client_id", "source", "warning"):
             check_text(getattr(self, key), f"trial.{key}")
         status = check_status(self.status, "trial.status")

@@ -149,11 +149,32 @@ def v4_requests(db: Database) -> None:
     db.execute("CREATE INDEX idx_requests_created ON requests (created_at)")
 
 
+def v5_step_kinds(db: Database) -> None:
+    """Trials record the step of the generation strategy that made them (``StepKind``).
+
+    Trials written before keep their ``source`` label and get the step it meant: ``default``,
+    ``sobol`` and ``fallback`` as they are; ``bo`` (any model-based step) as ``global``;
+    ``random`` (then nearly always a random stand-in for a taken suggestion) as ``fill-in``;
+    anything else (imports, a user's trials) as ``import``.
+    """
+    db.execute("ALTER TABLE trials ADD COLUMN step TEXT NOT NULL DEFAULT 'import'")
+    db.execute(
+        """UPDATE trials SET step = CASE source
+            WHEN 'default' THEN 'default'
+            WHEN 'sobol' THEN 'sobol'
+            WHEN 'fallback' THEN 'fallback'
+            WHEN 'bo' THEN 'global'
+            WHEN 'random' THEN 'fill-in'
+            ELSE 'import' END"""
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
     v3_trial_leases,
     v4_requests,
+    v5_step_kinds,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

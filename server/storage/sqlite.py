@@ -54,7 +54,7 @@ from tuner.errors import (
     ValidationError,
 )
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 _REQUEST_RETENTION_S = 7 * 24 * 3600.0
 _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
@@ -327,6 +327,7 @@ class SQLiteStorage(Storage):
                         source=trial.source,
                         status=TrialStatus.PENDING,
                         embedded=trial.embedded,
+                        step=trial.step,
                     )
                     detail = f"PENDING, re-offer of trial {trial.id}"
                     copy = _insert_trials(
@@ -501,6 +502,7 @@ def _trial_row(trial: NewTrial, now: float) -> dict[str, Any]:
         "status": trial.status.value,
         "client_id": trial.client_id,
         "source": trial.source,
+        "step": trial.step.value,
         "warning": trial.warning,
         "embedded_json": json.dumps(list(trial.embedded)),
         "reason": "",
@@ -571,10 +573,21 @@ def _load_trials(db: Database, study_id: int, where: str, params: Sequence[Any])
             expired_at=row["expired_at"],
             reported_late=bool(row["reported_late"]),
             reoffered_as=row["reoffered_as"],
+            step=_step(row["step"]),
             **{key: row[key] for key in _TRIAL_COLUMNS},
         )
         for row in rows
     ]
+
+
+def _step(value: str) -> StepKind:
+    try:
+        return StepKind(value)
+    except ValueError:
+        raise StorageError(
+            f"trials.step holds {value!r}, which this tuner does not know "
+            f"(known: {', '.join(k.value for k in StepKind)})"
+        ) from None
 
 
 def _trial_values(

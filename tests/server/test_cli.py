@@ -22,7 +22,7 @@ from server.app import build_server, stop_server
 from server.cli import main
 from server.service import TuningService
 from server.storage import SQLiteStorage
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 CONFIG = """
 [study]
@@ -85,9 +85,9 @@ def test_tune_runs_a_session_and_reports(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     trials = finished(tmp_path / "runs" / "tuner.db", "cli")
     assert len(trials) == 5
-    assert trials[0].source == "default"
+    assert trials[0].step is StepKind.DEFAULT
     assert trials[0].config["journal_mode"] == "delete"
-    assert {t.source for t in trials[1:4]} == {"sobol"}
+    assert {t.step for t in trials[1:4]} == {StepKind.SOBOL}
     assert all(t.status is TrialStatus.COMPLETED for t in trials)
     assert not list((tmp_path / "work").iterdir()), "the target left files behind"
 
@@ -242,7 +242,7 @@ def test_tune_with_a_bound_relative_to_the_default(
     out = capsys.readouterr().out
     trials = finished(tmp_path / "runs" / "tuner.db", "rel")
     default = trials[0]
-    assert default.source == "default"
+    assert default.step is StepKind.DEFAULT
     bound = 1.5 * default.metrics["p95_ms"]
     assert "improvement:" in out  # the default is feasible under its own bound
     db = str(tmp_path / "runs" / "tuner.db")
@@ -301,7 +301,7 @@ def test_sigterm_during_a_session_cleans_up_and_the_rerun_resumes(tmp_path: Path
     db = tmp_path / "runs" / "tuner.db"
     with SQLiteStorage(db, read_only=True) as storage:
         [trial] = storage.list_trials("term")
-    assert trial.status is TrialStatus.ACTIVE and trial.source == "default"
+    assert trial.status is TrialStatus.ACTIVE and trial.step is StepKind.DEFAULT
 
     config.write_text(config.read_text().replace("measure_s = 30.0", "measure_s = 0.1"))
     assert main(["tune", str(config)]) == 0

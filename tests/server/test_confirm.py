@@ -12,7 +12,7 @@ from server.cli import main
 from server.session import SessionResult, confirm, summarize
 from targets.base import Target, TrialOutcome
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 SPEC = StudySpec.from_dict(
     {
@@ -42,7 +42,7 @@ def session(first: dict[int, float]) -> SessionResult:
     """A finished study: the default (x = 0) first, then one trial per other ``x``."""
     trials = [
         Trial(i + 1, {"x": x}, TrialStatus.COMPLETED, {"tps": tps, "p95_ms": 5.0},
-              source="default" if x == 0 else "bo")
+              step=StepKind.DEFAULT if x == 0 else StepKind.GLOBAL)
         for i, (x, tps) in enumerate(first.items())
     ]  # fmt: skip
     return summarize(SPEC, trials)

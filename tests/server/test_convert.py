@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -23,7 +24,7 @@ from tuner.space import (
     SearchSpace,
 )
 from tuner.study import DesignerSettings, Goal, Objective, StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 KNOBS: tuple[Knob, ...] = (
     FloatKnob(
@@ -205,6 +206,7 @@ def test_trial_round_trip_keeps_exact_value_types_and_order() -> None:
         client_id="worker-1",
         source="sobol",
         warning="fell back to Sobol",
+        step=StepKind.SOBOL,
         created_at=1_700_000_000.123456,
         updated_at=1_700_000_042.987654,
     )
@@ -217,8 +219,13 @@ def test_trial_round_trip_keeps_exact_value_types_and_order() -> None:
         "flag",
         "number",
     ]
+    assert wire.step == pb.STEP_KIND_SOBOL
     back = convert.trial_from_proto(wire)
     assert back == trial
+    assert all(  # every step kind has its wire value and back
+        convert.trial_from_proto(convert.trial_to_proto(replace(trial, step=k), "s")).step is k
+        for k in StepKind
+    )
     assert list(back.config) == list(config)
     assert [type(v) for v in back.config.values()] == [float, int, str, bool, float]
 

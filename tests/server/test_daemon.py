@@ -20,7 +20,7 @@ from server.config import load_config, parse_config
 from server.storage import SQLiteStorage
 from targets.signals import SIGTERM_EXIT_STATUS
 from tuner.errors import ValidationError
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -129,7 +129,7 @@ def test_tunes_applies_watches_and_retunes_when_the_load_drifts(tmp_path: Path) 
     with SQLiteStorage(tmp_path / "tuner.db", read_only=True) as storage:
         for study in ("daemon-example.r1", "daemon-example.r2"):
             trials = storage.list_trials(study)
-            assert len(trials) == 6 and trials[0].source == "default"
+            assert len(trials) == 6 and trials[0].step is StepKind.DEFAULT
             assert all(t.status is TrialStatus.COMPLETED for t in trials)
         second = storage.list_trials("daemon-example.r2")
     assert all(t.metrics["requests_per_s"] == 600.0 for t in second)  # measured at the new load

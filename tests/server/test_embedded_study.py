@@ -22,7 +22,7 @@ from server.storage.base import NewTrial
 from tuner.embedding import HeSBOEmbedding
 from tuner.errors import ValidationError
 from tuner.study import StudySpec
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 KNOBS: list[dict[str, Any]] = [
     {"name": f"k{i}", "kind": "float", "low": 0.0, "high": 1.0, "default": 0.5} for i in range(8)
@@ -68,7 +68,7 @@ def test_trials_store_their_low_dimensional_point(service: TuningService) -> Non
     spec = make_spec()
     service.create_study(spec)
     trials = step(service, "llama", 1) + step(service, "llama", 3)
-    assert trials[0].source == "default" and trials[0].embedded == ()
+    assert trials[0].step is StepKind.DEFAULT and trials[0].embedded == ()
     assert spec.embedding is not None
     embedding = HeSBOEmbedding(spec.space, spec.embedding)
     for trial in service.list_trials("llama")[1:]:
@@ -89,9 +89,9 @@ def test_a_restarted_server_rebuilds_the_embedding_and_continues_identically(
     for path in (db, copy):
         with closing(TuningService(SQLiteStorage(path))) as service:
             assert service.get_study("llama").spec == make_spec()  # dims and seed stored
-            results.append([(t.config, t.embedded, t.source) for t in step(service, "llama", 4)])
+            results.append([(t.config, t.embedded, t.step) for t in step(service, "llama", 4)])
     assert results[0] == results[1]
-    assert [source for _, _, source in results[0]] == ["sobol"] * 3 + ["bo"]
+    assert [step for _, _, step in results[0]] == [StepKind.SOBOL] * 3 + [StepKind.GLOBAL]
 
 
 def test_a_stalled_study_grows_its_embedding_and_a_restart_resumes_at_that_level(

@@ -37,7 +37,7 @@ from tuner.constraints import OutcomeConstraint
 from tuner.errors import NotFoundError, StateError, StorageError, TunerError, ValidationError
 from tuner.space import CategoricalKnob, FloatKnob, IntKnob, SearchSpace
 from tuner.study import DesignerSettings, Goal, Objective, StudySpec
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 REPO = Path(__file__).resolve().parents[2]
 StatusCode = grpc.StatusCode
@@ -381,7 +381,7 @@ def test_a_bound_relative_to_the_default_resolves_once_the_default_is_measured(
     assert info.spec == spec
     assert [str(c) for c in info.spec.outcome_constraints] == ["tps >= 0.95 * default"]
     (default,) = client.suggest_trials(spec.name, 1, "w")
-    assert default.source == "default"
+    assert default.step is StepKind.DEFAULT
     cheaper_but_slow, cheaper = client.suggest_trials(spec.name, 2, "w2")
     client.complete_trial(spec.name, cheaper_but_slow.id, {"joules": 5.0, "tps": 90.0})
     client.complete_trial(spec.name, cheaper.id, {"joules": 8.0, "tps": 96.0})

@@ -61,7 +61,7 @@ def test_imported_trials_drive_the_model_from_the_next_suggestion(service: Any) 
     events = service.storage.trial_events("warm", 1)
     assert [e.event for e in events] == ["created"] and "imported" in events[0].detail
     [next_trial] = service.suggest_trials("warm", 1, "w1")
-    assert next_trial.source == "bo"  # no Sobol design: the imports are the design
+    assert next_trial.step.model_based  # no Sobol design: the imports are the design
     assert next_trial.config["mode"] == "b" and abs(next_trial.config["x"] - 0.7) < 0.15
 
 

@@ -25,7 +25,7 @@ from targets.base import Target
 from tuner.errors import StateError, ValidationError
 from tuner.space import FloatKnob, IntKnob, Knob, SearchSpace
 from tuner.study import DesignerSettings, Goal, Objective, StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 TTL = 60.0
 
@@ -175,7 +175,7 @@ def test_with_on_expiry_fail_the_trial_fails_and_is_not_re_offered(db: Path, clo
         assert failed.id == trial.id and failed.reoffered_as is None
         assert not by_status(service, TrialStatus.PENDING)
         [fresh] = service.suggest_trials("leased", 1, "w2")
-        assert fresh.id == trial.id + 1 and fresh.source == "sobol"  # designed, not queued
+        assert fresh.id == trial.id + 1 and fresh.step is StepKind.SOBOL  # designed, not queued
         late = service.complete_trial("leased", trial.id, {"y": 2.0})
         assert late.status is TrialStatus.COMPLETED and late.reported_late
     finally:

@@ -24,7 +24,7 @@ from server.config import load_config
 from server.storage import SQLiteStorage
 from targets.postgres_tools import DIR_PREFIX, find_tools
 from tuner.errors import TargetError, ValidationError
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,9 +120,9 @@ def test_tune_runs_a_postgres_session_and_stores_the_trials(
     with SQLiteStorage(tmp_path / "runs" / "tuner.db", read_only=True) as storage:
         trials = storage.list_trials("pg")
     assert [t.status for t in trials] == [TrialStatus.COMPLETED] * 5, [t.reason for t in trials]
-    assert trials[0].source == "default"
+    assert trials[0].step is StepKind.DEFAULT
     assert trials[0].config["shared_buffers"] == 16384
-    assert {t.source for t in trials[1:4]} == {"sobol"}
+    assert {t.step for t in trials[1:4]} == {StepKind.SOBOL}
     for trial in trials:
         assert trial.metrics["tps"] > 0 and trial.metrics["p95_ms"] > 0
     assert not list(workdir.iterdir()), "the target left a cluster behind"
@@ -175,7 +175,7 @@ def test_sigterm_during_a_postgres_session_stops_the_server(tmp_path: Path, work
     assert not list(workdir.iterdir()), "the cluster's directory survived the SIGTERM"
     with SQLiteStorage(tmp_path / "runs" / "tuner.db", read_only=True) as storage:
         [trial] = storage.list_trials("pgterm")
-    assert trial.status is TrialStatus.ACTIVE and trial.source == "default"
+    assert trial.status is TrialStatus.ACTIVE and trial.step is StepKind.DEFAULT
 
 
 def test_the_example_tunes_every_safe_catalog_knob_through_llamatune() -> None:

@@ -7,6 +7,7 @@ Behaviour every backend shares (ids, life cycle, metric validation, thread safet
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import stat
@@ -20,9 +21,9 @@ import pytest
 from sqlite_utils import Database
 
 from server.storage import LATEST_VERSION, NewTrial, SQLiteStorage, migrations
-from tuner.errors import StorageError
+from tuner.errors import StorageError, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 CONFIG: dict[str, Any] = {"workers": 4, "ratio": 0.25, "fsync": False, "mode": "fast"}
 
@@ -292,3 +293,48 @@ def test_unreadable_stored_spec_raises_storage_error(storage: SQLiteStorage, db_
         conn.execute("UPDATE studies SET spec_json = '{\"name\": 3}'")
     with pytest.raises(StorageError, match="stored spec of study 'sqlite-bench' cannot be read"):
         storage.get_study("sqlite-bench")
+
+
+def test_a_version_4_file_gets_step_kinds_from_its_source_labels(tmp_path: Path) -> None:
+    """Before v5 a trial said what made it only in free text; the migration reads each old
+    label once, and from then on the step is an enum the designer reads."""
+    path = tmp_path / "v4.db"
+    labels = ["default", "sobol", "bo", "random", "fallback", "import:other", ""]
+    with Database(path) as db:
+        migrations.migrate(db, migrations.MIGRATIONS[:4])
+        db.execute(
+            "INSERT INTO studies (id, name, spec_json, fingerprint, created_at) "
+            "VALUES (1, 'old', ?, ?, 0)",
+            [json.dumps(make_spec("old").to_dict()), make_spec("old").fingerprint()],
+        )
+        for i, label in enumerate(labels, 1):
+            db.execute(
+                "INSERT INTO trials (study_id, trial_id, status, source, created_at, updated_at) "
+                "VALUES (1, ?, 'ACTIVE', ?, 0, 0)",
+                [i, label],
+            )
+    with SQLiteStorage(path) as storage:
+        trials = storage.list_trials("old")
+        assert [t.source for t in trials] == labels  # the labels stay for people
+        assert [t.step for t in trials] == [
+            StepKind.DEFAULT,
+            StepKind.SOBOL,
+            StepKind.GLOBAL,
+            StepKind.FILL_IN,
+            StepKind.FALLBACK,
+            StepKind.IMPORT,
+            StepKind.IMPORT,
+        ]
+        (new,) = storage.add_trials("old", [NewTrial({}, source="trend", step=StepKind.TREND)])
+        assert storage.get_trial("old", new.id).step is StepKind.TREND
+
+
+def test_an_unknown_step_kind_is_a_storage_error(storage: SQLiteStorage, db_path: Path) -> None:
+    storage.create_study(make_spec("steps"))
+    storage.add_trials("steps", [NewTrial({}, step=StepKind.SOBOL)])
+    with raw(db_path) as conn:
+        conn.execute("UPDATE trials SET step = 'hunch'")
+    with pytest.raises(StorageError, match=r"'hunch'.*known: default, sobol"):
+        storage.list_trials("steps")
+    with pytest.raises(ValidationError, match=r"trial\.step"):
+        NewTrial({}, step="sobol")  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from server.cli import main
 from server.config import load_config
 from server.storage import SQLiteStorage
 from targets.command import CommandTarget
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def test_tune_runs_the_compressor_through_the_command_target(
     out = capsys.readouterr().out
     with SQLiteStorage(db, read_only=True) as storage:
         trials = storage.list_trials("compress")
-    assert len(trials) == 6 and trials[0].source == "default"
+    assert len(trials) == 6 and trials[0].step is StepKind.DEFAULT
     done = [t for t in trials if t.status is TrialStatus.COMPLETED]
     assert done and all({"mb_per_s", "ratio"} <= set(t.metrics) for t in done)
     assert trials[0].metrics["ratio"] < 3.0  # zlib cannot reach the ratio on this data

@@ -19,7 +19,7 @@ from server.storage import SQLiteStorage
 from targets import fake_nvml
 from targets.fake_nvml import FakeDevice
 from targets.pipeline import CLASSES, build_stages, train
-from tuner.trial import TrialStatus
+from tuner.trial import StepKind, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-m", "targets.pipeline", "--seconds", "0.3", "--warmup-s", "0"]
@@ -111,7 +111,7 @@ def test_an_envpipe_session_on_two_simulated_gpus(
     assert all(d.locked_sm is None for d in devices)  # both GPUs restored
     with SQLiteStorage(db, read_only=True) as storage:
         trials = storage.list_trials("envpipe")
-    assert len(trials) == 4 and trials[0].source == "default"
+    assert len(trials) == 4 and trials[0].step is StepKind.DEFAULT
     assert all(t.status is TrialStatus.COMPLETED for t in trials), [t.reason for t in trials]
     default = trials[0].metrics
     assert default["sm_mhz_seen_0"] == default["sm_mhz_seen_1"] == 1980

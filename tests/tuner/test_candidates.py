@@ -16,7 +16,7 @@ from tuner.designer.model import fit_models, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 SIZES = {
     "large": [4, 6, 8, 10, 12, 16, 24, 32, 40, 48],
@@ -140,7 +140,7 @@ def test_pending_candidates_are_not_handed_out_twice() -> None:
     batch = designer.suggest(4, done, pending)
     keys = [key(s.config) for s in batch]
     assert len(set(keys)) == 4
-    assert {s.source for s in batch} <= {"default", "bo"}
+    assert {s.step for s in batch} <= {StepKind.DEFAULT, StepKind.GLOBAL}
     assert not set(keys) & {
         key(c) for c in [CANDIDATES[0], CANDIDATES[20], CANDIDATES[40], CANDIDATES[30]]
     }
@@ -351,6 +351,6 @@ def test_a_featured_study_with_failures_gets_model_based_candidates() -> None:
     study, trials = failed_and_measured()
     designer = make_designer(study)
     batch = designer.suggest(2, list(trials), [])
-    assert [s.source for s in batch] == ["bo", "bo"] and not any(s.warning for s in batch)
+    assert [s.step for s in batch] == [StepKind.GLOBAL] * 2 and not any(s.warning for s in batch)
     taken = {key(t.config) for t in trials}
     assert all(key(s.config) in {key(c) for c in CANDIDATES} - taken for s in batch)

@@ -26,7 +26,7 @@ from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 S = TrialStatus
 FAST = OptimizerSettings(num_restarts=2, raw_samples=64, maxiter=30)
@@ -83,7 +83,8 @@ def _complete(id_: int, suggestion: Suggestion, **metrics: float) -> Trial:
         suggestion.config,
         S.COMPLETED,
         metrics or {"y": _y(suggestion.config)},
-        source=suggestion.source,
+        source=suggestion.step.value,
+        step=suggestion.step,
     )
 
 
@@ -124,15 +125,15 @@ def run() -> Run:
 
 
 def test_initial_design_is_default_then_sobol(run: Run) -> None:
-    assert [s.source for s in run.initial] == ["default", "sobol", "sobol", "sobol"]
+    assert [s.step for s in run.initial] == [StepKind.DEFAULT] + [StepKind.SOBOL] * 3
     assert run.initial[0].config == {"a": 2, "b": 1.0}
 
 
 def test_model_based_suggestions_come_after_the_initial_design(run: Run) -> None:
-    assert run.first.source == "bo" and run.first.warning == ""
+    assert run.first.step.model_based and run.first.warning == ""
     assert len(run.parallel) == 3 and len(run.repeated) == 2
-    assert {s.source for s in run.parallel + run.repeated} <= {"bo", "random"}
-    assert sum(s.source == "bo" for s in run.parallel + run.repeated) >= 3
+    assert all(s.step in (StepKind.GLOBAL, StepKind.FILL_IN) for s in run.parallel + run.repeated)
+    assert sum(s.step.model_based for s in run.parallel + run.repeated) >= 3
 
 
 def test_every_suggestion_satisfies_the_linear_constraint_with_an_int_knob(run: Run) -> None:
@@ -163,10 +164,10 @@ def test_mixed_space_gets_valid_values_from_the_model() -> None:
     spec = _spec(MIXED)
     designer = BODesigner(spec, settings=FAST)
     initial = designer.suggest(3, [], [])
-    assert [s.source for s in initial] == ["sobol"] * 3  # no defaults
+    assert [s.step for s in initial] == [StepKind.SOBOL] * 3  # no defaults
     completed = [_complete(i + 1, s) for i, s in enumerate(initial)]
     suggestions = designer.suggest(2, completed, [])
-    assert len(suggestions) == 2 and suggestions[0].source == "bo"
+    assert len(suggestions) == 2 and suggestions[0].step.model_based
     for s in suggestions:
         config = spec.space.validate_config(s.config)
         assert config == s.config
@@ -189,7 +190,7 @@ def test_infeasible_trials_without_metrics_are_learned_from() -> None:
         Trial(3 + i, s.config, S.INFEASIBLE, reason="OOM") for i, s in enumerate(initial[2:])
     ]
     (suggestion,) = designer.suggest(1, trials, [])
-    assert suggestion.source == "bo" and suggestion.warning == ""
+    assert suggestion.step.model_based and suggestion.warning == ""
     assert suggestion.config not in [t.config for t in trials]
 
 
@@ -199,7 +200,7 @@ def test_only_infeasible_trials_keep_the_sobol_design_going() -> None:
     initial = designer.suggest(5, [], [])
     trials = [Trial(i + 1, s.config, S.INFEASIBLE) for i, s in enumerate(initial)]
     more = designer.suggest(2, trials, [])
-    assert [s.source for s in more] == ["sobol", "sobol"]
+    assert [s.step for s in more] == [StepKind.SOBOL] * 2
     assert more == QuasiRandomDesigner(_spec(algorithm="sobol")).suggest(7, [], [])[5:]
 
 
@@ -212,7 +213,7 @@ def test_random_fraction_one_replaces_model_suggestions(monkeypatch: pytest.Monk
     designer = BODesigner(spec, settings=FAST)
     completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
     suggestions = designer.suggest(2, completed, [])
-    assert [s.source for s in suggestions] == ["random", "random"]
+    assert [s.step for s in suggestions] == [StepKind.RANDOM] * 2
 
 
 def test_failed_trials_do_not_count_toward_the_initial_design() -> None:
@@ -223,7 +224,7 @@ def test_failed_trials_do_not_count_toward_the_initial_design() -> None:
         Trial(2 + i, s.config, S.FAILED) for i, s in enumerate(initial[1:])
     ]
     again = designer.suggest(2, trials, [])
-    assert [s.source for s in again] == ["sobol", "sobol"]
+    assert [s.step for s in again] == [StepKind.SOBOL] * 2
     assert [s.config for s in again] == [s.config for s in initial[1:]]  # re-suggested
 
 
@@ -243,7 +244,7 @@ def test_numerical_failure_falls_back_to_quasi_random(monkeypatch: pytest.Monkey
     suggestions = designer.suggest(3, completed, pending)
     assert len(suggestions) == 3
     for s in suggestions:
-        assert s.source == "fallback"
+        assert s.step is StepKind.FALLBACK
         assert "RuntimeError: cholesky" in s.warning
         assert "quasi-random" in s.warning
         assert spec.satisfies_parameter_constraints(s.config)
@@ -260,7 +261,7 @@ def test_fallback_warning_is_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
     designer = BODesigner(_spec(), settings=FAST)
     completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
     (suggestion,) = designer.suggest(1, completed, [])
-    assert suggestion.source == "fallback"
+    assert suggestion.step is StepKind.FALLBACK
     assert 0 < len(suggestion.warning) <= 300
 
 
@@ -268,13 +269,13 @@ def test_failure_inside_the_acquisition_optimizer_falls_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     class Broken(BODesigner):
-        def _optimize(self, *args: Any, **kwargs: Any) -> Any:
+        def _propose(self, *args: Any, **kwargs: Any) -> Any:
             raise ValueError("NaN in the posterior")
 
     designer = Broken(_spec(), settings=FAST)
     completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
     (suggestion,) = designer.suggest(1, completed, [])
-    assert suggestion.source == "fallback"
+    assert suggestion.step is StepKind.FALLBACK
     assert "ValueError: NaN in the posterior" in suggestion.warning
 
 
@@ -317,7 +318,7 @@ def test_small_discrete_space_is_exhausted() -> None:
     completed = [_complete(i + 1, s, y=float(i)) for i, s in enumerate(initial)]
     rest = designer.suggest(5, completed, [])
     assert len(rest) == 2  # only two configurations are left
-    assert rest[0].source == "bo"
+    assert rest[0].step.model_based
     all_four = [*(t.config for t in completed), *(s.config for s in rest)]
     assert len(set(_keys(spec, all_four))) == 4
     completed += [_complete(3 + i, s, y=0.5) for i, s in enumerate(rest)]
@@ -336,10 +337,10 @@ def test_bo_skips_a_default_that_breaks_a_parameter_constraint() -> None:
     ]  # 8 + 4 > 10
     spec = _spec(knobs, ["a + 2*b <= 10"])
     suggestions = BODesigner(spec, settings=FAST).suggest(2, [], [])
-    assert [s.source for s in suggestions] == ["sobol", "sobol"]
+    assert [s.step for s in suggestions] == [StepKind.SOBOL] * 2
     assert all(spec.satisfies_parameter_constraints(s.config) for s in suggestions)
     with_room = _spec(knobs, ["a + 2*b <= 12"])
-    assert BODesigner(with_room, settings=FAST).suggest(1, [], [])[0].source == "default"
+    assert BODesigner(with_room, settings=FAST).suggest(1, [], [])[0].step is StepKind.DEFAULT
 
 
 def test_probability_of_feasibility_until_a_trial_is_feasible(
@@ -360,10 +361,10 @@ def test_probability_of_feasibility_until_a_trial_is_feasible(
     trials = [_complete(1, initial[0], y=-1.0), _complete(2, initial[1], y=-2.0)]
     trials.append(Trial(3, initial[2].config, S.INFEASIBLE, reason="crashed"))
     (first,) = designer.suggest(1, trials, [])
-    assert first.source == "bo"
+    assert first.step.model_based
     trials.append(_complete(4, first, y=0.5))  # now one trial is feasible
     (second,) = designer.suggest(1, trials, [])
-    assert second.source == "bo"
+    assert second.step.model_based
     assert built == ["qLogProbabilityOfFeasibility", "qLogNoisyExpectedImprovement"]
 
 
@@ -404,13 +405,13 @@ def test_the_default_comes_on_top_of_the_initial_design() -> None:
     spec = _spec(knobs, initial_trials=2)
     designer = BODesigner(spec, settings=FAST)
     (default,) = designer.suggest(1, [], [])
-    assert default.source == "default"
+    assert default.step is StepKind.DEFAULT
     trials = [_complete(1, default)]
     sobol = designer.suggest(2, trials, [])
-    assert [s.source for s in sobol] == ["sobol", "sobol"]
+    assert [s.step for s in sobol] == [StepKind.SOBOL] * 2
     trials += [_complete(2 + i, s) for i, s in enumerate(sobol)]
     (model_based,) = designer.suggest(1, trials, [])
-    assert model_based.source == "bo"
+    assert model_based.step.model_based
 
 
 def test_a_failed_default_does_not_shrink_the_initial_design() -> None:
@@ -421,10 +422,10 @@ def test_a_failed_default_does_not_shrink_the_initial_design() -> None:
     designer = BODesigner(spec, settings=FAST)
     default, first, second = designer.suggest(3, [], [])
     trials = [
-        Trial(1, default.config, S.FAILED, source="default"),
+        Trial(1, default.config, S.FAILED, step=StepKind.DEFAULT),
         _complete(2, first),
         _complete(3, second),
     ]
     retried, suggestion = designer.suggest(2, trials, [])
-    assert (retried.source, retried.config) == ("default", default.config)
-    assert suggestion.source == "bo"
+    assert (retried.step, retried.config) == (StepKind.DEFAULT, default.config)
+    assert suggestion.step.model_based

@@ -31,7 +31,7 @@ import pytest
 
 from tuner.designer import make_designer
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial
+from tuner.trial import StepKind, Trial, TrialStatus, best_trial
 
 SEEDS = (0, 1, 2)
 EVALUATIONS = 30
@@ -64,7 +64,7 @@ def _best(algorithm: str, seed: int) -> float:
     trials: list[Trial] = []
     for i in range(EVALUATIONS):
         (suggestion,) = designer.suggest(1, trials, [])
-        assert suggestion.source != "fallback", suggestion.warning
+        assert suggestion.step is not StepKind.FALLBACK, suggestion.warning
         x1, x2 = float(suggestion.config["x1"]), float(suggestion.config["x2"])
         trials.append(Trial(i + 1, suggestion.config, TrialStatus.COMPLETED, _gramacy(x1, x2)))
     best = best_trial(spec, trials)

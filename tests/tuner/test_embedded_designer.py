@@ -9,24 +9,22 @@ from typing import Any
 import pytest
 
 from tuner.designer import BODesigner, Suggestion, make_designer
-from tuner.designer import bo as bo_module
 from tuner.designer.acquisition import OptimizerSettings
 from tuner.designer.base import History
-from tuner.designer.bo import (
-    TR_HALVINGS,
-    TR_LENGTH,
-    TR_PATIENCE,
-    TREND_KEEP,
-    TREND_PROBE,
-    _box_region,
+from tuner.designer.bo import _box_region
+from tuner.designer.embedded import EmbeddedDesigner, grown_level
+from tuner.designer.model import FitCache
+from tuner.designer.strategy import (
+    LOCAL,
+    TREND,
+    GlobalStep,
+    LocalStep,
     trend_probe_open,
     trust_region_length,
 )
-from tuner.designer.embedded import EmbeddedDesigner, grown_level
-from tuner.designer.model import FitCache
 from tuner.errors import StateError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 FAST = OptimizerSettings(num_restarts=2, raw_samples=64, maxiter=30)
 # 20 knobs of which two matter: the many-knob situation LlamaTune is for
@@ -68,7 +66,15 @@ def y_of(config: dict[str, Any]) -> float:
 
 def completed(id_: int, s: Suggestion, **metrics: float) -> Trial:
     values = metrics or {"y": y_of(s.config)}
-    return Trial(id_, s.config, TrialStatus.COMPLETED, values, source=s.source, embedded=s.embedded)
+    return Trial(
+        id_,
+        s.config,
+        TrialStatus.COMPLETED,
+        values,
+        source=s.step.value,
+        step=s.step,
+        embedded=s.embedded,
+    )
 
 
 def run(designer: EmbeddedDesigner, n: int, **extra: Any) -> list[Trial]:
@@ -96,10 +102,10 @@ def test_default_first_outside_the_embedding_then_projected_points(
     spec = make_spec()
     designer = EmbeddedDesigner(spec)
     first = study_run[0]
-    assert first.source == "default" and first.embedded == ()
+    assert first.step is StepKind.DEFAULT and first.embedded == ()
     assert first.config == spec.space.default_config()
-    assert [t.source for t in study_run[1:6]] == ["sobol"] * 5
-    assert {t.source for t in study_run[6:]} == {"bo"}
+    assert [t.step for t in study_run[1:6]] == [StepKind.SOBOL] * 5
+    assert all(t.step.model_based for t in study_run[6:])
     for trial in study_run[1:]:
         assert len(trial.embedded) == 4 and all(-1.0 <= v <= 1.0 for v in trial.embedded)
         assert designer.embedding.bucketize(trial.embedded) == trial.embedded
@@ -136,7 +142,7 @@ def test_linear_constraints_on_the_original_knobs_hold_for_every_suggestion() ->
     for trial in trials[1:]:  # the default breaks the second one and is skipped
         assert trial.config["k00"] + trial.config["k01"] <= 0.6 + 1e-9
         assert trial.config["k02"] - trial.config["k03"] >= 0.1 - 1e-9
-    assert trials[0].source != "default"
+    assert trials[0].step is not StepKind.DEFAULT
 
 
 def test_outcome_constraints_reach_the_inner_model() -> None:
@@ -144,7 +150,7 @@ def test_outcome_constraints_reach_the_inner_model() -> None:
     designer = EmbeddedDesigner(spec, settings=FAST)
     assert designer.low_spec.outcome_constraints == spec.outcome_constraints
     trials = run(designer, 8, cost=lambda c: c["k02"])
-    assert trials[-1].source == "bo"
+    assert trials[-1].step.model_based
 
 
 def test_trials_without_a_point_are_taken_but_not_modelled(study_run: list[Trial]) -> None:
@@ -185,8 +191,8 @@ def test_points_projecting_onto_measured_configurations_teach_the_model() -> Non
         trials.append(completed(len(trials) + 1, s, y=float(value)))
     keys = [tuple(sorted(t.config.items())) for t in trials]
     assert len(set(keys)) == len(keys)
-    sources = [t.source for t in trials]
-    assert sources.count("bo") >= 8, sources
+    steps = [t.step for t in trials]
+    assert sum(s.model_based for s in steps) >= 8, steps
 
 
 # -- growing the embedding and the trust region ------------------------------------------
@@ -236,18 +242,18 @@ def test_a_stalled_designer_grows_and_keeps_every_point_it_measured() -> None:
 def test_trust_region_halves_after_failures_and_starts_again() -> None:
     spec = make_spec()
     design = [trial_with(i, float(i)) for i in range(1, 4)]
-    assert trust_region_length(spec, design, skip=3) == TR_LENGTH
-    fails = [trial_with(i, 0.0) for i in range(4, 4 + TR_PATIENCE)]
-    assert trust_region_length(spec, design + fails, skip=3) == TR_LENGTH / 2
-    assert trust_region_length(spec, design + fails[:-1], skip=3) == TR_LENGTH
+    assert trust_region_length(spec, design, skip=3) == LOCAL.length
+    fails = [trial_with(i, 0.0) for i in range(4, 4 + LOCAL.patience)]
+    assert trust_region_length(spec, design + fails, skip=3) == LOCAL.length / 2
+    assert trust_region_length(spec, design + fails[:-1], skip=3) == LOCAL.length
     # the design's own non-improvements count nothing
-    assert trust_region_length(spec, design[::-1], skip=3) == TR_LENGTH
+    assert trust_region_length(spec, design[::-1], skip=3) == LOCAL.length
     success = [trial_with(10, 50.0)]
-    assert trust_region_length(spec, design + fails + success, skip=3) == TR_LENGTH
-    cycle = TR_PATIENCE * (TR_HALVINGS + 1)
+    assert trust_region_length(spec, design + fails + success, skip=3) == LOCAL.length
+    cycle = LOCAL.patience * (LOCAL.halvings + 1)
     long = [trial_with(i, 0.0) for i in range(4, 4 + cycle)]
-    assert trust_region_length(spec, design + long[:-1], skip=3) == TR_LENGTH / 2**TR_HALVINGS
-    assert trust_region_length(spec, design + long, skip=3) == TR_LENGTH
+    assert trust_region_length(spec, design + long[:-1], skip=3) == LOCAL.length / 2**LOCAL.halvings
+    assert trust_region_length(spec, design + long, skip=3) == LOCAL.length
 
 
 def test_trust_region_box_follows_the_lengthscales_and_stays_in_the_unit_box() -> None:
@@ -269,19 +275,31 @@ def test_half_of_the_inner_designers_steps_are_local() -> None:
     assert isinstance(inner, BODesigner) and inner.trust_region
     low = [t for t in (designer.low_trial(t) for t in trials) if t is not None]
     history = History.build(inner.encoder, low, [])
-    assert inner._local_box(history, []) is None  # the first model-based step is global
-    center, length = inner._local_box(history, [Suggestion({}, "bo")]) or ([], 0.0)
+    # the first model-based step is global, the second local: in one call or after the first
+    assert [type(s) for s in inner.plan(history, 2)] == [GlobalStep, LocalStep]
+    (first,) = inner.suggest(1, low, [])
+    assert first.step is StepKind.GLOBAL
+    done = replace(low[-1], id=100, config=first.config, step=first.step, metrics={"y": -9.0})
+    assert [type(s) for s in inner.plan(History.build(inner.encoder, [*low, done], []), 1)] == [
+        LocalStep
+    ]
+    (second,) = inner.suggest(1, [*low, done], [])
     best = max(low, key=lambda t: t.metrics["y"])
-    assert center == inner.encoder.encode(best.config) and length == TR_LENGTH
+    center = inner.encoder.encode(best.config)
+    point = inner.encoder.encode(second.config)
+    assert second.step is StepKind.LOCAL
+    assert all(
+        abs(p - c) <= LOCAL.length / 2 * 4 + 1e-9 for p, c in zip(point, center, strict=True)
+    )
 
 
-def _scored(sources_values: list[tuple[str, float | None]], goal: str = "maximize") -> bool:
+def _scored(sources_values: list[tuple[StepKind, float | None]], goal: str = "maximize") -> bool:
     spec = make_spec() if goal == "maximize" else StudySpec.from_dict(
         {**make_spec().to_dict(), "objectives": [{"name": "y", "goal": goal}]}
     )  # fmt: skip
     trials = [
         Trial(i + 1, {}, TrialStatus.COMPLETED if v is not None else TrialStatus.INFEASIBLE,
-              {"y": v} if v is not None else {}, source=src)
+              {"y": v} if v is not None else {}, step=src)
         for i, (src, v) in enumerate(sources_values)
     ]  # fmt: skip
     return trend_probe_open(spec, trials)
@@ -289,21 +307,22 @@ def _scored(sources_values: list[tuple[str, float | None]], goal: str = "maximiz
 
 def test_the_trend_probe_goes_on_while_its_steps_beat_most_earlier_trials() -> None:
     """Six trend steps are scored before the probe is judged, then it stays open while they
-    beat 40 % of the earlier trials on average (TREND_PROBE, TREND_KEEP)."""
-    assert (TREND_PROBE, TREND_KEEP) == (6, 0.4)
-    design = [("sobol", float(v)) for v in (3, 1, 4, 1, 5, 9, 2, 6)]
+    beat 40 % of the earlier trials on average (TrendStep.probe, TrendStep.keep)."""
+    assert (TREND.probe, TREND.keep) == (6, 0.4)
+    sobol, bo, fill = StepKind.SOBOL, StepKind.TREND, StepKind.FILL_IN
+    design = [(sobol, float(v)) for v in (3, 1, 4, 1, 5, 9, 2, 6)]
     assert _scored(design)  # no model-based step yet: the probe is open
-    good = [("bo", v) for v in (7.0, 8.0, 0.5, 10.0, 0.0, 0.2)]  # 7/8 8/9 0 11/11 0 1/13
+    good = [(bo, v) for v in (7.0, 8.0, 0.5, 10.0, 0.0, 0.2)]  # 7/8 8/9 0 11/11 0 1/13
     assert _scored(design + good)  # mean 0.47
-    poor = [("bo", v) for v in (0.0, 1.5, 2.5, 20.0, 0.1, 0.3)]  # 0 3/9 5/10 11/11 1/12 2/13
+    poor = [(bo, v) for v in (0.0, 1.5, 2.5, 20.0, 0.1, 0.3)]  # 0 3/9 5/10 11/11 1/12 2/13
     assert _scored(design + poor[:5])  # five scored steps: not judged yet
     assert not _scored(design + poor)  # mean 0.35 < 0.4: closed
-    later = [("bo", 50.0), ("random", 60.0), ("bo", 70.0)]
+    later = [(bo, 50.0), (fill, 60.0), (StepKind.LOCAL, 70.0)]
     assert not _scored(design + poor + later)  # once closed, closed: later steps were flat
-    broken = [("bo", None)] * 4 + [("bo", 8.0), ("bo", 9.5)]  # 0 0 0 0 7/8 9/9: mean 0.31
+    broken = [(bo, None)] * 4 + [(bo, 8.0), (bo, 9.5)]  # 0 0 0 0 7/8 9/9: mean 0.31
     assert not _scored(design + broken)  # a step that broke the system scores 0
-    assert _scored(design + [("bo", 6.5)] * 4 + broken[4:])  # the same steps, measured
-    assert _scored(design + good + [("random", -5.0), ("bo", 8.5)])  # fill-ins are not steps
+    assert _scored(design + [(bo, 6.5)] * 4 + broken[4:])  # the same steps, measured
+    assert _scored(design + good + [(fill, -5.0), (bo, 8.5)])  # fill-ins are not steps
     # minimize: beating a trial means a lower value
     mirror = [(s, -v) for s, v in design + good]
     assert _scored(mirror, goal="minimize")
@@ -333,38 +352,33 @@ def test_a_narrow_embedding_probes_a_trend_and_a_wide_one_does_not() -> None:
     inner = narrow.stage(0).inner
     assert isinstance(inner, BODesigner) and inner.trend_probe
     assert not wide.stage(0).inner.trend_probe  # type: ignore[attr-defined]
-    assert [t.source for t in trials[6:]] == ["bo", "bo", "bo"]
+    assert [t.step for t in trials[6:]] == [StepKind.TREND] * 3
     assert cache.get(("llama:trend", "y"), 4) is not None and cache.get(("llama", "y"), 4) is None
     low = [t for t in (narrow.low_trial(t) for t in trials) if t is not None]
     history = History.build(inner.encoder, low, [])
-    assert inner._trend_step(history, coarse=False)
-    assert not inner._trend_step(history, coarse=True)  # the prior region's phase comes first
+    assert inner.plan(history, 2) == [TREND, TREND]  # global even on a trust region's turn
     closed = [*low[:5], *(replace(t, metrics={"y": -1.0}) for t in low[5:])]
     closed += [replace(low[-1], id=100 + i, metrics={"y": -1.0}) for i in range(4)]
-    assert not inner._trend_step(History.build(inner.encoder, closed, []), coarse=False)
+    assert [type(s) for s in inner.plan(History.build(inner.encoder, closed, []), 2)] == [
+        LocalStep,  # 9 model steps so far: the next is odd
+        GlobalStep,
+    ]
 
 
-def test_trend_steps_are_global_until_a_random_fill_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A trend step drops the trust region it was given, until the history holds a random
-    fill-in (plateaus): then a local turn is a Thompson step in the box again."""
+def test_trend_steps_are_global_until_a_random_fill_in() -> None:
+    """A trend step is global until the history holds a fill-in (plateaus): then every second
+    step is a Thompson step in the trust region, still on the trend's mean."""
     narrow, trials = _narrow_run(7)  # default, 5 design points, 1 model-based
     inner = narrow.stage(0).inner
     assert isinstance(inner, BODesigner)
     low = [t for t in (narrow.low_trial(t) for t in trials) if t is not None]
-    best = max(low, key=lambda t: t.metrics["y"])
-    box = (inner.encoder.encode(best.config), TR_LENGTH)
-    local_steps: list[int] = []
-    thompson = bo_module.thompson_candidates
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        local_steps.append(1)
-        return thompson(*args, **kwargs)
-
-    monkeypatch.setattr(bo_module, "thompson_candidates", counted)
-    history = History.build(inner.encoder, low, [])
-    assert inner._trend_step(history, coarse=False)
-    assert len(inner._optimize(history, [], 1, 5, False, box)) == 1 and local_steps == []
-    filled = [*low, replace(low[-1], id=len(trials) + 1, source="random")]
-    history = History.build(inner.encoder, filled, [])
-    assert inner._trend_step(history, coarse=False)  # still a trend step, now in the box
-    assert len(inner._optimize(history, [], 1, 5, False, box)) == 1 and local_steps == [1]
+    assert inner.plan(History.build(inner.encoder, low, []), 1) == [TREND]  # odd, but global
+    fill = replace(low[-1], id=20, step=StepKind.FILL_IN, metrics={"y": -5.0})
+    again = replace(low[-1], id=21, step=StepKind.TREND, metrics={"y": -6.0})
+    filled = [*low, fill, again]  # the next model step is odd again, and a fill-in exists
+    assert inner.plan(History.build(inner.encoder, filled, []), 2) == [
+        LocalStep(trend_mean=True),
+        TREND,
+    ]
+    (made,) = inner.suggest(1, filled, [])
+    assert made.step is StepKind.LOCAL

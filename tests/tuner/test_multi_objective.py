@@ -17,6 +17,7 @@ from tuner.designer.embedded import EmbeddedDesigner, grown_level
 from tuner.designer.model import FitCache
 from tuner.study import StudySpec
 from tuner.trial import (
+    StepKind,
     Trial,
     TrialStatus,
     dominates,
@@ -130,7 +131,16 @@ def drive(spec: StudySpec, n: int) -> list[Trial]:
     trials: list[Trial] = []
     for i in range(n):
         s = designer.suggest(1, trials, [])[0]
-        trials.append(Trial(i + 1, s.config, S.COMPLETED, branin_currin(s.config), source=s.source))
+        trials.append(
+            Trial(
+                i + 1,
+                s.config,
+                S.COMPLETED,
+                branin_currin(s.config),
+                source=s.step.value,
+                step=s.step,
+            )
+        )
     return trials
 
 
@@ -143,7 +153,7 @@ def test_hypervolume_bo_beats_its_space_filling_design(bo_run: list[Trial]) -> N
     spec = spec_of(MIN_MIN)
     sobol = drive(spec_of(MIN_MIN, algorithm="sobol"), 18)
     bo = hypervolume(spec, bo_run, REFERENCE)
-    assert {t.source for t in bo_run[6:]} == {"bo"}
+    assert all(t.step.model_based for t in bo_run[6:])
     assert bo > hypervolume(spec, sobol, REFERENCE) + 5.0
     assert bo > hypervolume(spec, bo_run[:10], REFERENCE)  # the model-based trials added to it
     assert len(pareto_front(spec, bo_run)) >= 4  # a front, not one point
@@ -152,7 +162,7 @@ def test_hypervolume_bo_beats_its_space_filling_design(bo_run: list[Trial]) -> N
 def test_outcome_constraints_hold_the_search_with_several_objectives() -> None:
     spec = spec_of(MIN_MIN, constraints=("x_sum <= 0.8",))
     trials = drive(spec, 16)
-    model_based = [t for t in trials if t.source == "bo"]
+    model_based = [t for t in trials if t.step.model_based]
     assert model_based
     feasible = sum(is_feasible(spec, t) for t in model_based)
     assert feasible >= 0.7 * len(model_based), [t.metrics["x_sum"] for t in model_based]
@@ -165,7 +175,7 @@ def test_pending_points_make_parallel_multi_objective_suggestions_differ(
     designer = make_designer(spec_of(MIN_MIN), FitCache())
     batch = designer.suggest(3, bo_run, [])
     assert len({tuple(s.config.values()) for s in batch}) == 3
-    assert all(s.source == "bo" for s in batch)
+    assert all(s.step.model_based for s in batch)
 
 
 def test_given_reference_points_reach_the_acquisition() -> None:
@@ -188,9 +198,17 @@ def test_embedded_designer_searches_several_objectives() -> None:
     for i in range(10):
         s: Suggestion = designer.suggest(1, trials, [])[0]
         metrics = branin_currin(s.config)
-        t = Trial(i + 1, s.config, S.COMPLETED, metrics, source=s.source, embedded=s.embedded)
+        t = Trial(
+            i + 1,
+            s.config,
+            S.COMPLETED,
+            metrics,
+            source=s.step.value,
+            step=s.step,
+            embedded=s.embedded,
+        )
         trials.append(t)
-    assert {t.source for t in trials[7:]} <= {"bo", "random"}
+    assert all(t.step.model_based or t.step is StepKind.FILL_IN for t in trials[7:])
     assert all(len(t.embedded) in (2, 4) for t in trials)
     assert pareto_front(spec, trials)
 

@@ -13,7 +13,7 @@ from tuner.designer.embedded import EmbeddedDesigner
 from tuner.designer.priors import PriorRegion
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 FAST = OptimizerSettings(num_restarts=2, raw_samples=64, maxiter=30)
 SOURCE = "test: made-up guide"
@@ -63,7 +63,7 @@ def drive(designer: Designer, n: int) -> list[Trial]:
         (s,) = designer.suggest(1, trials, [])
         trials.append(
             Trial(len(trials) + 1, s.config, TrialStatus.COMPLETED, {"y": y_of(s.config)},
-                  source=s.source, embedded=s.embedded)
+                  source=s.step.value, step=s.step, embedded=s.embedded)
         )  # fmt: skip
     return trials
 
@@ -89,11 +89,11 @@ def test_no_recommendation_means_no_region() -> None:
 @pytest.mark.parametrize("knobs", [CONTINUOUS, MIXED], ids=["continuous", "mixed"])
 def test_coarse_then_fine(knobs: list[dict[str, Any]]) -> None:
     trials = drive(BODesigner(make_spec(knobs), settings=FAST), 13)
-    assert trials[0].source == "default"
+    assert trials[0].step is StepKind.DEFAULT
     design, coarse, fine = trials[1:5], trials[5:9], trials[9:]
-    assert [t.source for t in design] == ["sobol"] * 4
+    assert [t.step for t in design] == [StepKind.SOBOL] * 4
     assert all(inside(t.config) for t in design + coarse)
-    assert {t.source for t in coarse} == {"bo"}
+    assert all(t.step.model_based for t in coarse)
     # the optimum lies outside the region: once widened, the search leaves it
     assert not all(inside(t.config) for t in fine)
 
@@ -119,7 +119,7 @@ def test_in_an_embedding_the_prior_seeds_the_initial_design() -> None:
     designer = EmbeddedDesigner(spec, settings=FAST)
     trials = drive(designer, 6)
     seeds = trials[1:5]
-    assert [t.source for t in seeds] == ["sobol"] * 4
+    assert [t.step for t in seeds] == [StepKind.SOBOL] * 4
     assert all(len(t.embedded) == 3 for t in trials[1:])
     plain = EmbeddedDesigner(make_spec(many, priors=False, embedding={"kind": "llamatune",
                                                                       "dims": 3}))  # fmt: skip

@@ -13,7 +13,7 @@ from tuner.designer.quasirandom import FeasibleSampler, unit_box_inequalities
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 S = TrialStatus
 
@@ -68,7 +68,7 @@ def test_suggestions_are_deterministic_for_a_seed(algorithm: str) -> None:
     first = QuasiRandomDesigner(_spec(seed=5, algorithm=algorithm)).suggest(8, [], [])
     again = QuasiRandomDesigner(_spec(seed=5, algorithm=algorithm)).suggest(8, [], [])
     assert first == again
-    assert len(first) == 8 and {s.source for s in first} == {algorithm}
+    assert len(first) == 8 and {s.step.value for s in first} == {algorithm}
     other = QuasiRandomDesigner(_spec(seed=6, algorithm=algorithm)).suggest(8, [], [])
     assert _configs(other) != _configs(first)
     assert len({repr(c) for c in _configs(first)}) == 8
@@ -161,27 +161,29 @@ def test_default_configuration_comes_first() -> None:
     spec = _spec(DEFAULTS)
     designer = QuasiRandomDesigner(spec)
     first = designer.suggest(3, [], [])
-    assert first[0] == Suggestion({"a": 2, "b": 1.5, "mode": "y"}, "default")
-    assert [s.source for s in first[1:]] == ["sobol", "sobol"]
+    assert first[0] == Suggestion({"a": 2, "b": 1.5, "mode": "y"}, StepKind.DEFAULT)
+    assert [s.step for s in first[1:]] == [StepKind.SOBOL] * 2
     later = designer.suggest(2, _trials([first[0].config]), [])
-    assert all(s.source == "sobol" for s in later)
+    assert all(s.step is StepKind.SOBOL for s in later)
     pending = designer.suggest(2, [], [Trial(1, dict(first[0].config), S.ACTIVE)])
-    assert all(s.source == "sobol" for s in pending)
+    assert all(s.step is StepKind.SOBOL for s in pending)
 
 
 def test_no_default_when_not_asked_for_or_incomplete() -> None:
     spec = _spec(DEFAULTS, start_with_default=False)
-    assert all(s.source == "sobol" for s in QuasiRandomDesigner(spec).suggest(3, [], []))
+    assert all(s.step is StepKind.SOBOL for s in QuasiRandomDesigner(spec).suggest(3, [], []))
     partial = [dict(k) for k in DEFAULTS]
     del partial[1]["default"]
-    assert all(s.source == "sobol" for s in QuasiRandomDesigner(_spec(partial)).suggest(3, [], []))
+    assert all(
+        s.step is StepKind.SOBOL for s in QuasiRandomDesigner(_spec(partial)).suggest(3, [], [])
+    )
 
 
 def test_no_default_when_it_breaks_a_parameter_constraint(caplog: Any) -> None:
     spec = _spec(DEFAULTS, ("a + 2*b <= 4",))  # default: 2 + 3 = 5 > 4
     with caplog.at_level(logging.WARNING, logger="tuner.designer.bo"):
         suggestions = QuasiRandomDesigner(spec).suggest(3, [], [])
-    assert all(s.source == "sobol" for s in suggestions)
+    assert all(s.step is StepKind.SOBOL for s in suggestions)
     assert all(spec.satisfies_parameter_constraints(s.config) for s in suggestions)
     assert "default configuration breaks a parameter constraint" in caplog.text
 

@@ -11,6 +11,7 @@ from tuner.errors import StateError
 from tuner.study import StudySpec
 from tuner.trial import (
     OBSERVED,
+    StepKind,
     Trial,
     TrialStatus,
     best_so_far,
@@ -200,7 +201,11 @@ def test_relative_constraints_resolve_against_the_measured_default() -> None:
     assert with_resolved_constraints(spec, [fast, slow]) == spec
     assert best_trial(spec, [fast, slow]) is None
     default = Trial(
-        1, {"x": 0.5}, S.COMPLETED, {"energy": 60.0, "tps": 100.0, "p95": 5.0}, source="default"
+        1,
+        {"x": 0.5},
+        S.COMPLETED,
+        {"energy": 60.0, "tps": 100.0, "p95": 5.0},
+        step=StepKind.DEFAULT,
     )
     resolved = with_resolved_constraints(spec, [slow, default, fast])
     assert [str(c) for c in resolved.outcome_constraints] == ["tps >= 99", "p95 <= 20"]
@@ -209,5 +214,5 @@ def test_relative_constraints_resolve_against_the_measured_default() -> None:
     assert best is not None and best.id == 2
     assert best_so_far(spec, [default, fast, slow]) == [60.0, 50.0, 50.0]
     # a default that failed leaves the bound unresolved
-    broken = Trial(1, {"x": 0.5}, S.INFEASIBLE, {}, reason="crash", source="default")
+    broken = Trial(1, {"x": 0.5}, S.INFEASIBLE, {}, reason="crash", step=StepKind.DEFAULT)
     assert with_resolved_constraints(spec, [broken, fast]) == spec

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tuner.encoding import ConfigKey, UnitBoxEncoder
+from tuner.errors import StateError
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import OBSERVED, Trial, TrialStatus
+from tuner.trial import OBSERVED, StepKind, Trial, TrialStatus
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,14 @@ class Suggestion:
 
     Attributes:
         config: Knob name -> value, valid for the study's space and parameter constraints.
-        source: ``default``, ``sobol``, ``bo``, ``random`` or ``fallback``.
+        step: The step of the generation strategy that made it (``strategy.py``).
         warning: Numerical trouble met while producing it (recorded on the trial).
         embedded: The low-dimensional point it was projected from, for studies searched in
             an embedding (stored with the trial so the history replays exactly); else empty.
     """
 
     config: Config
-    source: str
+    step: StepKind
     warning: str = ""
     embedded: tuple[float, ...] = ()
 
@@ -71,8 +72,13 @@ class History:
         active = tuple(t for t in pending if t.status.is_pending)
         kept = [t for t in (*completed, *active) if t.status is not TrialStatus.FAILED]
         taken = frozenset(encoder.key(t.config) for t in kept)
-        designed = sum(t.source != "default" for t in kept)
+        designed = sum(t.step is not StepKind.DEFAULT for t in kept)
         return cls(observed, active, taken, len(kept), designed)
+
+    @property
+    def learned(self) -> bool:
+        """Some trial COMPLETED: a model has something to learn from."""
+        return any(t.status is TrialStatus.COMPLETED for t in self.observed)
 
 
 class Designer:
@@ -93,3 +99,17 @@ def derive_seed(seed: int, *parts: object) -> int:
     """A 31-bit seed derived from the study seed and the call's context (stable across runs)."""
     text = ":".join(str(p) for p in (seed, *parts))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def checked(out: list[Suggestion], count: int, spec: StudySpec) -> list[Suggestion]:
+    """The first ``count`` of ``out``; an empty answer to a request means the space is used up.
+
+    Raises:
+        StateError: Nothing could be suggested.
+    """
+    if not out and count > 0:
+        raise StateError(
+            f"study {spec.name}: the search space is exhausted; every valid configuration "
+            "has been tried or is pending"
+        )
+    return out[:count]

@@ -1,77 +1,38 @@
-"""The constrained Bayesian-optimization designer, and the quasi-random designers.
+"""The constrained Bayesian-optimization designer: it executes the generation strategy.
 
-One ``suggest`` call runs the whole policy over the stored history:
+``strategy.py`` chooses each suggestion's step (default, Sobol design, random, prior region,
+global, local, trend); this module carries the steps out. Space-filling steps come from the
+quasi-random designer it builds on (``quasirandom.py``). A model-based step fits one GP per
+outcome (``model.py``), builds the acquisition (``acquisition.py``: qLogNEI with outcome
+constraints, qLogNEHVI with several objectives, qLogPoF until a trial is feasible; pending
+trials as ``X_pending``) and maximizes it: multi-start L-BFGS-B on continuous spaces, a
+batched local search over valid configurations otherwise (``local_search.py``), the exact
+optimum over a candidate list (``candidates.py``), Thompson sampling in the trust region for
+a LOCAL step. A call's model-based slots of one kind are chosen jointly (sequential greedy,
+each pick pending for the next).
 
-1. the knobs' default configuration first (when the study asks for it and it is feasible);
-2. scrambled Sobol points until the initial design is complete;
-3. then model-based suggestions: fit (``model.py``) -> acquisition (``acquisition.py``) ->
-   acquisition optimization, with pending trials as ``X_pending``; a share
-   ``random_fraction`` of them is replaced by random points.
-
-With ``expert_priors`` the initial design and the first as many model-based suggestions stay
-inside the knobs' recommended region, then the search widens (``priors.py``).
-
-With a candidate list (``StudySpec.candidates``) every step picks among the untaken
-candidates: Sobol points snap to the nearest, the acquisition is maximized exactly over the
-list, random fill-ins are drawn from it (``candidates.py``). Three things differ for such
-studies, each measured on the cloud benchmark (``bench/README.md``, cost after 10 trials):
-the model sees the candidates' features when the study gives them (``FeatureEncoder``),
-the objective's GP counts failed trials as the worst value seen (``model.py``), and
-qLogNEI asks for an improvement of ``CANDIDATE_MARGIN`` standard deviations of the
-observed objective (``acquisition.py``). A list of a few dozen deployments is searched in
-ten trials, where a step toward a near neighbour of the best costs as much as one to a
-far, uncertain one.
-
-With ``trust_region`` (the LlamaTune designer turns it on for its inner designer) every
-second model-based suggestion is local, TuRBO-style (Eriksson et al., NeurIPS 2019): Thompson
-sampling (``acquisition.thompson_candidates``) among perturbations of the best trial inside a
-box of side ``0.8`` of the unit box, stretched per knob by the GP's lengthscales, halved
-after every ``3`` trials in a row without an improvement and back to ``0.8`` once it falls
-below ``0.8 / 2^5``. The state is recomputed from the history on every call. Global BO in 16
-or more dimensions keeps sampling the box's faces long after it has found the right basin;
-the local half refines it, and a posterior sample (unlike the expected improvement) also
-tries the side of the best point that the model is unsure about.
-
-With ``trend_probe`` as well (the LlamaTune designer turns it on for embeddings of at most two
-knobs per coordinate), a single-objective study's model-based steps start as *trend steps*:
-global qLogNEI on GPs with a linear prior mean (``model.py``, ``trend``), which carry the
-fitted slopes out to the faces of the box, where a constant-mean GP falls back to the
-average. The measurements then decide: each trend step scores the share of earlier trials it
-beat (0 for a trial that broke the system or failed); after ``TREND_PROBE`` (6) of them the
-trend steps go on only while their mean score stays at or above ``TREND_KEEP`` (0.4). Once it
-falls below, every later step is the step above, with the constant mean. Which trials were
-trend steps is replayed from the history (the model-based trials in id order), so a
-restarted server continues the same way. Trend steps are global only until the history holds
-a random fill-in (a suggestion that kept projecting onto taken configurations, ``embedded.py``):
-on plateaus of choice knobs and special values (MySQL JOB) global steps keep landing on
-measured configurations, and from then on every second trend step is a trust-region step
-again.
-
-The two constants come from the first BO steps of runs with a trend on every step
-(``bench/README.md``): on the MySQL SYSBENCH surrogate, whose good configurations lie on the
-faces, the running mean score from the sixth step until the target was reached stayed at
-or above 0.40 in 29 seeds of 30 (0.399 in the last); on Hartmann6 on 6 of 20 knobs, whose
-optimum is inside, the mean of the first six steps was below 0.40 in 10 seeds of 10 (0.15 to
-0.399: the faces score about 0.3 there). The threshold sits at the edge of both samples. A
-trend on every step found SYSBENCH's faces fast but lost the interior optimum; a leave-one-out
-comparison of the two means chose the trend on both problems' first steps.
+Candidate-list studies differ in three ways, each measured on the cloud benchmark: the
+model sees the candidates' features when the study gives them (``FeatureEncoder``), the
+objective's GP counts failed trials as the worst value seen (``model.py``), and qLogNEI asks
+for an improvement of ``GlobalStep.candidate_margin`` standard deviations.
 
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
-constraints, and compared with every configuration already taken; a duplicate is replaced by
-a random configuration. Numerical trouble (a Cholesky failure, NaNs, a fit that does not
-converge) never reaches the client: the designer falls back to quasi-random points and records
-a warning on the suggestion. All randomness derives from the study seed and the history size,
-so a restarted server makes the same suggestions.
+constraints, and compared with every configuration already taken; a duplicate is replaced
+by a random configuration (a FILL_IN). Numerical trouble (a Cholesky failure, NaNs, a fit
+that does not converge) never reaches the client: the step's configurations come from a
+quasi-random sequence instead (FALLBACK) with a warning recorded on the trial. All
+randomness derives from the study seed and the history size, so a restarted server makes
+the same suggestions.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 from botorch.acquisition import AcquisitionFunction
@@ -82,15 +43,27 @@ from tuner.designer.acquisition import (
     optimize_continuous,
     thompson_candidates,
 )
-from tuner.designer.base import Designer, History, Suggestion, derive_seed
+from tuner.designer.base import History, Suggestion, checked, derive_seed
 from tuner.designer.local_search import LocalSearch
 from tuner.designer.model import FitCache, fit_models, outcome_data
 from tuner.designer.priors import PriorRegion
-from tuner.designer.quasirandom import FeasibleSampler
-from tuner.errors import StateError
+from tuner.designer.quasirandom import QuasiRandomDesigner
+from tuner.designer.strategy import (
+    GLOBAL,
+    DefaultStep,
+    LocalStep,
+    PriorStep,
+    RandomStep,
+    SobolStep,
+    Step,
+    TrendStep,
+    plan,
+    read_situation,
+    trust_region_length,
+)
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, is_feasible, pareto_front, reference_point
+from tuner.trial import StepKind, Trial, is_feasible, pareto_front, reference_point
 
 log = logging.getLogger(__name__)
 _WARNING_CHARS = 300
@@ -98,70 +71,6 @@ _WARNING_CHARS = 300
 # overhead (and oversubscribe a shared CPU): measured 11 ms vs 38-120 ms per likelihood
 # evaluation at n=17 on 2 busy cores.
 _SINGLE_THREAD_BELOW = 400
-# Trust region (see module doc): initial side, halvings before it starts again, and how many
-# trials in a row without an improvement (by more than TR_IMPROVEMENT x |best|) halve it.
-TR_LENGTH = 0.8
-TR_HALVINGS = 5
-TR_PATIENCE = 3
-TR_IMPROVEMENT = 1e-3
-# Candidate lists: qLogNEI counts only improvements beyond this many standard deviations of
-# the objective's observations (``acquisition.build_acquisition``'s margin).
-CANDIDATE_MARGIN = 0.5
-# Trend probe (see module doc): trend steps before they are judged, and the mean share of
-# earlier trials they must beat to go on.
-TREND_PROBE = 6
-TREND_KEEP = 0.4
-
-
-class QuasiRandomDesigner(Designer):
-    """Default config, then Sobol (``algorithm = "sobol"``) or uniform random points."""
-
-    def __init__(self, spec: StudySpec) -> None:
-        super().__init__(spec)
-        self.sampler = FeasibleSampler(spec, self.encoder)
-        self.region = PriorRegion.of(self.encoder) if spec.designer.expert_priors else None
-
-    def suggest(
-        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
-    ) -> list[Suggestion]:
-        history = History.build(self.encoder, completed, pending)
-        out = self.default_suggestion(history, count)
-        out += self._space_filling(history, out, count - len(out), self.spec.designer.algorithm)
-        return checked(out, count, self.spec)
-
-    # -- shared policy steps -----------------------------------------------------------
-    def default_suggestion(self, history: History, count: int) -> list[Suggestion]:
-        """The default configuration, unless it was measured, is pending, or was abandoned.
-
-        Like any configuration, a default whose trial FAILED (infrastructure) is tried again.
-        """
-        config = self.spec.space.default_config()
-        if not self.spec.designer.start_with_default or config is None or count < 1:
-            return []
-        if self.encoder.key(config) in history.taken:
-            return []
-        if not self.spec.satisfies_parameter_constraints(config):
-            log.warning(
-                "study %s: default configuration breaks a parameter constraint", self.spec.name
-            )
-            return []
-        return [Suggestion(config, "default")]
-
-    def _space_filling(
-        self, history: History, chosen: list[Suggestion], count: int, kind: str, warning: str = ""
-    ) -> list[Suggestion]:
-        if count <= 0:
-            return []
-        taken = history.taken | {self.encoder.key(s.config) for s in chosen}
-        seed = derive_seed(self.spec.designer.seed, kind)
-        if kind == "sobol":
-            configs = self.sampler.sobol(seed, count, taken, self.region)
-        elif kind == "fallback":  # a fresh scrambled sequence per history size
-            configs = self.sampler.sobol(derive_seed(seed, history.size), count, taken)
-        else:
-            seed = derive_seed(self.spec.designer.seed, kind, history.size, len(chosen))
-            configs = self.sampler.random(seed, count, taken)
-        return [Suggestion(c, kind, warning) for c in configs]
 
 
 class BODesigner(QuasiRandomDesigner):
@@ -185,67 +94,63 @@ class BODesigner(QuasiRandomDesigner):
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
-        out = self.default_suggestion(history, count)
-        initial = self.spec.designer.initial_size(len(self.spec.space))
-        n_sobol = max(0, min(count - len(out), initial - history.designed))
-        if not any(t.status is TrialStatus.COMPLETED for t in history.observed):
-            n_sobol = count - len(out)  # nothing to learn from yet
-        out += self._space_filling(history, out, n_sobol, "sobol")
-        if len(out) < count:
-            # coarse-to-fine: as many model-based trials inside the prior region as the design
-            designed = history.designed + sum(s.source != "default" for s in out)
-            coarse = self.region is not None and designed < 2 * initial
-            out += self._model_based(history, out, count - len(out), coarse)
+        steps = self.plan(history, count)
+        out: list[Suggestion] = []
+        for step in steps:  # in order: the default, then the design
+            if isinstance(step, DefaultStep):
+                out += self.default_suggestion(history)
+            elif isinstance(step, SobolStep):
+                out += self.space_filling(history, out, 1, StepKind.SOBOL)
+        model_steps = [s for s in steps if s.kind.model_based]
+        out += self._model_based(history, out, model_steps)
+        n_random = sum(isinstance(s, RandomStep) for s in steps)
+        out += self.space_filling(history, out, n_random, StepKind.RANDOM)
         return checked(out, count, self.spec)
 
+    def plan(self, history: History, count: int) -> list[Step]:
+        """The steps of this call (``strategy.plan``)."""
+        first = read_situation(
+            self.spec,
+            history,
+            prior_region=self.region is not None,
+            trust_region=self.trust_region,
+            trend_probe=self.trend_probe,
+        )
+        first = replace(first, default_due=self.default_due(history))
+        return plan(self.spec, history, first, count)
+
     def _model_based(
-        self, history: History, chosen: list[Suggestion], count: int, coarse: bool = False
+        self, history: History, chosen: list[Suggestion], steps: list[Step]
     ) -> list[Suggestion]:
-        seed = derive_seed(self.spec.designer.seed, "bo", history.size, len(chosen))
-        rng = random.Random(seed)
-        n_random = sum(rng.random() < self.spec.designer.random_fraction for _ in range(count))
-        local = None if coarse else self._local_box(history, chosen)
-        try:
-            points = self._optimize(history, chosen, count - n_random, seed, coarse, local)
-        except Exception as err:  # numerical trouble is never the client's problem
-            log.warning(
-                "study %s: model-based suggestion failed, using quasi-random",
-                self.spec.name,
-                exc_info=True,
-            )
-            message = (
-                f"model failed ({type(err).__name__}: {err}); used a quasi-random configuration"
-            )
-            return self._space_filling(history, chosen, count, "fallback", message[:_WARNING_CHARS])
-        out = self._deduplicated(history, chosen, points)
-        return out + self._space_filling(history, chosen + out, count - len(out), "random")
+        """The model-based slots, grouped by step (each group one joint batch)."""
+        out: list[Suggestion] = []
+        for step, q in _grouped(steps):
+            made = chosen + out
+            seed = derive_seed(self.spec.designer.seed, "bo", history.size, len(made))
+            try:
+                configs = self._propose(step, q, history, made, seed)
+            except Exception as err:  # numerical trouble is never the client's problem
+                log.warning(
+                    "study %s: model-based suggestion failed, using quasi-random",
+                    self.spec.name,
+                    exc_info=True,
+                )
+                message = (
+                    f"model failed ({type(err).__name__}: {err}); used a quasi-random configuration"
+                )
+                out += self.space_filling(
+                    history, made, q, StepKind.FALLBACK, message[:_WARNING_CHARS]
+                )
+                continue
+            fresh = self._deduplicated(history, made, configs, step.kind)
+            out += fresh
+            out += self.space_filling(history, made + fresh, q - len(fresh), StepKind.FILL_IN)
+        return out
 
-    def _local_box(
-        self, history: History, chosen: list[Suggestion]
-    ) -> tuple[list[float], float] | None:
-        """Center and side of the trust region for this call, or None for a global step."""
-        if not self.trust_region or self.spec.multi_objective or self.sampler.pool is not None:
-            # a trust region follows one best trial (a Pareto front has many) in the unit box
-            return None
-        initial = self.spec.designer.initial_size(len(self.spec.space))
-        step = history.designed + len(chosen) - initial  # model-based suggestions so far
-        leaders = _leaders(self.spec, history.observed, 1)
-        if step % 2 == 0 or not leaders:
-            return None
-        length = trust_region_length(self.spec, history.observed, initial)
-        return self.encoder.encode(leaders[0]), length
-
-    def _optimize(
-        self,
-        history: History,
-        chosen: list[Suggestion],
-        q: int,
-        seed: int,
-        coarse: bool,
-        local: tuple[list[float], float] | None = None,
+    def _propose(
+        self, step: Step, q: int, history: History, chosen: list[Suggestion], seed: int
     ) -> list[Config]:
-        if q <= 0:
-            return []
+        """``q`` configurations of a model-based ``step`` (not yet de-duplicated)."""
         pool = self.sampler.pool
         # a candidate list: what the model sees of each (``candidates.py``), failures imputed
         encoder = pool.model_encoder if pool is not None else self.encoder
@@ -253,6 +158,8 @@ class BODesigner(QuasiRandomDesigner):
         pending = [t.config for t in history.pending] + [s.config for s in chosen]
         X_pending = encoder.encode_many(pending) if pending else None
         any_feasible = any(is_feasible(self.spec, t) for t in history.observed)
+        trend = isinstance(step, TrendStep) or (isinstance(step, LocalStep) and step.trend_mean)
+        leaders = _leaders(self.spec, history.observed, 1)
         with (
             warnings.catch_warnings(record=True) as caught,
             torch.random.fork_rng(),
@@ -260,37 +167,30 @@ class BODesigner(QuasiRandomDesigner):
         ):
             warnings.simplefilter("always")
             torch.manual_seed(seed)
-            trend = self._trend_step(history, coarse)
-            if trend and not _met_plateau(history):
-                local = None  # a trend step is global: the slopes point to the faces
             model = fit_models(data, encoder, self.cache, self.spec.name, trend=trend)
-            if local is not None:
-                box = _box_region(local[0], local[1], _objective_lengthscales(model))
+            if isinstance(step, LocalStep) and leaders:
+                center = self.encoder.encode(leaders[0])
+                initial = self.spec.designer.initial_size(len(self.spec.space))
+                length = trust_region_length(self.spec, history.observed, initial, step)
+                box = _box_region(center, length, _objective_lengthscales(model))
                 candidates = thompson_candidates(
-                    self.spec, model, data, local[0], box.lows, box.highs, q, seed
+                    self.spec, model, data, center, box.lows, box.highs, q, seed
                 )
             else:
                 reference = reference_point(self.spec, history.observed)
                 y = data[0].Y
                 margin = 0.0
                 if pool is not None and not self.spec.multi_objective and y.numel() > 1:
-                    margin = CANDIDATE_MARGIN * float(y.std())
+                    margin = GLOBAL.candidate_margin * float(y.std())
                 acquisition = build_acquisition(
                     self.spec, model, data, data[0].X, X_pending, any_feasible, seed, reference,
                     margin,
                 )  # fmt: skip
-                region = self.region if coarse else None
+                region = self.region if isinstance(step, PriorStep) else None
                 candidates = self._maximize(acquisition, history, chosen, q, seed, region)
         for w in caught:  # jitter and optimizer notes: logged, not recorded on the trial
             log.debug("study %s: %s: %s", self.spec.name, w.category.__name__, w.message)
-        configs = [self.encoder.decode(row.tolist()) for row in candidates]
-        return configs
-
-    def _trend_step(self, history: History, coarse: bool) -> bool:
-        """Whether this step is a trend step (module doc)."""
-        if not self.trend_probe or coarse or self.spec.multi_objective:
-            return False
-        return self.sampler.pool is None and trend_probe_open(self.spec, history.observed)
+        return [self.encoder.decode(row.tolist()) for row in candidates]
 
     def _maximize(
         self,
@@ -328,7 +228,7 @@ class BODesigner(QuasiRandomDesigner):
         )
 
     def _deduplicated(
-        self, history: History, chosen: list[Suggestion], configs: list[Config]
+        self, history: History, chosen: list[Suggestion], configs: list[Config], kind: StepKind
     ) -> list[Suggestion]:
         taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
         out: list[Suggestion] = []
@@ -337,19 +237,8 @@ class BODesigner(QuasiRandomDesigner):
             if repaired is None or self.encoder.key(repaired) in taken:
                 continue
             taken.add(self.encoder.key(repaired))
-            out.append(Suggestion(repaired, "bo"))
+            out.append(Suggestion(repaired, kind))
         return out
-
-
-def make_designer(spec: StudySpec, cache: FitCache | None = None) -> Designer:
-    """The designer the study's settings ask for."""
-    if spec.embedding is not None:
-        from tuner.designer.embedded import EmbeddedDesigner  # it builds on this module
-
-        return EmbeddedDesigner(spec, cache)
-    if spec.designer.algorithm == "bo":
-        return BODesigner(spec, cache)
-    return QuasiRandomDesigner(spec)
 
 
 @contextmanager
@@ -364,60 +253,6 @@ def _threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def trust_region_length(spec: StudySpec, observed: Sequence[Trial], skip: int = 0) -> float:
-    """The trust region's side after ``observed`` (in trial id order; see module doc).
-
-    The first ``skip`` trials (the initial design) set the best but count no failures.
-    Trials with negative ids (a caller's pseudo-observations) are ignored.
-    """
-    name = spec.objective.name
-    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
-    best: float | None = None
-    failures = 0
-    ordered = sorted((t for t in observed if t.id >= 0), key=lambda t: t.id)
-    for index, trial in enumerate(ordered):
-        value = trial.metrics.get(name)
-        if value is not None and is_feasible(spec, trial):
-            y = sign * value
-            if best is None or y < best - TR_IMPROVEMENT * abs(best):
-                best, failures = y, 0
-                continue
-        if best is not None and index >= skip:
-            failures += 1
-    return TR_LENGTH * 0.5 ** ((failures // TR_PATIENCE) % (TR_HALVINGS + 1))
-
-
-def _met_plateau(history: History) -> bool:
-    """Whether some trial is a random fill-in: a suggestion that kept projecting onto taken
-    configurations (``embedded.py``), the mark of plateaus of choice knobs."""
-    return any(t.source == "random" for t in (*history.observed, *history.pending))
-
-
-def trend_probe_open(spec: StudySpec, observed: Sequence[Trial]) -> bool:
-    """Whether the trend probe (module doc) still goes on after ``observed``.
-
-    Replayed in trial id order: every model-based trial (source ``bo``) is a trend step while
-    the probe is open; its score is the share of the earlier feasible trials it beat (0 when
-    it has no feasible objective value); the probe stays open for ``TREND_PROBE`` scored steps
-    and then while their mean score is at least ``TREND_KEEP``.
-    """
-    name = spec.objective.name
-    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
-    earlier: list[float] = []  # signed feasible values so far (lower wins)
-    scores: list[float] = []
-    for trial in sorted((t for t in observed if t.id >= 0), key=lambda t: t.id):
-        value = trial.metrics.get(name)
-        ok = value is not None and math.isfinite(value) and is_feasible(spec, trial)
-        y = sign * value if ok and value is not None else math.inf
-        if trial.source == "bo" and earlier:
-            scores.append(sum(e > y for e in earlier) / len(earlier))
-            if len(scores) >= TREND_PROBE and sum(scores) / len(scores) < TREND_KEEP:
-                return False
-        if ok:
-            earlier.append(y)
-    return True
 
 
 def _objective_lengthscales(model: object) -> list[float] | None:
@@ -461,10 +296,9 @@ def _leaders(spec: StudySpec, observed: tuple[Trial, ...], k: int = 5) -> list[C
     return [t.config for t in [*front, *ranked][:k]]
 
 
-def checked(out: list[Suggestion], count: int, spec: StudySpec) -> list[Suggestion]:
-    if not out and count > 0:
-        raise StateError(
-            f"study {spec.name}: the search space is exhausted; every valid configuration "
-            "has been tried or is pending"
-        )
-    return out[:count]
+def _grouped(steps: list[Step]) -> list[tuple[Step, int]]:
+    """Each distinct step with the number of slots it takes, in order of first appearance."""
+    counts: dict[Step, int] = {}
+    for step in steps:
+        counts[step] = counts.get(step, 0) + 1
+    return list(counts.items())

@@ -35,7 +35,7 @@ The inner BO designer searches half of its suggestions in a trust region around 
 trial (``BODesigner(trust_region=True)``): in 16 or more dimensions global BO keeps sampling
 the faces of the box after it has found the right basin.
 
-Where the embedding holds at most ``NARROW_KNOBS_PER_DIM`` (2) knobs per coordinate at level 0
+Where the embedding holds at most ``TrendStep.narrow`` (2) knobs per coordinate at level 0
 (20 MySQL knobs in 16 dimensions, 5 in 4), each coordinate stands for one knob or two, and the
 inner designer also runs the *trend probe* (``BODesigner(trend_probe=True)``): its first
 model-based steps are global steps on GPs with a linear prior mean, which carry the fitted
@@ -62,20 +62,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tuner.designer.acquisition import OptimizerSettings
-from tuner.designer.base import Designer, History, Suggestion, derive_seed
-from tuner.designer.bo import BODesigner, QuasiRandomDesigner, checked
+from tuner.designer.base import Designer, History, Suggestion, checked, derive_seed
+from tuner.designer.bo import BODesigner
 from tuner.designer.model import FitCache
+from tuner.designer.quasirandom import QuasiRandomDesigner
+from tuner.designer.strategy import TREND
 from tuner.embedding import HeSBOEmbedding, low_point_is_valid
 from tuner.encoding import ConfigKey
 from tuner.space import Config, IntKnob, SearchSpace
 from tuner.study import StudySpec
-from tuner.trial import OBSERVED, Trial, TrialStatus, dominates, is_feasible
+from tuner.trial import OBSERVED, StepKind, Trial, TrialStatus, dominates, is_feasible
 
 _RANDOM_TRIES = 200
 _ASK_ROUNDS = 6
-# At most this many knobs per coordinate (level 0): the inner BO designer probes a linear trend
-# (module doc).
-NARROW_KNOBS_PER_DIM = 2.0
 # The growth rule's significant improvement, relative to the median feasible value's distance
 # from the best (scale-free, and robust to the huge values of a bad initial design).
 GROW_IMPROVEMENT = 0.01
@@ -132,7 +131,7 @@ class EmbeddedDesigner(Designer):
         if level not in self._stages:
             embedding = HeSBOEmbedding(self.spec.space, self.settings, level)
             low_spec = low_dimensional_spec(self.spec, embedding)
-            narrow = len(self.spec.space) <= NARROW_KNOBS_PER_DIM * embedding.sizes[0]
+            narrow = len(self.spec.space) <= TREND.narrow * embedding.sizes[0]
             inner: Designer = (
                 BODesigner(low_spec, self._cache, self._optimizer, True, trend_probe=narrow)
                 if self.spec.designer.algorithm == "bo"
@@ -156,7 +155,7 @@ class EmbeddedDesigner(Designer):
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
         history = History.build(self.encoder, completed, pending)
-        out = self.outer.default_suggestion(history, count)
+        out = self.outer.default_suggestion(history) if count > 0 else []
         stage = self.stage(self.level(completed, pending))
         low_completed = self._low_trials(stage, completed)
         low_pending = self._low_trials(stage, pending)
@@ -210,7 +209,7 @@ class EmbeddedDesigner(Designer):
                 key = self.encoder.key(config)
                 if key not in taken:
                     taken.add(key)
-                    out.append(Suggestion(config, suggestion.source, suggestion.warning, point))
+                    out.append(Suggestion(config, suggestion.step, suggestion.warning, point))
                     continue
                 repeats += 1
                 id_ = -2000 - len(low_completed) - len(low_pending)
@@ -272,7 +271,7 @@ class EmbeddedDesigner(Designer):
         for point in (stage.embedding.inverse(config) for config in samples):
             config = self._feasible_projection(stage, point)
             if config is not None and self.encoder.key(config) not in taken:
-                made: Suggestion | None = Suggestion(config, "sobol", "", point)
+                made: Suggestion | None = Suggestion(config, StepKind.SOBOL, "", point)
             else:
                 seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(out))
                 made = self._random(stage, taken, seed)
@@ -307,7 +306,7 @@ class EmbeddedDesigner(Designer):
             )
             config = self._feasible_projection(stage, point)
             if config is not None and self.encoder.key(config) not in taken:
-                return Suggestion(config, "random", "", point)
+                return Suggestion(config, StepKind.FILL_IN, "", point)
         return None
 
 

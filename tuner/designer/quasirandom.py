@@ -1,4 +1,5 @@
-"""Space-filling configurations that honour linear parameter constraints.
+"""Space-filling configurations that honour linear parameter constraints, and the
+quasi-random designer (``algorithm = "sobol"`` or ``"random"``).
 
 The initial design is a scrambled Sobol sequence (Owen scrambling, seeded by the study) read
 from its start on every call and skipping configurations already taken, so the ``i``-th
@@ -15,8 +16,9 @@ References:
 from __future__ import annotations
 
 import itertools
+import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -24,11 +26,15 @@ from botorch.utils.sampling import get_polytope_samples
 from scipy.optimize import minimize
 from torch.quasirandom import SobolEngine
 
+from tuner.designer.base import Designer, History, Suggestion, checked, derive_seed
 from tuner.designer.candidates import CandidatePool
 from tuner.designer.priors import PriorRegion
 from tuner.encoding import ConfigKey, UnitBoxEncoder
 from tuner.space import Config, FloatKnob, IntKnob
 from tuner.study import StudySpec
+from tuner.trial import StepKind, Trial
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 1024
 _MAX_SOBOL = 16 * _CHUNK
@@ -36,6 +42,75 @@ _MAX_REPAIR_DIMS = 6
 
 # BoTorch's form of a linear inequality: sum(coefficients * x[indices]) >= rhs
 Inequality = tuple[torch.Tensor, torch.Tensor, float]
+
+
+class QuasiRandomDesigner(Designer):
+    """Default config, then Sobol (``algorithm = "sobol"``) or uniform random points.
+
+    The BO designer builds on it: the default configuration and the space-filling steps
+    (Sobol, random, fill-in and fallback configurations) are the same there.
+    """
+
+    def __init__(self, spec: StudySpec) -> None:
+        super().__init__(spec)
+        self.sampler = FeasibleSampler(spec, self.encoder)
+        self.region = PriorRegion.of(self.encoder) if spec.designer.expert_priors else None
+
+    def suggest(
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+    ) -> list[Suggestion]:
+        history = History.build(self.encoder, completed, pending)
+        out = self.default_suggestion(history) if count > 0 else []
+        kind = StepKind.SOBOL if self.spec.designer.algorithm == "sobol" else StepKind.RANDOM
+        out += self.space_filling(history, out, count - len(out), kind)
+        return checked(out, count, self.spec)
+
+    def default_due(self, history: History) -> bool:
+        """Whether the default configuration is wanted and not yet measured, pending or
+        abandoned. Like any configuration, a default whose trial FAILED is tried again."""
+        config = self.spec.space.default_config()
+        if not self.spec.designer.start_with_default or config is None:
+            return False
+        if self.encoder.key(config) in history.taken:
+            return False
+        if not self.spec.satisfies_parameter_constraints(config):
+            log.warning(
+                "study %s: default configuration breaks a parameter constraint", self.spec.name
+            )
+            return False
+        return True
+
+    def default_suggestion(self, history: History) -> list[Suggestion]:
+        """The default configuration, when ``default_due``."""
+        config = self.spec.space.default_config()
+        if config is None or not self.default_due(history):
+            return []
+        return [Suggestion(config, StepKind.DEFAULT)]
+
+    def space_filling(
+        self,
+        history: History,
+        chosen: list[Suggestion],
+        count: int,
+        kind: StepKind,
+        warning: str = "",
+    ) -> list[Suggestion]:
+        """``count`` new configurations of a space-filling ``kind``: SOBOL (the study's
+        sequence, inside the prior region if any), FALLBACK (a fresh scrambled sequence per
+        history size) or RANDOM / FILL_IN (uniform)."""
+        if count <= 0:
+            return []
+        taken = history.taken | {self.encoder.key(s.config) for s in chosen}
+        if kind is StepKind.SOBOL:
+            seed = derive_seed(self.spec.designer.seed, "sobol")
+            configs = self.sampler.sobol(seed, count, taken, self.region)
+        elif kind is StepKind.FALLBACK:
+            seed = derive_seed(derive_seed(self.spec.designer.seed, "fallback"), history.size)
+            configs = self.sampler.sobol(seed, count, taken)
+        else:  # RANDOM and FILL_IN share one stream
+            seed = derive_seed(self.spec.designer.seed, "random", history.size, len(chosen))
+            configs = self.sampler.random(seed, count, taken)
+        return [Suggestion(c, kind, warning) for c in configs]
 
 
 class FeasibleSampler:

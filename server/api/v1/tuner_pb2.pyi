@@ -28,6 +28,20 @@ class TrialStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIAL_STATUS_ABANDONED: _ClassVar[TrialStatus]
     TRIAL_STATUS_TIMED_OUT: _ClassVar[TrialStatus]
 
+class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_KIND_UNSPECIFIED: _ClassVar[StepKind]
+    STEP_KIND_DEFAULT: _ClassVar[StepKind]
+    STEP_KIND_SOBOL: _ClassVar[StepKind]
+    STEP_KIND_PRIOR: _ClassVar[StepKind]
+    STEP_KIND_GLOBAL: _ClassVar[StepKind]
+    STEP_KIND_LOCAL: _ClassVar[StepKind]
+    STEP_KIND_TREND: _ClassVar[StepKind]
+    STEP_KIND_RANDOM: _ClassVar[StepKind]
+    STEP_KIND_FILL_IN: _ClassVar[StepKind]
+    STEP_KIND_FALLBACK: _ClassVar[StepKind]
+    STEP_KIND_IMPORT: _ClassVar[StepKind]
+
 class TrialOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRIAL_OUTCOME_UNSPECIFIED: _ClassVar[TrialOutcome]
@@ -47,6 +61,17 @@ TRIAL_STATUS_INFEASIBLE: TrialStatus
 TRIAL_STATUS_FAILED: TrialStatus
 TRIAL_STATUS_ABANDONED: TrialStatus
 TRIAL_STATUS_TIMED_OUT: TrialStatus
+STEP_KIND_UNSPECIFIED: StepKind
+STEP_KIND_DEFAULT: StepKind
+STEP_KIND_SOBOL: StepKind
+STEP_KIND_PRIOR: StepKind
+STEP_KIND_GLOBAL: StepKind
+STEP_KIND_LOCAL: StepKind
+STEP_KIND_TREND: StepKind
+STEP_KIND_RANDOM: StepKind
+STEP_KIND_FILL_IN: StepKind
+STEP_KIND_FALLBACK: StepKind
+STEP_KIND_IMPORT: StepKind
 TRIAL_OUTCOME_UNSPECIFIED: TrialOutcome
 TRIAL_OUTCOME_COMPLETED: TrialOutcome
 TRIAL_OUTCOME_INFEASIBLE: TrialOutcome
@@ -236,7 +261,7 @@ class Parameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Trial(_message.Message):
-    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point", "lease_expires_at", "expired_at", "reported_late", "reoffered_as")
+    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point", "lease_expires_at", "expired_at", "reported_late", "reoffered_as", "step")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +285,7 @@ class Trial(_message.Message):
     EXPIRED_AT_FIELD_NUMBER: _ClassVar[int]
     REPORTED_LATE_FIELD_NUMBER: _ClassVar[int]
     REOFFERED_AS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     id: int
     study: str
     config: _containers.RepeatedCompositeFieldContainer[Parameter]
@@ -276,7 +302,8 @@ class Trial(_message.Message):
     expired_at: _timestamp_pb2.Timestamp
     reported_late: bool
     reoffered_as: int
-    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reported_late: _Optional[bool] = ..., reoffered_as: _Optional[int] = ...) -> None: ...
+    step: StepKind
+    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reported_late: _Optional[bool] = ..., reoffered_as: _Optional[int] = ..., step: _Optional[_Union[StepKind, str]] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec",)

@@ -1,0 +1,20 @@
+"""The designer a study's settings ask for."""
+
+from __future__ import annotations
+
+from tuner.designer.base import Designer
+from tuner.designer.bo import BODesigner
+from tuner.designer.embedded import EmbeddedDesigner
+from tuner.designer.model import FitCache
+from tuner.designer.quasirandom import QuasiRandomDesigner
+from tuner.study import StudySpec
+
+
+def make_designer(spec: StudySpec, cache: FitCache | None = None) -> Designer:
+    """LlamaTune around the designer when the study has an embedding; else constrained BO
+    (``algorithm = "bo"``) or the quasi-random designer (``sobol``, ``random``)."""
+    if spec.embedding is not None:
+        return EmbeddedDesigner(spec, cache)
+    if spec.designer.algorithm == "bo":
+        return BODesigner(spec, cache)
+    return QuasiRandomDesigner(spec)

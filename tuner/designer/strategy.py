@@ -1,0 +1,307 @@
+"""The generation strategy: which kind of step makes the next configuration.
+
+After Ax's ``GenerationStrategy`` (explicit steps with transition criteria) and Vizier's
+designers: every suggestion is one *step*, and ``next_step`` chooses it from a
+``Situation``, a digest of the stored history that ``read_situation`` computes. The whole
+decision table, in order (the first row that applies wins)::
+
+    default configuration wanted, not taken yet        -> DEFAULT
+    initial design not complete, or nothing COMPLETED   -> SOBOL   (space-filling)
+    this slot's draw of designer.random_fraction        -> RANDOM
+    expert priors, fewer than 2 x initial designed      -> PRIOR   (BO inside the region)
+    several objectives, or a candidate list             -> GLOBAL
+    trend probe open (narrow embedding), unless a
+      fill-in exists and the model step is odd          -> TREND
+    trust region (inner designer of an embedding),
+      odd model step                                    -> LOCAL
+    otherwise                                           -> GLOBAL
+
+Two more kinds are outcomes of executing a step, never chosen here: FILL_IN (a random
+configuration standing in for a model suggestion that was already taken) and FALLBACK
+(quasi-random after numerical trouble). A LOCAL step while the trend probe is open keeps the
+trend's linear prior mean (``LocalStep.trend_mean``).
+
+Each step kind is a frozen dataclass; its constants are its fields, each with the reason and
+the evidence for it. The table reads the history only through ``StepKind`` (stored with every
+trial) and measured values, so a restarted server makes the same choices. An embedded
+(LlamaTune) study runs the table twice: outside the embedding for the default and the prior
+seeds, inside it for everything else (``embedded.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from tuner.designer.base import History, derive_seed
+from tuner.study import StudySpec
+from tuner.trial import StepKind, Trial, is_feasible
+
+
+@dataclass(frozen=True)
+class DefaultStep:
+    """The knobs' default configuration, measured first (LlamaTune's iteration 0): every
+    later result is judged against it, and it is often a good configuration already."""
+
+    kind: ClassVar[StepKind] = StepKind.DEFAULT
+
+
+@dataclass(frozen=True)
+class SobolStep:
+    """The initial design: the study's scrambled Sobol sequence, read from its start and
+    skipping taken configurations (``designer.initial_trials`` points, by default
+    ``min(10, max(5, d + 1))``); squeezed into the recommended region with expert priors."""
+
+    kind: ClassVar[StepKind] = StepKind.SOBOL
+
+
+@dataclass(frozen=True)
+class RandomStep:
+    """A uniformly random configuration, replacing a share ``designer.random_fraction`` of
+    model-based steps (0 by default): a user's hedge against a misled model."""
+
+    kind: ClassVar[StepKind] = StepKind.RANDOM
+
+
+@dataclass(frozen=True)
+class PriorStep:
+    """Coarse-to-fine with expert priors (``priors.py``, GPTuner's idea): the acquisition is
+    maximized inside the recommended region until ``phase`` times the initial design has been
+    measured, then over the whole space. A wrong recommendation costs a bounded number of
+    trials.
+
+    Attributes:
+        phase: The region's share, in initial designs (the design itself is the first).
+    """
+
+    kind: ClassVar[StepKind] = StepKind.PRIOR
+    phase: int = 2
+
+
+@dataclass(frozen=True)
+class GlobalStep:
+    """qLogNEI over the whole space (qLogNEHVI with several objectives; qLogPoF until some
+    trial is feasible), pending trials as ``X_pending`` (``acquisition.py``).
+
+    Attributes:
+        candidate_margin: On candidate lists, qLogNEI counts only improvements beyond this
+            many standard deviations of the observed objective. On the cloud benchmark
+            (Scout, 18 workloads x 50 seeds, cost after 10 trials) it took best/optimum from
+            1.125 to 1.092 together with candidate features and failure imputation: a list
+            of a few dozen deployments is searched in ten trials, where a step to a near
+            neighbour of the best costs as much as one to a far, uncertain one.
+    """
+
+    kind: ClassVar[StepKind] = StepKind.GLOBAL
+    candidate_margin: float = 0.5
+
+
+@dataclass(frozen=True)
+class LocalStep:
+    """Thompson sampling in a trust region around the best trial, TuRBO-style (Eriksson et
+    al., NeurIPS 2019; ``acquisition.thompson_candidates``): a box of side ``length`` of the
+    unit box, stretched per knob by the GP's lengthscales, halved after every ``patience``
+    trials in a row without an improvement by more than ``improvement x |best|``, and back to
+    ``length`` after ``halvings`` halvings. The inner designer of an embedding takes every
+    second model step here: global BO in 16 or more dimensions keeps sampling the box's
+    faces after it has found the right basin, and a posterior sample also tries the side of
+    the best point the model is unsure about. TuRBO's published constants.
+
+    Attributes:
+        trend_mean: Fit the trend probe's linear prior mean (set while the probe is open).
+    """
+
+    kind: ClassVar[StepKind] = StepKind.LOCAL
+    length: float = 0.8
+    halvings: int = 5
+    patience: int = 3
+    improvement: float = 1e-3
+    trend_mean: bool = False
+
+
+@dataclass(frozen=True)
+class TrendStep:
+    """Global qLogNEI on GPs with a linear prior mean (``model.py``, ``trend``), which carry
+    the fitted slopes out to the faces of the box where a constant-mean GP falls back to the
+    average. Only in embeddings of at most ``narrow`` knobs per coordinate (there a
+    coordinate stands for one knob or two, so its slope is a knob's trend), and only while
+    the measurements support it: each model step of the probe scores the share of earlier
+    feasible trials it beat (0 when it broke the system); after ``probe`` scored steps the
+    probe goes on only while their mean score is at least ``keep``.
+
+    Evidence (``bench/NOTES.md``, "The trend probe"): on the MySQL SYSBENCH-20 surrogate,
+    whose good configurations lie on the faces, the running mean score from the sixth step
+    until the target stayed >= 0.40 in 29 seeds of 30 (0.399 in the last); on Hartmann6 in
+    20 knobs (interior optimum) the first six steps scored below 0.40 in 10 of 10 seeds. The
+    threshold sits at the edge of both samples, chosen on those two problems only.
+    """
+
+    kind: ClassVar[StepKind] = StepKind.TREND
+    narrow: float = 2.0
+    probe: int = 6
+    keep: float = 0.4
+
+
+Step = DefaultStep | SobolStep | RandomStep | PriorStep | GlobalStep | LocalStep | TrendStep
+
+DEFAULT = DefaultStep()
+SOBOL = SobolStep()
+RANDOM = RandomStep()
+PRIOR = PriorStep()
+GLOBAL = GlobalStep()
+LOCAL = LocalStep()
+TREND = TrendStep()
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What the decision table reads, every field derived from the stored history.
+
+    Attributes:
+        default_due: The study wants its default configuration measured, and it is not taken.
+        designed: Trials that count toward the initial design (all but the default).
+        initial: Size of the initial design.
+        learned: Some trial COMPLETED: a model has something to learn from.
+        random_draw: This slot's draw of ``designer.random_fraction`` came up.
+        prior_region: The study has expert priors with a recommended region.
+        single_incumbent: One objective on a box (not a candidate list): a trust region and
+            a trend can follow one best trial.
+        trust_region: The designer takes every second model step locally.
+        trend_probe: The trend probe is on for this designer (a narrow embedding).
+        trend_open: Replayed over the history, the probe still goes on.
+        plateau: Some trial is a fill-in: suggestions met plateaus of choice knobs.
+    """
+
+    default_due: bool = False
+    designed: int = 0
+    initial: int = 5
+    learned: bool = False
+    random_draw: bool = False
+    prior_region: bool = False
+    single_incumbent: bool = True
+    trust_region: bool = False
+    trend_probe: bool = False
+    trend_open: bool = False
+    plateau: bool = False
+
+
+def next_step(s: Situation) -> Step:
+    """The whole decision table (module doc)."""
+    if s.default_due:
+        return DEFAULT
+    if s.designed < s.initial or not s.learned:
+        return SOBOL
+    if s.random_draw:
+        return RANDOM
+    if s.prior_region and s.designed < PRIOR.phase * s.initial:
+        return PRIOR
+    if not s.single_incumbent:
+        return GLOBAL
+    odd = (s.designed - s.initial) % 2 == 1  # every second model step
+    if s.trend_probe and s.trend_open:
+        return LocalStep(trend_mean=True) if s.plateau and odd else TREND
+    if s.trust_region and odd:
+        return LOCAL
+    return GLOBAL
+
+
+def read_situation(
+    spec: StudySpec,
+    history: History,
+    *,
+    prior_region: bool = False,
+    trust_region: bool = False,
+    trend_probe: bool = False,
+) -> Situation:
+    """The situation of the first suggestion of a call (``plan`` advances it per slot)."""
+    single = not spec.multi_objective and not spec.candidates
+    probe = trend_probe and single
+    return Situation(
+        designed=history.designed,
+        initial=spec.designer.initial_size(len(spec.space)),
+        learned=history.learned,
+        prior_region=prior_region,
+        single_incumbent=single,
+        trust_region=trust_region,
+        trend_probe=probe,
+        trend_open=probe and trend_probe_open(spec, history.observed),
+        plateau=any(t.step is StepKind.FILL_IN for t in (*history.observed, *history.pending)),
+    )
+
+
+def plan(spec: StudySpec, history: History, first: Situation, count: int) -> list[Step]:
+    """The steps of a call for ``count`` suggestions: ``next_step`` per slot, each slot
+    seeing the steps planned before it (the default is taken, the design grows)."""
+    steps: list[Step] = []
+    situation = first
+    for slot in range(count):
+        step = next_step(replace(situation, random_draw=random_draw(spec, history, slot)))
+        steps.append(step)
+        if isinstance(step, DefaultStep):
+            situation = replace(situation, default_due=False)
+        else:
+            situation = replace(situation, designed=situation.designed + 1)
+    return steps
+
+
+def random_draw(spec: StudySpec, history: History, slot: int) -> bool:
+    """Whether slot ``slot`` of a call is a RANDOM step, drawn with ``random_fraction``
+    from the study seed and the history size (the same draw after a restart)."""
+    fraction = spec.designer.random_fraction
+    if fraction <= 0:
+        return False
+    seed = derive_seed(spec.designer.seed, "bo", history.size, slot)
+    return random.Random(seed).random() < fraction
+
+
+def trust_region_length(
+    spec: StudySpec, observed: Sequence[Trial], skip: int = 0, step: LocalStep = LOCAL
+) -> float:
+    """The trust region's side after ``observed`` (in trial id order; ``LocalStep``).
+
+    The first ``skip`` trials (the initial design) set the best but count no failures.
+    Trials with negative ids (a caller's pseudo-observations) are ignored.
+    """
+    name = spec.objective.name
+    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
+    best: float | None = None
+    failures = 0
+    ordered = sorted((t for t in observed if t.id >= 0), key=lambda t: t.id)
+    for index, trial in enumerate(ordered):
+        value = trial.metrics.get(name)
+        if value is not None and is_feasible(spec, trial):
+            y = sign * value
+            if best is None or y < best - step.improvement * abs(best):
+                best, failures = y, 0
+                continue
+        if best is not None and index >= skip:
+            failures += 1
+    return step.length * 0.5 ** ((failures // step.patience) % (step.halvings + 1))
+
+
+def trend_probe_open(spec: StudySpec, observed: Sequence[Trial], step: TrendStep = TREND) -> bool:
+    """Whether the trend probe (``TrendStep``) still goes on after ``observed``.
+
+    Replayed in trial id order: while the probe is open every model step is one of its
+    steps (TREND, or LOCAL with the trend's mean); its score is the share of the earlier
+    feasible trials it beat (0 when it has no feasible objective value); the probe stays
+    open for ``probe`` scored steps and then while their mean score is at least ``keep``.
+    """
+    name = spec.objective.name
+    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
+    earlier: list[float] = []  # signed feasible values so far (lower wins)
+    scores: list[float] = []
+    for trial in sorted((t for t in observed if t.id >= 0), key=lambda t: t.id):
+        value = trial.metrics.get(name)
+        ok = value is not None and math.isfinite(value) and is_feasible(spec, trial)
+        y = sign * value if ok and value is not None else math.inf
+        if trial.step.model_based and earlier:
+            scores.append(sum(e > y for e in earlier) / len(earlier))
+            if len(scores) >= step.probe and sum(scores) / len(scores) < step.keep:
+                return False
+        if ok:
+            earlier.append(y)
+    return True
