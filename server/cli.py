@@ -84,6 +84,7 @@ from server.session import (
 from server.storage import SQLiteStorage
 from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
+from tuner import runtime
 from tuner.errors import TunerError, ValidationError
 from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob
 from tuner.study import StudySpec
@@ -114,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    runtime.configure(args.threads)
     try:
         return int(args.func(args) or 0)
     except TunerError as exc:
@@ -767,6 +769,16 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 1")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tuner",
@@ -774,6 +786,12 @@ def _parser() -> argparse.ArgumentParser:
         "over gRPC, and inspect results.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=runtime.DEFAULT_THREADS,
+        help="torch threads for model fits (default %(default)s; more help past ~1000 trials)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, func: Any, help_: str, db: bool = True) -> argparse.ArgumentParser:

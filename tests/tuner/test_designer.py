@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
+from botorch.exceptions.errors import ModelFittingError
+from linear_operator.utils.errors import NanError, NotPSDError
 
 import tuner.designer.bo as bo
 from tuner.designer import (
@@ -232,9 +236,16 @@ def test_failed_trials_do_not_count_toward_the_initial_design() -> None:
 
 
 def _fail(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("cholesky")
+    raise NotPSDError("Matrix not positive definite after repeatedly adding jitter")
 
 
+@pytest.fixture
+def lenient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numerical errors fall back, as in production (the suite runs strict)."""
+    monkeypatch.delenv("TUNER_STRICT", raising=False)
+
+
+@pytest.mark.usefixtures("lenient")
 def test_numerical_failure_falls_back_to_quasi_random(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bo, "fit_models", _fail)
     spec = _spec(constraints=["a + 2*b <= 10"])
@@ -245,7 +256,7 @@ def test_numerical_failure_falls_back_to_quasi_random(monkeypatch: pytest.Monkey
     assert len(suggestions) == 3
     for s in suggestions:
         assert s.step is StepKind.FALLBACK
-        assert "RuntimeError: cholesky" in s.warning
+        assert "NotPSDError: Matrix not positive definite" in s.warning
         assert "quasi-random" in s.warning
         assert spec.satisfies_parameter_constraints(s.config)
     taken = _keys(spec, [*(t.config for t in completed), pending[0].config])
@@ -253,9 +264,35 @@ def test_numerical_failure_falls_back_to_quasi_random(monkeypatch: pytest.Monkey
     assert len(set(keys)) == 3 and not set(keys) & set(taken)
 
 
+@pytest.mark.usefixtures("lenient")
+@pytest.mark.parametrize(
+    "error",
+    [
+        NanError("NaN in the covariance"),
+        ModelFittingError("All attempts to fit the model have failed."),
+        np.linalg.LinAlgError("Singular matrix"),
+        torch.linalg.LinAlgError("linalg.cholesky: The factorization could not be completed"),
+    ],
+    ids=type,
+)
+def test_each_named_numerical_error_falls_back(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(bo, "build_acquisition", broken)
+    designer = BODesigner(_spec(), settings=FAST)
+    completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
+    (suggestion,) = designer.suggest(1, completed, [])
+    assert suggestion.step is StepKind.FALLBACK
+    assert type(error).__name__ in suggestion.warning
+
+
+@pytest.mark.usefixtures("lenient")
 def test_fallback_warning_is_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
     def long_failure(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("x" * 1000)
+        raise NanError("x" * 1000)
 
     monkeypatch.setattr(bo, "fit_models", long_failure)
     designer = BODesigner(_spec(), settings=FAST)
@@ -265,18 +302,29 @@ def test_fallback_warning_is_truncated(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < len(suggestion.warning) <= 300
 
 
-def test_failure_inside_the_acquisition_optimizer_falls_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    class Broken(BODesigner):
-        def _propose(self, *args: Any, **kwargs: Any) -> Any:
-            raise ValueError("NaN in the posterior")
+@pytest.mark.usefixtures("lenient")
+def test_any_other_exception_is_a_bug_and_propagates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ValueError or a KeyError inside a step is not numerical trouble: it must reach the
+    caller (and the server's log as INTERNAL), never hide behind a quasi-random point."""
+    for bug in (ValueError("shape mismatch"), KeyError("x9"), RuntimeError("cholesky")):
 
-    designer = Broken(_spec(), settings=FAST)
+        def broken(*args: Any, bug: Exception = bug, **kwargs: Any) -> Any:
+            raise bug
+
+        monkeypatch.setattr(bo, "build_acquisition", broken)
+        designer = BODesigner(_spec(), settings=FAST)
+        completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
+        with pytest.raises(type(bug)):
+            designer.suggest(1, completed, [])
+
+
+def test_strict_mode_lets_numerical_errors_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNER_STRICT", "1")
+    monkeypatch.setattr(bo, "fit_models", _fail)
+    designer = BODesigner(_spec(), settings=FAST)
     completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]
-    (suggestion,) = designer.suggest(1, completed, [])
-    assert suggestion.step is StepKind.FALLBACK
-    assert "ValueError: NaN in the posterior" in suggestion.warning
+    with pytest.raises(NotPSDError):
+        designer.suggest(1, completed, [])
 
 
 # -- history, dedup, exhaustion ---------------------------------------------------------------

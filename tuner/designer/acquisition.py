@@ -19,6 +19,11 @@ with multi-start L-BFGS-B (``optimize_acqf``) when every knob is continuous, hon
 parameter constraints as inequalities over the unit box; spaces with discrete knobs use the
 batched local search of ``local_search.py``.
 
+Every random choice takes the call's seed: the QMC samplers, the pruning of the baseline, the
+starts of L-BFGS-B (the best of ``raw_samples`` scrambled-Sobol points) and the Thompson
+samples (a ``torch.Generator``). Nothing reads or reseeds torch's global generator, so
+studies suggested at the same time in different threads cannot change each other's results.
+
 References:
     Ament, Daulton, Eriksson, Balandat, Bakshy, "Unexpected improvements to expected
     improvement for Bayesian optimization", NeurIPS 2023.
@@ -40,17 +45,19 @@ from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabil
 from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
+from botorch.acquisition.utils import prune_inferior_points
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.sampling import SobolQMCNormalSampler
 from torch.quasirandom import SobolEngine
 
 from tuner.designer.model import FEASIBILITY, OutcomeData
-from tuner.designer.quasirandom import Inequality
+from tuner.designer.quasirandom import Inequality, polytope_samples
 from tuner.study import Goal, StudySpec
 
 MC_SAMPLES = 128
 TS_CANDIDATES = 1000
+PRUNE_SAMPLES = 2048  # posterior samples that decide which baseline points may be the best
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,12 @@ def build_acquisition(
 
     objective = GenericMCObjective(signed_objective)
     kind = partial(_MarginLogNEI, margin) if margin > 0 else qLogNoisyExpectedImprovement
+    # BoTorch's own pruning (prune_baseline=True) draws its sampler's seed from torch's
+    # global generator: prune here with the call's seed instead
+    pruner = SobolQMCNormalSampler(sample_shape=torch.Size([PRUNE_SAMPLES]), seed=seed)
+    X_baseline = prune_inferior_points(
+        model, X_baseline, objective=objective, constraints=constraints or None, sampler=pruner
+    )
     return kind(
         model=model,
         X_baseline=X_baseline,
@@ -115,7 +128,7 @@ def build_acquisition(
         objective=objective,
         constraints=constraints or None,
         X_pending=X_pending,
-        prune_baseline=True,
+        prune_baseline=False,
         cache_root=None,  # BoTorch caches the baseline Cholesky where the model allows
     )
 
@@ -164,7 +177,7 @@ def _hypervolume(
         objective=GenericMCMultiOutputObjective(signed),
         constraints=constraints or None,
         X_pending=X_pending,
-        prune_baseline=True,
+        prune_baseline=False,  # BoTorch's default; its pruning would use the global generator
         cache_root=None,
     )
 
@@ -204,8 +217,10 @@ def thompson_candidates(
     X = torch.tensor(center, dtype=torch.float64).expand(n_candidates, d).clone()
     X[mask] = moved[mask]
     with torch.no_grad():
-        torch.manual_seed(seed)
-        samples = model.posterior(X).rsample(torch.Size([q]))  # q x n x m
+        posterior = model.posterior(X)
+        shape = torch.Size([q]) + posterior.base_sample_shape
+        base = torch.randn(shape, generator=generator, dtype=X.dtype)
+        samples = posterior.rsample_from_base_samples(torch.Size([q]), base)  # q x n x m
     sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
     score = sign * samples[..., 0]
     violation = torch.zeros_like(score)
@@ -252,23 +267,65 @@ def optimize_continuous(
     q: int,
     inequalities: list[Inequality],
     settings: OptimizerSettings,
+    seed: int,
     bounds: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Maximize the acquisition over the continuous unit box (or the ``2 x d`` ``bounds``
-    inside it); returns ``q x d`` candidates."""
+    inside it); returns ``q x d`` candidates, chosen one after another (each pending for
+    the next), each by L-BFGS-B from the ``num_restarts`` best of ``raw_samples`` points."""
     if bounds is None:
         bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
-    candidates, _ = optimize_acqf(
-        acquisition,
-        bounds=bounds,
-        q=q,
-        num_restarts=settings.num_restarts,
-        raw_samples=settings.raw_samples,
-        inequality_constraints=inequalities or None,
-        sequential=q > 1,
-        options={"maxiter": settings.maxiter, "factr": settings.factr},
-    )
-    return candidates.detach().reshape(q, d)
+    base_pending = getattr(acquisition, "X_pending", None)
+    picks: list[torch.Tensor] = []
+    options: dict[str, float] = {"maxiter": settings.maxiter}
+    if not inequalities:  # L-BFGS-B's tolerance (SLSQP, used with constraints, has its own)
+        options["factr"] = settings.factr
+    try:
+        for i in range(q):
+            starts = _starts(acquisition, bounds, inequalities, settings, seed + i)
+            candidate, _ = optimize_acqf(
+                acquisition,
+                bounds=bounds,
+                q=1,
+                num_restarts=starts.shape[0],
+                batch_initial_conditions=starts,
+                inequality_constraints=inequalities or None,
+                options=options,
+                # BoTorch would retry from random starts when it records an optimizer
+                # warning, and it records warnings process-wide (any study's)
+                retry_on_optimization_warning=False,
+            )
+            picks.append(candidate.detach().reshape(1, d))
+            if i + 1 < q:
+                chosen = torch.cat(picks)
+                pending = chosen if base_pending is None else torch.cat([base_pending, chosen])
+                acquisition.set_X_pending(pending)
+    finally:
+        if q > 1:
+            acquisition.set_X_pending(base_pending)
+    return torch.cat(picks)
+
+
+def _starts(
+    acquisition: AcquisitionFunction,
+    bounds: torch.Tensor,
+    inequalities: list[Inequality],
+    settings: OptimizerSettings,
+    seed: int,
+) -> torch.Tensor:
+    """``k x 1 x d`` starts for L-BFGS-B: the best ``num_restarts`` of ``raw_samples``
+    scrambled-Sobol points of ``bounds`` (points of the constraint polytope when there are
+    linear constraints), by acquisition value."""
+    d = bounds.shape[1]
+    if inequalities:
+        raw = polytope_samples(bounds, inequalities, settings.raw_samples, seed)
+    else:
+        unit = SobolEngine(d, scramble=True, seed=seed).draw(settings.raw_samples)
+        raw = bounds[0] + (bounds[1] - bounds[0]) * unit.to(torch.float64)
+    with torch.no_grad():
+        values = torch.cat([acquisition(chunk.unsqueeze(-2)) for chunk in raw.split(512)])
+    top = values.topk(min(settings.num_restarts, raw.shape[0])).indices
+    return raw[top].unsqueeze(-2)
 
 
 def _bound(i: int, bound: float, sign: float) -> Callable[[torch.Tensor], torch.Tensor]:

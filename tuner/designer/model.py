@@ -32,6 +32,14 @@ Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
 The cache only saves time: without it the same model is fitted from the priors.
 
+A fit is deterministic and touches no process-wide state: L-BFGS-B from the warm start (or
+the priors' initial values); when it ends abnormally from a warm start, once more from the
+initial values; a fit that still ends abnormally keeps the best hyperparameters L-BFGS-B
+reached. (BoTorch's ``fit_gpytorch_mll`` would instead retry from hyperparameters drawn
+from the priors with torch's global generator, and decide to retry from the warnings it
+records process-wide, so two studies fitted at once could change each other's models.)
+Numerical errors (``NotPSDError``, ``NanError``) propagate: the designer falls back.
+
 References:
     Hvarfner, Hellsten, Nardi, "Vanilla Bayesian optimization performs great in high
     dimensions", ICML 2024 (the dimension-scaled priors of BoTorch's default GP).
@@ -45,13 +53,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from botorch.fit import fit_gpytorch_mll
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.gpytorch import GPyTorchModel
 from botorch.models.kernels.categorical import CategoricalKernel
 from botorch.models.model import Model
 from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
+from botorch.optim.core import OptimizationStatus
+from botorch.optim.fit import fit_gpytorch_mll_scipy
 from gpytorch.constraints import Interval
 from gpytorch.kernels import Kernel
 from gpytorch.means import LinearMean
@@ -210,21 +219,30 @@ def _fit(
     scope: str,
     trend: bool = False,
 ) -> GPyTorchModel:
-    model = build_model(group, encoder, trend)
     key = (scope, ",".join(o.name for o in group))
     state = cache.get(key, encoder.d) if cache is not None else None
+    model = build_model(group, encoder, trend)
     if state is not None:
         model.load_state_dict(state, strict=False)
-    full = state is None or group[0].X.shape[0] % _FULL_FIT_EVERY == 0
-    maxiter = _FIT_MAXITER if full else _WARM_MAXITER
-    fit_gpytorch_mll(
-        ExactMarginalLogLikelihood(model.likelihood, model),
-        optimizer_kwargs={"options": {"maxiter": maxiter}},
-    )
+        full = group[0].X.shape[0] % _FULL_FIT_EVERY == 0
+        if not _optimize(model, _FIT_MAXITER if full else _WARM_MAXITER):
+            model = build_model(group, encoder, trend)  # the warm start misled it
+            _optimize(model, _FIT_MAXITER)
+    else:
+        _optimize(model, _FIT_MAXITER)
     model.eval()
     if cache is not None:
         cache.put(key, encoder.d, _hyperparameters(model))
     return model
+
+
+def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
+    """Maximize the marginal likelihood with L-BFGS-B; whether it ended normally (converged
+    or ran its ``maxiter`` steps)."""
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    mll.train()
+    result = fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
+    return result.status in (OptimizationStatus.SUCCESS, OptimizationStatus.STOPPED)
 
 
 def build_model(group: list[OutcomeData], encoder: Encoder, trend: bool = False) -> GPyTorchModel:

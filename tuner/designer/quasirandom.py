@@ -6,7 +6,8 @@ from its start on every call and skipping configurations already taken, so the `
 Sobol trial of a study is the same after a restart. Points whose decoded configuration breaks
 a linear parameter constraint are rejected; when the feasible region is too small for
 rejection to fill a request, hit-and-run samples of the constraint polytope complete it
-(BoTorch ``get_polytope_samples``). Integer knobs are rounded after decoding, which can cross a
+(``polytope_samples``, seeded, like BoTorch's ``get_polytope_samples`` but without torch's
+global generator). Integer knobs are rounded after decoding, which can cross a
 constraint boundary, so a rounded point is repaired by trying the floor/ceiling alternatives.
 
 References:
@@ -22,8 +23,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
-from botorch.utils.sampling import get_polytope_samples
-from scipy.optimize import minimize
+from scipy.optimize import linprog, minimize
 from torch.quasirandom import SobolEngine
 
 from tuner.designer.base import Designer, History, Suggestion, checked, derive_seed
@@ -245,18 +245,7 @@ class FeasibleSampler:
             return
         d = self.encoder.d
         bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
-        try:
-            samples = get_polytope_samples(
-                n=max(64, 8 * count),
-                bounds=bounds,
-                inequality_constraints=self.inequalities,
-                seed=seed,
-                n_burnin=200,
-                n_thinning=4,
-            )
-        except (RuntimeError, ValueError):
-            return  # infeasible or degenerate polytope: nothing more to offer
-        yield from samples
+        yield from polytope_samples(bounds, self.inequalities, max(64, 8 * count), seed)
 
     def _repair(self, config: Config) -> Config | None:
         names = {n for c in self.spec.parameter_constraints for n, _ in c.terms}
@@ -303,3 +292,54 @@ def unit_box_inequalities(spec: StudySpec, encoder: UnitBoxEncoder) -> list[Ineq
             )
         )
     return out
+
+
+def polytope_samples(
+    bounds: torch.Tensor,
+    inequalities: list[Inequality],
+    n: int,
+    seed: int,
+    burnin: int = 200,
+    thinning: int = 4,
+) -> torch.Tensor:
+    """``n x d`` points of the polytope ``{x in bounds : inequalities}`` by hit-and-run
+    (Smith 1984) from its Chebyshev centre, seeded (empty when the polytope is empty).
+
+    Args:
+        bounds: ``2 x d`` lower and upper bounds.
+        inequalities: BoTorch's form, ``sum(coefficients * x[indices]) >= rhs``.
+    """
+    d = bounds.shape[1]
+    rows = [-np.eye(d), np.eye(d)]
+    rhs = [-bounds[0].numpy(), bounds[1].numpy()]
+    for indices, coefficients, bound in inequalities:  # as A x <= b
+        row = np.zeros(d)
+        row[indices.numpy()] = -coefficients.numpy()
+        rows.append(row[None, :])
+        rhs.append(np.array([-float(bound)]))
+    A, b = np.vstack(rows), np.concatenate(rhs)
+    norms = np.linalg.norm(A, axis=1)
+    # Chebyshev centre: maximize r subject to A x + r |A_i| <= b
+    found = linprog(
+        c=np.r_[np.zeros(d), -1.0],
+        A_ub=np.c_[A, norms],
+        b_ub=b,
+        bounds=[(None, None)] * d + [(0.0, None)],
+    )
+    if found.status != 0 or found.x[-1] <= 1e-12:
+        return torch.empty(0, d, dtype=torch.float64)
+    x = found.x[:-1]
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in range(burnin + n * thinning):
+        direction = rng.standard_normal(d)
+        direction /= np.linalg.norm(direction)
+        along, slack = A @ direction, b - A @ x
+        with np.errstate(divide="ignore"):
+            ratios = slack / along
+        upper = ratios[along > 1e-12].min(initial=np.inf)
+        lower = ratios[along < -1e-12].max(initial=-np.inf)
+        x = x + rng.uniform(lower, upper) * direction
+        if step >= burnin and (step - burnin) % thinning == thinning - 1:
+            out.append(x.copy())
+    return torch.tensor(np.array(out), dtype=torch.float64)
