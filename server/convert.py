@@ -79,6 +79,7 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
             start_with_default=designer.start_with_default,
             random_fraction=designer.random_fraction,
             expert_priors=designer.expert_priors,
+            retry_failed=designer.retry_failed,
         ),
         allow_unsafe=spec.allow_unsafe,
         embedding=_embedding_to_proto(spec.embedding),
@@ -406,6 +407,7 @@ def _designer_from_proto(message: pb.DesignerSettings) -> dict[str, Any]:
         "seed": message.seed,
         "random_fraction": message.random_fraction,
         "expert_priors": message.expert_priors,
+        "retry_failed": message.retry_failed,
     }
     if message.algorithm:
         data["algorithm"] = message.algorithm

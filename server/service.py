@@ -79,7 +79,8 @@ class LeasePolicy:
         on_expiry: ``reoffer``: the trial becomes ABANDONED and its configuration is queued
             for the next worker; ``fail``: the trial becomes FAILED (an infrastructure
             failure, as a worker reports one), nothing is queued, and the designer treats
-            it like any FAILED trial: its configuration may be suggested again.
+            it like any FAILED trial: the configuration is suggested again only while the
+            study's ``designer.retry_failed`` allows.
     """
 
     ttl_s: float = 600.0

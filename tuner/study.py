@@ -122,6 +122,10 @@ class DesignerSettings:
         random_fraction: Share of model-based suggestions replaced by random ones.
         expert_priors: Search the knobs' recommended regions first (coarse-to-fine, see
             ``tuner/designer/priors.py``); off by default.
+        retry_failed: How many FAILED trials a configuration may have and still be suggested
+            again (0: a configuration that failed once is never suggested again, and its
+            failure steers the search away from it, as a configuration that broke the system
+            does). Raise it when failures are transient (a flaky network, a preempted VM).
     """
 
     algorithm: str = "bo"
@@ -130,6 +134,7 @@ class DesignerSettings:
     start_with_default: bool = True
     random_fraction: float = 0.0
     expert_priors: bool = False
+    retry_failed: int = 0
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -164,6 +169,14 @@ class DesignerSettings:
             raise ValidationError(
                 "designer.random_fraction", f"got {self.random_fraction!r}", "a number in [0, 1]"
             )
+        if (
+            isinstance(self.retry_failed, bool)
+            or not isinstance(self.retry_failed, int)
+            or not 0 <= self.retry_failed <= 100
+        ):
+            raise ValidationError(
+                "designer.retry_failed", f"got {self.retry_failed!r}", "an integer in [0, 100]"
+            )
 
     def initial_size(self, num_knobs: int) -> int:
         if self.initial_trials is not None:
@@ -181,6 +194,8 @@ class DesignerSettings:
             out["initial_trials"] = self.initial_trials
         if self.expert_priors:  # only when set: older specs keep their fingerprints
             out["expert_priors"] = True
+        if self.retry_failed:  # the same
+            out["retry_failed"] = self.retry_failed
         return out
 
 
@@ -612,6 +627,7 @@ def _designer(data: Any) -> DesignerSettings:
         "start_with_default",
         "random_fraction",
         "expert_priors",
+        "retry_failed",
     )
     unknown = set(data) - set(allowed)
     if unknown:

@@ -74,7 +74,7 @@ def test_latency_cell_structure(tmp_path) -> None:
     assert (cell.d, cell.n) == (2, 8)
     assert len(cell.ours) == len(cell.skopt) == 2
     assert all(s > 0 for s in cell.ours + cell.skopt)
-    assert set(cell.ours_sources) <= {"bo", "random", "fallback"}
+    assert set(cell.ours_sources) <= {"global", "fill-in", "fallback"}
     data = latency.to_json([cell], {"note": "test"})
     assert data["goal"]["passed"] is None  # (d=16, n=100) not measured
     assert data["cells"][0]["ratio"] == pytest.approx(cell.skopt_median / cell.ours_median)
@@ -98,5 +98,5 @@ def test_synthetic_main_writes_results(tmp_path) -> None:
     assert len(data["runs"]) == len(METHODS)
     ours = next(r for r in data["runs"] if r["method"] == "ours")
     assert ours["notes"]["sobol"] == 5  # the 2-d Sobol design, then model-based suggestions
-    assert sum(ours["notes"].get(k, 0) for k in ("bo", "random", "fallback")) == 1
+    assert sum(ours["notes"].get(k, 0) for k in ("global", "fill-in", "fallback")) == 1
     assert (tmp_path / "synthetic.png").stat().st_size > 0

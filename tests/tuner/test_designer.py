@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -221,15 +221,60 @@ def test_random_fraction_one_replaces_model_suggestions(monkeypatch: pytest.Monk
 
 
 def test_failed_trials_do_not_count_toward_the_initial_design() -> None:
+    """Failed design points are not suggested again; the design goes on with the next Sobol
+    points, and stays the size it was asked to be."""
     spec = _spec()
     designer = BODesigner(spec, settings=FAST)
-    initial = designer.suggest(3, [], [])
+    initial = designer.suggest(5, [], [])
     trials = [_complete(1, initial[0])] + [
-        Trial(2 + i, s.config, S.FAILED) for i, s in enumerate(initial[1:])
+        Trial(2 + i, s.config, S.FAILED, reason="vm lost") for i, s in enumerate(initial[1:3])
     ]
     again = designer.suggest(2, trials, [])
     assert [s.step for s in again] == [StepKind.SOBOL] * 2
-    assert [s.config for s in again] == [s.config for s in initial[1:]]  # re-suggested
+    assert [s.config for s in again] == [s.config for s in initial[3:5]]  # the next ones
+
+
+def test_with_retries_a_failed_configuration_is_suggested_again() -> None:
+    spec = _spec(retry_failed=1)
+    designer = BODesigner(spec, settings=FAST)
+    initial = designer.suggest(3, [], [])
+    once = [_complete(1, initial[0])] + [
+        Trial(2 + i, s.config, S.FAILED, reason="flaky") for i, s in enumerate(initial[1:])
+    ]
+    again = designer.suggest(2, once, [])
+    assert [s.config for s in again] == [s.config for s in initial[1:]]  # retried once
+    twice = [
+        *once,
+        *(Trial(4 + i, s.config, S.FAILED, reason="flaky") for i, s in enumerate(again)),
+    ]
+    assert not {_keys(spec, [s.config for s in designer.suggest(2, twice, [])])[0]} & set(
+        _keys(spec, [s.config for s in initial])
+    )
+
+
+def test_failures_steer_the_model_away() -> None:
+    """A failed configuration teaches the feasibility model: the next model-based step does
+    not go back to its neighbourhood, as it would if the failure were invisible."""
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    best = {"a": 9, "b": 9.0}  # the objective (a + b, maximized) peaks in this corner
+    trials = [
+        Trial(i + 1, c, S.COMPLETED, {"y": float(c["a"]) + float(c["b"])})
+        for i, c in enumerate([{"a": 1, "b": 1.0}, {"a": 4, "b": 2.0}, {"a": 2, "b": 5.0},
+                               {"a": 6, "b": 6.0}, {"a": 8, "b": 7.5}])
+    ]  # fmt: skip
+    fails = [
+        Trial(6 + i, {"a": a, "b": b}, S.FAILED, reason="capacity")
+        for i, (a, b) in enumerate([(9, 9.0), (10, 8.0), (8, 10.0), (9, 10.0), (10, 9.5)])
+    ]
+    history = History.build(encoder, [*trials, *fails], [])
+    assert len(history.observed) == 10 and encoder.key(best) in history.taken
+    (blind,) = BODesigner(spec, settings=FAST).suggest(
+        1, [*trials, *(replace(f, status=S.ABANDONED) for f in fails)], []
+    )
+    (steered,) = BODesigner(spec, settings=FAST).suggest(1, [*trials, *fails], [])
+    corner = lambda c: float(c["a"]) >= 8 and float(c["b"]) >= 7.5  # noqa: E731
+    assert corner(blind.config) and not corner(steered.config)
 
 
 # -- numerical trouble ------------------------------------------------------------------------
@@ -338,10 +383,13 @@ def test_history_sorts_trials_for_the_designer() -> None:
     finished = [Trial(i + 1, configs[i], status) for i, status in enumerate(statuses)]
     pending = [Trial(6, configs[5], S.ACTIVE), Trial(7, configs[6], S.PENDING)]
     history = History.build(encoder, finished, pending)
-    assert [t.id for t in history.observed] == [1, 2, 3]
+    assert [t.id for t in history.observed] == [1, 2, 3, 4]  # the failure teaches the model
     assert [t.id for t in history.pending] == [6, 7]
-    assert history.taken == {encoder.key(configs[i]) for i in (0, 1, 2, 4, 5, 6)}
-    assert history.size == 6
+    assert history.taken == {encoder.key(configs[i]) for i in (0, 1, 2, 3, 4, 5, 6)}
+    assert history.size == 7 and history.designed == 6
+    lenient = History.build(encoder, finished, pending, retry_failed=1)
+    assert [t.id for t in lenient.observed] == [1, 2, 3]  # may be retried: not yet a verdict
+    assert encoder.key(configs[3]) not in lenient.taken and lenient.size == 6
 
 
 def test_abandoned_configs_are_not_suggested_again() -> None:
@@ -466,7 +514,7 @@ def test_a_failed_default_does_not_shrink_the_initial_design() -> None:
     # initial_trials=2 Sobol points were measured; the default trial FAILED (infrastructure).
     # Two designed trials exist, so the next suggestion is model-based, not a third Sobol point.
     knobs = [dict(CONSTRAINED[0], default=2), dict(CONSTRAINED[1], default=1.0)]
-    spec = _spec(knobs, initial_trials=2)
+    spec = _spec(knobs, initial_trials=2, retry_failed=1)
     designer = BODesigner(spec, settings=FAST)
     default, first, second = designer.suggest(3, [], [])
     trials = [

@@ -277,7 +277,7 @@ def optimize_continuous(
         bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
     base_pending = getattr(acquisition, "X_pending", None)
     picks: list[torch.Tensor] = []
-    options: dict[str, float] = {"maxiter": settings.maxiter}
+    options: dict[str, bool | float | int | str] = {"maxiter": settings.maxiter}
     if not inequalities:  # L-BFGS-B's tolerance (SLSQP, used with constraints, has its own)
         options["factr"] = settings.factr
     try:

@@ -10,11 +10,16 @@ suggestion by a rounding-sized amount but never changes what is stored or replay
 
 ``History`` sorts the trials once into what each part of a designer needs: trials the model
 learns from, pending points, and the set of configurations that must not be suggested again.
+A configuration whose FAILED trials outnumber ``designer.retry_failed`` (0 by default) is
+never suggested again, and its failed trials join the observed ones: the feasibility model
+learns that the configuration breaks (a failure of the measurement, on a cloud study a
+deployment the provider cannot give, that repeats is as good as a configuration's fault).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -48,14 +53,15 @@ class History:
     """A study's trials, sorted for the designer.
 
     Attributes:
-        observed: Trials the model learns from (COMPLETED, INFEASIBLE, TIMED_OUT).
+        observed: Trials the model learns from (COMPLETED, INFEASIBLE, TIMED_OUT, and FAILED
+            beyond the retries the study allows).
         pending: Trials handed out or queued and not finished (ACTIVE, PENDING).
-        taken: Keys of configurations never to suggest again (observed, pending, abandoned).
-            FAILED trials are not included: an infrastructure failure says nothing about the
-            configuration, so it may be tried again.
-        size: Number of trials that are not FAILED (seeds derive from it).
+        taken: Keys of configurations never to suggest again (observed, pending, abandoned,
+            failed beyond the retries).
+        size: Number of trials that count (all but FAILED ones still allowed a retry):
+            seeds derive from it, so a retried configuration gets the same seed.
         designed: Of those, the ones that count toward the initial design: all but the
-            default configuration, which comes on top of the design.
+            default configuration, which comes on top of the design, and failed ones.
     """
 
     observed: tuple[Trial, ...]
@@ -66,19 +72,33 @@ class History:
 
     @classmethod
     def build(
-        cls, encoder: UnitBoxEncoder, completed: Sequence[Trial], pending: Sequence[Trial]
+        cls,
+        encoder: UnitBoxEncoder,
+        completed: Sequence[Trial],
+        pending: Sequence[Trial],
+        retry_failed: int = 0,
     ) -> History:
-        observed = tuple(t for t in completed if t.status in OBSERVED)
+        failures = Counter(encoder.key(t.config) for t in completed if _failed(t))
+        broken = {key for key, n in failures.items() if n > retry_failed}
+        observed = tuple(
+            t for t in completed
+            if t.status in OBSERVED or (_failed(t) and encoder.key(t.config) in broken)
+        )  # fmt: skip
         active = tuple(t for t in pending if t.status.is_pending)
-        kept = [t for t in (*completed, *active) if t.status is not TrialStatus.FAILED]
-        taken = frozenset(encoder.key(t.config) for t in kept)
+        kept = [t for t in (*completed, *active) if not _failed(t)]
+        taken = frozenset(encoder.key(t.config) for t in kept) | broken
         designed = sum(t.step is not StepKind.DEFAULT for t in kept)
-        return cls(observed, active, taken, len(kept), designed)
+        size = len(kept) + sum(_failed(t) and encoder.key(t.config) in broken for t in completed)
+        return cls(observed, active, taken, size, designed)
 
     @property
     def learned(self) -> bool:
         """Some trial COMPLETED: a model has something to learn from."""
         return any(t.status is TrialStatus.COMPLETED for t in self.observed)
+
+
+def _failed(trial: Trial) -> bool:
+    return trial.status is TrialStatus.FAILED
 
 
 class Designer:

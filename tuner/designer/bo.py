@@ -113,7 +113,7 @@ class BODesigner(QuasiRandomDesigner):
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
-        history = History.build(self.encoder, completed, pending)
+        history = History.build(self.encoder, completed, pending, self.spec.designer.retry_failed)
         steps = self.plan(history, count)
         out: list[Suggestion] = []
         for step in steps:  # in order: the default, then the design

@@ -154,7 +154,7 @@ class EmbeddedDesigner(Designer):
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
-        history = History.build(self.encoder, completed, pending)
+        history = History.build(self.encoder, completed, pending, self.spec.designer.retry_failed)
         out = self.outer.default_suggestion(history) if count > 0 else []
         stage = self.stage(self.level(completed, pending))
         low_completed = self._low_trials(stage, completed)
@@ -184,7 +184,7 @@ class EmbeddedDesigner(Designer):
         or choice knobs changes nothing over whole runs of buckets), so without this the model
         keeps proposing points of plateaus it has in fact measured.
         """
-        known = {self.encoder.key(t.config): t for t in completed if t.status in OBSERVED}
+        known = {self.encoder.key(t.config): t for t in history.observed}
         low_completed = list(low_completed)  # grows with known repeats, for this call only
         low_pending = low_pending + [
             self._as_pending(stage, s, -i) for i, s in enumerate(chosen, 1) if s.embedded
@@ -259,7 +259,8 @@ class EmbeddedDesigner(Designer):
         region = self.outer.region
         if region is None or count <= 0:
             return []
-        done = History.build(stage.inner.encoder, low_completed, low_pending).designed
+        retry = self.spec.designer.retry_failed
+        done = History.build(stage.inner.encoder, low_completed, low_pending, retry).designed
         initial = stage.low_spec.designer.initial_size(stage.embedding.d)
         n = min(count, initial - done)
         if n <= 0:

@@ -59,7 +59,7 @@ class QuasiRandomDesigner(Designer):
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
     ) -> list[Suggestion]:
-        history = History.build(self.encoder, completed, pending)
+        history = History.build(self.encoder, completed, pending, self.spec.designer.retry_failed)
         out = self.default_suggestion(history) if count > 0 else []
         kind = StepKind.SOBOL if self.spec.designer.algorithm == "sobol" else StepKind.RANDOM
         out += self.space_filling(history, out, count - len(out), kind)

@@ -164,20 +164,22 @@ class Objective(_message.Message):
     def __init__(self, name: _Optional[str] = ..., goal: _Optional[_Union[Goal, str]] = ..., reference: _Optional[float] = ...) -> None: ...
 
 class DesignerSettings(_message.Message):
-    __slots__ = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction", "expert_priors")
+    __slots__ = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction", "expert_priors", "retry_failed")
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     INITIAL_TRIALS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     START_WITH_DEFAULT_FIELD_NUMBER: _ClassVar[int]
     RANDOM_FRACTION_FIELD_NUMBER: _ClassVar[int]
     EXPERT_PRIORS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FAILED_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     initial_trials: int
     seed: int
     start_with_default: bool
     random_fraction: float
     expert_priors: bool
-    def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ..., expert_priors: _Optional[bool] = ...) -> None: ...
+    retry_failed: int
+    def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ..., expert_priors: _Optional[bool] = ..., retry_failed: _Optional[int] = ...) -> None: ...
 
 class Embedding(_message.Message):
     __slots__ = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
