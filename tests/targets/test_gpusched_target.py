@@ -1,5 +1,6 @@
 """The gpusched target: 2D-LAS knobs mapped onto the simulator's policy, cluster sizing,
-metrics relative to Tiresias's defaults, option errors, and a real BO session over it."""
+metrics relative to Tiresias's defaults (worst case or geometric mean over traces, and per
+trace), option errors, and a real BO session over it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from server.config import parse_config
+from server.config import load_config, parse_config
 from targets.gpusched import (
     GpuSchedTarget,
     cluster_size,
@@ -19,11 +20,13 @@ from targets.gpusched import (
 )
 from targets.registry import build_target
 from targets.schedsim import Job, Policy, read_tiresias, simulate
+from tuner.constraints import METRIC_NAME
 from tuner.errors import ValidationError
 from tuner.space import SearchSpace
-from tuner.trial import TrialStatus
+from tuner.trial import Trial, TrialStatus, is_feasible
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "benchdata" / "gpu_sched_traces"
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT.parent / "shared" / "benchdata" / "gpu_sched_traces"
 TIRESIAS_60 = TRACES / "tiresias" / "60_job.csv"
 GAVEL_SMALL = TRACES / "gavel_msr_seed0" / "2869ce.trace"
 GAVEL_BUSY = TRACES / "gavel_msr_seed0" / "103959.trace"
@@ -102,10 +105,13 @@ def test_metrics_match_the_simulator_and_tiresias_scores_one() -> None:
     assert tuned.metrics["jct_ratio"] == pytest.approx(other["avg_jct_s"] / expected["avg_jct_s"])
 
 
-def test_several_traces_average_and_take_the_geometric_mean_of_ratios(tiny: Path) -> None:
+def test_several_traces_average_and_take_the_worst_ratio_by_default(tiny: Path) -> None:
+    config = {"num_queues": 2, "threshold_1": 100.0}
     with gpusched(traces=[str(tiny), str(TIRESIAS_60)], gpus=8) as target:
-        config = {"num_queues": 2, "threshold_1": 100.0}
+        assert target.aggregate == "worst"
         both = target.run_trial(config).metrics
+    with gpusched(traces=[str(tiny), str(TIRESIAS_60)], gpus=8, aggregate="geomean") as target:
+        mean = target.run_trial(config).metrics
     singles = []
     for path in (tiny, TIRESIAS_60):
         with gpusched(traces=[str(path)], gpus=8) as target:
@@ -113,9 +119,88 @@ def test_several_traces_average_and_take_the_geometric_mean_of_ratios(tiny: Path
     assert both["avg_jct_s"] == pytest.approx(
         (singles[0]["avg_jct_s"] + singles[1]["avg_jct_s"]) / 2
     )
-    assert both["jct_ratio"] == pytest.approx(
-        math.sqrt(singles[0]["jct_ratio"] * singles[1]["jct_ratio"])
-    )
+    for ratio in ("jct_ratio", "p99_ratio", "makespan_ratio"):
+        values = [s[ratio] for s in singles]
+        assert both[f"{ratio}__tiny"] == pytest.approx(values[0])
+        assert both[f"{ratio}__60_job"] == pytest.approx(values[1])
+        assert both[ratio] == both[f"{ratio}_worst"] == pytest.approx(max(values))
+        assert both[f"{ratio}_geomean"] == pytest.approx(math.sqrt(values[0] * values[1]))
+        assert mean[ratio] == pytest.approx(both[f"{ratio}_geomean"])
+        assert mean[f"{ratio}_worst"] == pytest.approx(max(values))
+    # the two traces disagree, so the aggregates differ and the test can tell them apart
+    assert both["jct_ratio"] > mean["jct_ratio"]
+
+
+def test_a_trace_over_the_limit_is_infeasible_even_when_the_average_is_within(
+    tmp_path: Path,
+) -> None:
+    # One GPU. "starve": a 1000 s job at 0 and four 100 s jobs arriving every 100 s from 10.
+    # Tiresias's defaults keep everything in the top queue (FIFO): JCTs 1000 and 4 x 1090.
+    # With one limit at 100 GPU-s the long job is demoted at 100, waits for the four short
+    # ones (100-500) and ends at 1400: p99 JCT 1400 / 1090 = 1.284, over 1.1. On the tiny
+    # trace (twice) the same policy gives 1100 / 1090 = 1.009, so the geometric mean is
+    # (1.009^2 x 1.284)^(1/3) = 1.094 <= 1.1: only the worst case sees the breach.
+    starve = tmp_path / "starve.csv"
+    rows = "".join(f"{k},1,{10 + 100 * (k - 1)},1,b,100,1\n" for k in range(1, 5))
+    starve.write_text(TINY.splitlines(keepends=True)[0] + "0,1,0,1,a,1000,1\n" + rows)
+    tiny = tmp_path / "tiny.csv"
+    tiny.write_text(TINY, encoding="utf-8")
+    config = {"num_queues": 2, "threshold_1": 100.0}
+    feasible = {}
+    for aggregate in (None, "worst", "geomean"):
+        target_options: dict[str, Any] = {
+            "kind": "gpusched", "traces": [str(tiny), str(tiny), str(starve)], "gpus": 1
+        }  # fmt: skip
+        if aggregate is not None:
+            target_options["aggregate"] = aggregate
+        parsed = parse_config(
+            {"study": {"name": "s", "objectives": [{"name": "jct_ratio_geomean"}],
+                       "outcome_constraints": ["p99_ratio <= 1.1"]},
+             "target": target_options},
+            {},
+        )  # fmt: skip
+        with parsed.target as target:
+            outcome = target.run_trial(config)
+        metrics = outcome.metrics
+        assert metrics["p99_ratio__starve"] == pytest.approx(1400 / 1090)
+        assert metrics["p99_ratio__tiny"] == metrics["p99_ratio__tiny_2"]
+        assert metrics["p99_ratio__tiny"] == pytest.approx(1100 / 1090)
+        assert metrics["p99_ratio_geomean"] == pytest.approx(
+            ((1100 / 1090) ** 2 * 1400 / 1090) ** (1 / 3)
+        )
+        trial = Trial(1, config, outcome.status, metrics)
+        feasible[aggregate] = is_feasible(parsed.spec, trial)
+    assert feasible == {None: False, "worst": False, "geomean": True}
+
+
+def test_per_trace_metrics_have_valid_distinct_names(tmp_path: Path) -> None:
+    odd = tmp_path / "my trace+1.csv"
+    odd.write_text(TINY, encoding="utf-8")
+    target = gpusched(traces=[str(odd), str(odd)], gpus=1)
+    assert [t.name for t in target.traces] == ["my_trace_1", "my_trace_1_2"]
+    described = target.describe_metrics()
+    with target:
+        measured = target.run_trial({}).metrics
+    assert set(measured) == set(described)
+    for name in described:
+        assert METRIC_NAME.match(name), name
+    assert {"p99_ratio__my_trace_1", "p99_ratio__my_trace_1_2", "jct_ratio_geomean",
+            "makespan_ratio_worst"} <= set(described)  # fmt: skip
+    # a per-trace ratio can be constrained on its own
+    parse_config(
+        {"study": {"name": "s", "objectives": [{"name": "jct_ratio"}],
+                   "outcome_constraints": ["p99_ratio__my_trace_1_2 <= 1.1"]},
+         "target": {"kind": "gpusched", "traces": [str(odd), str(odd)], "gpus": 1}},
+        {},
+    )  # fmt: skip
+
+
+def test_the_example_constrains_every_training_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # the example's trace paths are relative to the checkout
+    config = load_config(ROOT / "examples" / "gpusched.toml")
+    assert config.target.aggregate == "worst"  # type: ignore[attr-defined]
+    assert [str(c) for c in config.spec.outcome_constraints] == ["p99_ratio <= 1.1"]
+    assert config.spec.objective.name == "jct_ratio_geomean"
 
 
 def test_load_sizes_the_cluster_from_the_trace() -> None:
@@ -142,12 +227,19 @@ def test_load_sizes_the_cluster_from_the_trace() -> None:
         ({"traces": [str(TIRESIAS_60)], "gpus": 8, "gpu_type": "h100"}, "target.gpu_type"),
         ({"traces": [str(TIRESIAS_60)], "gpus": 8, "policy": "fifo"}, "target.policy"),
         ({"traces": [str(GAVEL_SMALL)], "gpus": 64, "throughputs": "/nope"}, "target.throughputs"),
+        ({"traces": [str(TIRESIAS_60)], "gpus": 8, "aggregate": "max"}, "target.aggregate"),
+        ({"traces": [str(TIRESIAS_60)], "gpus": 8, "aggregate": None}, "target.aggregate"),
     ],
 )
 def test_bad_options_name_the_field(options: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as info:
         build_target("gpusched", options)
     assert info.value.field == field
+
+
+def test_a_bad_aggregate_names_the_allowed_values() -> None:
+    with pytest.raises(ValidationError, match=r"target\.aggregate: got 'mean'.*'worst', 'geomean'"):
+        build_target("gpusched", {"traces": [str(TIRESIAS_60)], "gpus": 8, "aggregate": "mean"})
 
 
 def test_an_unreadable_trace_is_an_error_naming_the_traces(tmp_path: Path) -> None:
