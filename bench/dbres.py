@@ -54,7 +54,7 @@ lines, and a ``RandomForestRegressor(n_estimators=100, random_state=0)`` on the 
 runs that did not fail. A configuration whose predicted probability of failing is at least
 0.5 is infeasible (``predict`` returns None); otherwise the regressor's prediction is its
 value. ``validate`` gives the 5-fold cross-validated R^2 and AUC that
-``tests/bench/test_suite_problems.py`` checks and ``bench/NOTES.md`` records.
+``tests/bench/test_suite_problems.py`` checks and ``bench/README.md`` ("The suite") lists.
 
 Source: ``PKU-DAIR/KnobsTuningEA@13290f8`` (no license file: internal benchmarking only).
 """

@@ -127,13 +127,15 @@ def plot(summaries: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
         ax.set_ylim(-0.02, 1.02)
         ax.tick_params(labelsize=6)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels) :]:
+    spare = list(axes.flat)[len(panels) :]
+    for ax in spare:
         ax.axis("off")
     handles = [plt.Line2D([], [], color=colors[m], label=m) for m in methods]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(methods), 8), fontsize=7)
-    fig.supxlabel("evaluations", fontsize=8, y=0.04)
+    holder = spare[0] if spare else fig  # the legend in an empty panel, else below them all
+    holder.legend(handles=handles, loc="center" if spare else "lower center", fontsize=7)
+    fig.supxlabel("evaluations", fontsize=8)
     fig.supylabel("(value - best) / (worst - best), mean over seeds", fontsize=8)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.0 if spare else 0.5 / (2.5 * rows), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
