@@ -10,6 +10,13 @@ never copied into the repository, nothing cached on disk):
   knob ranges from ``SYSBENCH_shap_knobs.json``.
 * ``job-5``: ``JOB_5knob.csv`` (6,250 rows, 5 knobs), metric ``latency`` in seconds (240 =
   the benchmark's timeout, 44 % of the rows), minimize; ranges from ``JOB_shap_knobs.json``.
+* ``sysbench-5``: ``SYSBENCH_5knob.csv`` (6,250 rows, the five most important SYSBENCH knobs:
+  ``max_heap_table_size``, ``tmp_table_size``, ``innodb_doublewrite`` (codes, as in the 20-knob
+  file), ``query_prealloc_size``, ``innodb_thread_concurrency``), metric ``tps``, maximize;
+  ranges from ``SYSBENCH_shap_knobs.json``; a report problem of ``bench/suite.toml``.
+
+The 100-knob TPC-C and YCSB logs and the PostgreSQL log (``.res`` files, with failed runs) are
+read by ``bench/dbres.py``, which builds its knobs with ``json_knob`` below.
 
 Knobs: JSON ``integer`` -> an ``int`` knob on ``[min, max]`` (linear, as in LlamaTune and
 KnobsTuningEA); JSON ``enum`` -> a ``categorical`` knob over ``enum_values``. JOB's CSV stores
@@ -204,6 +211,16 @@ SAMPLE_SETS = {
             enum_codes=True,
         ),
         SampleSet("job-5", "JOB_5knob.csv", "JOB_shap_knobs.json", "latency", "lat", "minimize", 4),
+        SampleSet(
+            "sysbench-5",
+            "SYSBENCH_5knob.csv",
+            "SYSBENCH_shap_knobs.json",
+            "tps",
+            "tps",
+            "maximize",
+            4,
+            enum_codes=True,
+        ),
     )
 }
 
@@ -234,9 +251,9 @@ def load_samples(data_dir: Path, name: str) -> Samples:
     if header[-1] != spec.column:
         raise ValueError(f"{spec.csv}: last column is {header[-1]!r}, expected {spec.column!r}")
     names = header[1:-1]
-    knobs = tuple(_knob(n, ranges[n], spec.enum_codes) for n in names)
+    knobs = tuple(json_knob(n, ranges[n], spec.enum_codes) for n in names)
     X = np.array(
-        [[_feature(k, cell) for k, cell in zip(knobs, row[1:-1], strict=True)] for row in body]
+        [[feature(k, cell) for k, cell in zip(knobs, row[1:-1], strict=True)] for row in body]
     )
     y = np.array([float(row[-1]) for row in body])
     return Samples(knobs, X, y)
@@ -252,7 +269,7 @@ def fit_surrogate(samples: Samples, seed: int = 0, trees: int = TREES) -> Any:
 
 def encode(knobs: tuple[dict[str, Any], ...], config: Mapping[str, Scalar]) -> list[float]:
     """A configuration as the surrogate's feature vector."""
-    return [_feature(k, config[k["name"]]) for k in knobs]
+    return [feature(k, config[k["name"]]) for k in knobs]
 
 
 def surrogate_problem(data_dir: Path, name: str, budget: int = 100) -> KnobProblem:
@@ -284,7 +301,12 @@ def _fitted(data_dir: Path, name: str) -> tuple[Samples, Any]:
     return samples, fit_surrogate(samples)
 
 
-def _knob(name: str, info: dict[str, Any], sorted_enums: bool = False) -> dict[str, Any]:
+def json_knob(name: str, info: dict[str, Any], sorted_enums: bool = False) -> dict[str, Any]:
+    """A knob dictionary from a KnobsTuningEA knob-range entry (``integer``, ``float``, ``enum``).
+
+    ``sorted_enums`` lists an enum's choices sorted (KnobsTuningEA's encoding); the ``PRIORS``
+    and ``SPECIAL_VALUES`` of the knob's name are attached.
+    """
     knob: dict[str, Any]
     if info["type"] == "enum":
         choices = sorted(info["enum_values"]) if sorted_enums else list(info["enum_values"])
@@ -293,6 +315,8 @@ def _knob(name: str, info: dict[str, Any], sorted_enums: bool = False) -> dict[s
         knob = {"name": name, "kind": "int", "low": info["min"], "high": info["max"]}
         if name in SPECIAL_VALUES:
             knob["special_values"] = [SPECIAL_VALUES[name]]
+    elif info["type"] == "float":
+        knob = {"name": name, "kind": "float", "low": info["min"], "high": info["max"]}
     else:
         raise ValueError(f"knob {name}: unsupported type {info['type']!r}")
     if name in PRIORS:
@@ -320,8 +344,8 @@ def _check_prior(knob: dict[str, Any], prior: Prior) -> None:
         )
 
 
-def _feature(knob: dict[str, Any], value: Any) -> float:
-    """An int value as a float; an enum as the index of its choice (a code or the string)."""
+def feature(knob: dict[str, Any], value: Any) -> float:
+    """A number as a float; an enum as the index of its choice (a code or the string)."""
     if knob["kind"] != "categorical":
         return float(value)
     choices = knob["choices"]

@@ -62,6 +62,9 @@ OBJECTIVE = "jct_ratio_geomean"
 TRAIN = ("0e4a51", "103959", "6c71a0")
 TEST = ("6214e9", "7f04ca", "11cb48", "2869ce")
 P99_LIMIT = 1.1
+LOAD = 0.9  # the trace's GPU time fills 90 % of the cluster (``cluster_size``)
+RESTART_S = 30.0  # a preempted job pays this when it resumes
+MAX_JOBS = 300  # first jobs of a training trace
 DATA = Path(__file__).resolve().parents[2] / "shared" / "benchdata"
 CHECKPOINTS = (10, 20)
 TIRESIAS = "Tiresias (3250/7200/18000)"
@@ -398,9 +401,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--train", default=",".join(TRAIN), help="Gavel trace names")
     parser.add_argument("--test", default=",".join(TEST), help="held-out trace names")
-    parser.add_argument("--max-jobs", type=int, default=300, help="first jobs of a training trace")
-    parser.add_argument("--load", type=float, default=0.9)
-    parser.add_argument("--restart-s", type=float, default=30.0)
+    parser.add_argument(
+        "--max-jobs", type=int, default=MAX_JOBS, help="first jobs of a training trace"
+    )
+    parser.add_argument("--load", type=float, default=LOAD)
+    parser.add_argument("--restart-s", type=float, default=RESTART_S)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "benchdata"

@@ -10,10 +10,11 @@ halves of the bridge:
   seed, settings) -> versions; ``suggest`` -> a configuration; ``register`` (the score the
   parent measured) -> ok; ``close``. The parent evaluates every configuration itself, so the
   peer runs on exactly the same problem code as every other method.
-* **child** (``main``, run as a script): imports only the standard library at module level;
-  mlos-core, ConfigSpace and pandas are imported inside, from the peer environment. The
-  child's stdout carries the protocol only; everything libraries print goes to stderr, which
-  the parent keeps in a temporary file and quotes when the child fails.
+* **child** (``main``, run as a script): imports only the standard library (and
+  ``bench/bridge.py``, which does the same) at module level; mlos-core, ConfigSpace and pandas
+  are imported inside, from the peer environment. The child's stdout carries the protocol
+  only; everything libraries print goes to stderr, which the parent keeps in a temporary file
+  and quotes when the child fails (``bench/bridge.py``: both halves of the plumbing).
 
 What the child builds (the LlamaTune paper's recipe as far as mlos-core exposes it):
 ``OptimizerFactory.create(optimizer_type=SMAC, optimizer_kwargs={seed, max_trials=budget,
@@ -33,15 +34,15 @@ method by the same logic with the one-line fix ``param.to_vector(param.to_value(
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
+
+if __name__ == "__main__":  # the child, run as a script: bench.bridge is a sibling file
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import bridge
 
 if TYPE_CHECKING:  # the child runs without the project's packages
     from bench.hdbo import KnobProblem
@@ -53,7 +54,6 @@ N_RANDOM_INIT = 10
 MAX_UNIQUE_VALUES = 10_000
 SPECIAL_BIAS = 0.2
 SPECIAL_MODES = ("patch", "off")
-_STDERR_TAIL = 3000
 
 
 class PeerUnavailable(RuntimeError):
@@ -83,37 +83,20 @@ class MlosPeer:
         if threads is not None:
             for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
                 env[name] = str(threads)
-        # kept open for the child's lifetime, closed in close()
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            [str(python), str(CHILD)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env=env,
-        )
-        self.info = self._call({"op": "init", **setup})
+        self._child = bridge.ChildProcess([str(python), str(CHILD)], "mlos peer", PeerError, env)
+        self.info = self._child.call({"op": "init", **setup})
 
     def suggest(self) -> dict[str, Any]:
         """The next configuration, in the original (high-dimensional) space."""
-        return dict(self._call({"op": "suggest"})["config"])
+        return dict(self._child.call({"op": "suggest"})["config"])
 
     def register(self, score: float) -> None:
         """Report the score (to be minimized) of the last suggestion."""
-        self._call({"op": "register", "score": float(score)})
+        self._child.call({"op": "register", "score": float(score)})
 
     def close(self) -> None:
         """Stop the child (idempotent)."""
-        if self._proc.poll() is None:
-            with contextlib.suppress(PeerError):
-                self._call({"op": "close"})
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._stderr.close()
+        self._child.close()
 
     def __enter__(self) -> MlosPeer:
         return self
@@ -121,43 +104,12 @@ class MlosPeer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        try:
-            self._proc.stdin.write(json.dumps(message) + "\n")
-            self._proc.stdin.flush()
-            line = self._proc.stdout.readline()
-        except (BrokenPipeError, OSError):
-            line = ""
-        if not line:
-            self._proc.wait(timeout=10)
-            raise PeerError(
-                f"mlos peer exited with code {self._proc.returncode} on {message['op']!r}; "
-                f"stderr:\n{self._stderr_tail()}"
-            )
-        reply: dict[str, Any] = json.loads(line)
-        if "error" in reply:
-            raise PeerError(f"mlos peer failed on {message['op']!r}: {reply['error']}")
-        return reply
-
-    def _stderr_tail(self) -> str:
-        self._stderr.seek(0)
-        return self._stderr.read().decode(errors="replace")[-_STDERR_TAIL:]
-
 
 def probe(python: Path = DEFAULT_PYTHON) -> dict[str, Any]:
     """The peer environment's package versions; raises ``PeerUnavailable`` with the reason."""
-    if not Path(python).exists():
-        raise PeerUnavailable(f"{python} not found: run bench/setup_mlos.sh")
-    try:
-        done = subprocess.run(
-            [str(python), str(CHILD), "--probe"], capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.SubprocessError) as err:
-        raise PeerUnavailable(f"{python} does not run: {err}") from err
-    if done.returncode != 0:
-        raise PeerUnavailable(f"{python} cannot import mlos-core: {done.stderr.strip()[-500:]}")
-    versions: dict[str, Any] = json.loads(done.stdout)
+    versions = bridge.probe(python, CHILD, "bench/setup_mlos.sh", "mlos-core")
+    if isinstance(versions, str):
+        raise PeerUnavailable(versions)
     return versions
 
 
@@ -222,41 +174,31 @@ def describe(
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the JSON-lines protocol on stdin/stdout (``--probe``: print versions and exit)."""
-    args = sys.argv[1:] if argv is None else argv
-    protocol = sys.stdout
-    sys.stdout = sys.stderr  # library output must not corrupt the protocol
-    if args == ["--probe"]:
-        import mlos_core  # noqa: F401  (fails here when the environment is broken)
+    state: dict[str, Any] = {}
 
-        protocol.write(json.dumps(_versions()) + "\n")
-        return 0
-    optimizer: Any = None
-    pending: Any = None
-    for line in sys.stdin:
-        message = json.loads(line)
-        op = message.get("op")
-        try:
-            if op == "init":
-                optimizer, reply = _build(message)
-            elif op == "suggest":
-                pending = optimizer.suggest()
-                reply = {"config": {k: _plain(v) for k, v in pending.config.items()}}
-            elif op == "register":
-                import pandas as pd
+    def init(message: dict[str, Any]) -> dict[str, Any]:
+        state["optimizer"], reply = _build(message)
+        return reply
 
-                optimizer.register(pending.complete(pd.Series({"score": message["score"]})))
-                pending, reply = None, {"ok": True}
-            elif op == "close":
-                reply = {"ok": True}
-            else:
-                reply = {"error": f"unknown op {op!r}"}
-        except Exception as err:  # reported to the parent, which raises PeerError
-            reply = {"error": f"{type(err).__name__}: {err}"}
-        protocol.write(json.dumps(reply) + "\n")
-        protocol.flush()
-        if op == "close":
-            break
-    return 0
+    def suggest(message: dict[str, Any]) -> dict[str, Any]:
+        state["pending"] = state["optimizer"].suggest()
+        return {"config": {k: _plain(v) for k, v in state["pending"].config.items()}}
+
+    def register(message: dict[str, Any]) -> dict[str, Any]:
+        import pandas as pd
+
+        score = pd.Series({"score": message["score"]})
+        state["optimizer"].register(state.pop("pending").complete(score))
+        return {"ok": True}
+
+    handlers = {"init": init, "suggest": suggest, "register": register}
+    return bridge.serve(handlers, _probe_reply, argv)
+
+
+def _probe_reply() -> dict[str, Any]:
+    import mlos_core  # noqa: F401  (fails here when the environment is broken)
+
+    return _versions()
 
 
 def _build(message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -336,15 +278,7 @@ def _patch_special_value_scaler() -> None:
 
 
 def _versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return bridge.versions(PACKAGES)
 
 
 def _plain(value: Any) -> Any:

@@ -1,0 +1,128 @@
+"""Scoring of the suite (``bench/suite_score.py``) on hand-made runs with known answers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench import suite_score as ss
+from bench.contract import Measurement, MethodRun, SuiteProblem
+
+
+def _problem(goal: str = "minimize", optimum: float | None = None) -> SuiteProblem:
+    """``true_value = x``; a negative ``x`` is infeasible (None)."""
+
+    def true_value(config: dict) -> float | None:
+        return None if config["x"] < 0 else float(config["x"])
+
+    def measure(config: dict, rng: random.Random) -> Measurement:
+        value = true_value(config)
+        return (
+            Measurement("infeasible") if value is None else Measurement("completed", {"y": value})
+        )
+
+    knobs = ({"name": "x", "kind": "float", "low": -1.0, "high": 10.0},)
+    return SuiteProblem(
+        "hdbo:toy", "hdbo", "develop", knobs, "y", goal, (), 4, measure, true_value, optimum=optimum
+    )
+
+
+def _run(method: str, seed: int, reported: list[float | None]) -> MethodRun:
+    configs = [{"x": 0.0}] * len(reported)
+    return MethodRun(
+        method=method,
+        problem="hdbo:toy",
+        seed=seed,
+        configs=configs,
+        measurements=[Measurement("completed", {"y": 0.0})] * len(reported),
+        reported=[None if x is None else {"x": x} for x in reported],
+        seconds=1.0,
+    )
+
+
+def test_checkpoints_keep_marks_within_the_budget_and_add_it() -> None:
+    assert ss.checkpoints(30, (10, 25, 50, 100)) == [10, 25, 30]
+    assert ss.checkpoints(100, (10, 25, 50, 100)) == [10, 25, 50, 100]
+    assert ss.checkpoints(5, (10,)) == [5]
+
+
+def test_true_curve_scores_the_reported_configuration_not_the_sample() -> None:
+    problem, cache = _problem(), {}
+    curve = ss.true_curve(problem, _run("ours", 0, [None, -1.0, 3.0, 2.0]), cache)
+    assert curve == [None, None, 3.0, 2.0]  # no report, an infeasible report, then values
+    assert ss.worst_value([curve, [5.0, None]], 1.0) == 5.0
+    assert ss.worst_value([curve], -1.0) == 2.0  # maximizing: the smallest is the worst
+    assert ss.worst_value([[None]], 1.0) is None
+    assert ss.filled(curve, 9.0) == [9.0, 9.0, 3.0, 2.0]
+
+
+def test_trials_to_reach_and_time_to_target() -> None:
+    assert ss.trials_to_reach([None, 5.0, 3.0, 1.0], 3.0, 1.0) == 3
+    assert ss.trials_to_reach([None, 5.0, 3.0, 1.0], 0.5, 1.0) is None
+    assert ss.trials_to_reach([1.0, 4.0], 3.0, -1.0) == 2  # maximize: 4 >= 3
+    result = ss.time_to_target([[5.0, 3.0, 1.0, 1.0], [None, 9.0, 9.0, 9.0]], 3.0, 1.0, 2)
+    assert result["trials"] == [2, None]
+    assert result["mean_ratio"] == pytest.approx((2 / 2 + 4 / 2) / 2)  # unreached: the budget
+    assert result["reached"] == 1 and result["seeds"] == 2
+
+
+def test_mean_ranks_share_ties_and_use_common_seeds() -> None:
+    values = {"a": {0: 1.0, 1: 2.0, 2: 0.0}, "b": {0: 1.0, 1: 1.0}, "c": {0: 3.0, 1: 3.0}}
+    ranks = ss.mean_ranks(values, 1.0)
+    assert ranks == {
+        "a": pytest.approx((1.5 + 2) / 2),
+        "b": pytest.approx((1.5 + 1) / 2),
+        "c": pytest.approx(3.0),
+    }
+    assert ss.mean_ranks(values, -1.0)["c"] == pytest.approx(1.0)
+
+
+def test_problem_summary_target_time_to_target_and_ranks() -> None:
+    runs = [
+        _run("ours", 0, [None, 4.0, 2.0, 1.0]),
+        _run("ours", 1, [6.0, 6.0, 3.0, 3.0]),
+        _run("random", 0, [5.0, 5.0, 5.0, 2.0]),
+        _run("random", 1, [8.0, 8.0, 4.0, 4.0]),
+        _run("ours-full", 0, [7.0, 7.0, 7.0, 7.0]),
+        _run("ours-full", 1, [7.0, 7.0, 7.0, 7.0]),
+    ]
+    summary = ss.summarize_problem(_problem(optimum=0.0), runs, (2, 10))
+    assert summary["checkpoints"] == [2, 4] and summary["worst"] == 8.0
+    ours = summary["methods"]["ours"]
+    assert ours["at"]["2"]["mean"] == pytest.approx((4.0 + 6.0) / 2)
+    assert ours["mean_curve"][0] == pytest.approx((8.0 + 6.0) / 2)  # None counts as the worst
+    assert ours["no_feasible"]["2"] == 0
+    # the only peer is random: target = its mean at min(100, 4) = (2 + 4) / 2 = 3
+    assert summary["target"] == {"ref": 4, "value": 3.0, "by": "random"}
+    ttt = summary["time_to_target"]
+    assert ttt["ours"]["trials"] == [3, 3] and ttt["ours"]["mean_ratio"] == pytest.approx(0.75)
+    assert ttt["random"]["trials"] == [4, None] and ttt["random"]["reached"] == 1
+    assert ttt["ours-full"]["mean_ratio"] == pytest.approx(1.0)
+    assert summary["ranks"]["4"] == {"ours": 1.0, "random": 2.0, "ours-full": 3.0}
+    norm = summary["normalized"]["ours"]
+    assert norm[-1] == pytest.approx(2.0 / 8.0)  # (mean 2 - optimum 0) / (worst 8 - 0)
+
+
+def test_a_problem_without_any_feasible_report_is_left_unscored() -> None:
+    summary = ss.summarize_problem(_problem(), [_run("random", 0, [None, -1.0])], (10,))
+    assert summary["worst"] is None and summary["methods"] == {} and summary["target"] is None
+
+
+def test_suite_summary_reach_fraction_ranks_and_noisy_twins() -> None:
+    problem = _problem(goal="maximize")
+    good = [_run("ours", s, [1.0, 5.0, 9.0, 9.0]) for s in (0, 1)]
+    peer = [_run("random", s, [2.0, 4.0, 6.0, 8.0]) for s in (0, 1)]
+    bad = [_run("ours", s, [1.0, 1.0, 1.0, 1.0]) for s in (0, 1)]
+    summaries = {
+        "hdbo:a": ss.summarize_problem(problem, good + peer, (2,)),
+        "hdbo:b~cov05": ss.summarize_problem(problem, bad + peer, (2,)),
+    }
+    suite = ss.summarize_suite(summaries)
+    assert suite["ours"]["ours"]["problems"] == 2
+    assert suite["ours"]["ours"]["reach_fraction"] == 0.5
+    assert suite["ours"]["ours"]["median_ratio"] == pytest.approx((3 / 4 + 4 / 4) / 2)
+    assert suite["ranks"]["50"] == {"ours": 1.5, "random": 1.5}  # at the budget, 4
+    assert suite["twins"] == {"hdbo:b~cov05": {"ours": {"50": False, "100": False}}}
+    assert "hdbo:a" not in suite["twins"]
+    assert ss.is_peer("random") and not ss.is_peer("ours-full") and not ss.is_peer("ours")
