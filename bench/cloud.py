@@ -47,10 +47,9 @@ from rich.table import Table
 
 from bench.common import console, limit_threads, load_note, machine_info, show, write_json
 from targets.cloud import CloudReplayTarget, read_lookup
-from tuner.designer import FitCache, make_designer
+from tuner.loop import run_trials
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import Trial
 
 METHODS = ("ours", "random", "optuna")
 OBJECTIVES = ("runtime_s", "cost_usd")
@@ -96,13 +95,8 @@ def run_one(
             },
             knobs=target.describe_knobs(),
         )
-        designer = make_designer(spec, FitCache())
-        trials: list[Trial] = []
-        for i in range(min(budget, len(candidates))):
-            config = designer.suggest(1, trials, [])[0].config
-            outcome = target.run_trial(config)
-            trials.append(Trial(i + 1, config, outcome.status, outcome.metrics, outcome.reason))
-            values.append(outcome.metrics.get(objective))
+        trials = run_trials(spec, target.run_trial, min(budget, len(candidates)))
+        values = [t.metrics.get(objective) for t in trials]
     elif method == "random":
         order = np.random.default_rng(seed).permutation(len(candidates))[:budget]
         for index in order:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,15 @@ def write_json(name: str, data: Mapping[str, Any], results_dir: Path | None = No
     path = directory / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
     return path
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measurement, as ``tuner.loop.run_trials`` takes it (a ``tuner.loop.Outcome``)."""
+
+    metrics: dict[str, float]
+    status: TrialStatus = TrialStatus.COMPLETED
+    reason: str = ""
 
 
 def completed_trial(trial_id: int, config: Config, metrics: dict[str, float], source: str) -> Trial:

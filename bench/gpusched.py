@@ -51,10 +51,9 @@ from bench.common import console, limit_threads, load_note, machine_info, show, 
 from targets.base import full_config
 from targets.gpusched import GpuSchedTarget, policy_of, tiresias_policy
 from targets.schedsim import Policy, simulate
-from tuner.designer import FitCache, make_designer
+from tuner.loop import run_trials
 from tuner.space import Config, FloatKnob, IntKnob, Knob, SearchSpace
 from tuner.study import StudySpec
-from tuner.trial import Trial
 
 METHODS = ("ours", "random", "optuna")
 AGGREGATES = ("worst", "geomean")
@@ -120,12 +119,7 @@ def run_method(
     default = SearchSpace(knobs).default_config()
     assert default is not None
     if method == "ours":
-        designer = make_designer(spec_of(target, seed, aggregate), FitCache())
-        trials: list[Trial] = []
-        for i in range(budget):
-            config = designer.suggest(1, trials, [])[0].config
-            outcome = target.run_trial(config)
-            trials.append(Trial(i + 1, config, outcome.status, outcome.metrics, outcome.reason))
+        trials = run_trials(spec_of(target, seed, aggregate), target.run_trial, budget)
         measured = [(t.config, t.metrics) for t in trials]
     elif method == "random":
         rng = np.random.default_rng(seed)

@@ -79,7 +79,6 @@ from bench.common import (
 from bench.hdbo import KnobProblem, PublishedCurve
 from bench.llamatune_report import plot, print_report
 from bench.methods import RunResult, drive
-from tuner.designer import FitCache, make_designer
 from tuner.space import Scalar
 from tuner.study import StudySpec
 
@@ -399,9 +398,11 @@ def _run_ours(
     on_eval: OnEval | None,
     priors: bool = False,
 ) -> tuple[list[float], dict[str, int]]:
-    designer = make_designer(study_spec(problem, seed, dims, priors), FitCache())
     trials, sources = drive(
-        designer, budget, lambda config: {problem.metric: problem.evaluate(config)}, on_eval
+        study_spec(problem, seed, dims, priors),
+        budget,
+        lambda config: {problem.metric: problem.evaluate(config)},
+        on_eval,
     )
     return [t.metrics[problem.metric] for t in trials], sources
 

@@ -22,15 +22,16 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from skopt import gp_minimize
 
-from bench.common import completed_trial
+from bench.common import Measured
 from bench.problems import Problem
-from tuner.designer import BODesigner, Designer, FitCache
+from tuner.loop import run_trials
 from tuner.space import Config
+from tuner.study import StudySpec
 from tuner.trial import Trial
 
 PENALTY = 10.0
@@ -79,37 +80,32 @@ def run_method(
 
 
 def drive(
-    designer: Designer,
+    spec: StudySpec,
     budget: int,
     measure: Callable[[Config], dict[str, float]],
     on_eval: OnEval | None = None,
 ) -> tuple[list[Trial], dict[str, int]]:
-    """``budget`` sequential suggest/complete steps of ``designer``, as a client drives it.
-
-    Each trial is stored as the server would store it, with its low-dimensional point when
-    the designer searches an embedding. Returns the trials and how each suggestion was made.
+    """``budget`` trials of the study through ``tuner.loop.run_trials`` (the service's loop:
+    each trial stored as the server stores it, with its step kind and its low-dimensional
+    point when the study searches an embedding). Returns the trials and their step counts.
     """
-    trials: list[Trial] = []
-    sources: Counter[str] = Counter()
-    for i in range(budget):
-        suggestion = designer.suggest(1, trials, [])[0]
-        sources[suggestion.step.value] += 1
-        if suggestion.warning:
-            sources["warnings"] += 1
-        trial = completed_trial(
-            i + 1, suggestion.config, measure(suggestion.config), suggestion.step.value
-        )
-        trials.append(replace(trial, embedded=suggestion.embedded, step=suggestion.step))
-        _tick(on_eval)
+    trials = run_trials(
+        spec,
+        lambda config: Measured(measure(config)),
+        budget,
+        on_trial=lambda trial: _tick(on_eval),
+    )
+    sources = Counter(t.step.value for t in trials)
+    if any(t.warning for t in trials):
+        sources["warnings"] = sum(bool(t.warning) for t in trials)
     return trials, dict(sources)
 
 
 def run_ours(problem: Problem, seed: int, budget: int, on_eval: OnEval | None = None) -> RunResult:
     """Our designer, one suggestion at a time, with a warm-starting ``FitCache``."""
-    designer = BODesigner(problem.spec(seed), FitCache())
     start = time.perf_counter()
     trials, sources = drive(
-        designer, budget, lambda config: problem.metrics(problem.point(config)), on_eval
+        problem.spec(seed), budget, lambda config: problem.metrics(problem.point(config)), on_eval
     )
     seconds = time.perf_counter() - start
     points = [problem.point(t.config) for t in trials]

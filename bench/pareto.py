@@ -39,6 +39,7 @@ from rich.table import Table
 
 from bench.common import (
     RESULTS_DIR,
+    Measured,
     completed_trial,
     console,
     limit_threads,
@@ -47,8 +48,8 @@ from bench.common import (
     show,
     write_json,
 )
-from tuner.designer import make_designer
-from tuner.designer.model import FitCache
+from tuner.loop import run_trials
+from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, hypervolume
 
@@ -146,14 +147,14 @@ def hypervolume_curve(problem: MOProblem, points: list[tuple[float, float]]) -> 
 
 def _run_ours(problem: MOProblem, seed: int) -> list[tuple[float, float]]:
     spec = problem.spec(seed)
-    designer = make_designer(spec, FitCache())
-    trials: list[Trial] = []
     points: list[tuple[float, float]] = []
-    for i in range(problem.budget):
-        config = designer.suggest(1, trials, [])[0].config
+
+    def measure(config: Config) -> Measured:
         f1, f2 = problem.evaluate([float(config[f"x{j}"]) for j in range(problem.dim)])
         points.append((f1, f2))
-        trials.append(completed_trial(i + 1, config, {"f1": f1, "f2": f2}, "bo"))
+        return Measured({"f1": f1, "f2": f2})
+
+    run_trials(spec, measure, problem.budget)
     return points
 
 

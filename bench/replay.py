@@ -40,15 +40,14 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.common import console, limit_threads, load_note, machine_info, show, write_json
+from bench.common import Measured, console, limit_threads, load_note, machine_info, show, write_json
 from targets.replay import ReplayTarget
 from tuner.constraints import OutcomeConstraint
-from tuner.designer import make_designer
-from tuner.designer.model import FitCache
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut
+from tuner.loop import run_trials
 from tuner.space import Config, Scalar
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import TrialStatus
 
 METHODS = ("ours", "grid", "random", "skopt")
 WITHIN = 0.05
@@ -149,16 +148,11 @@ def _measure(target: ReplayTarget, config: Config) -> tuple[TrialStatus, dict[st
 
 
 def _ours(target: ReplayTarget, spec: StudySpec, budget: int) -> list[Config]:
-    designer = make_designer(spec, FitCache())
-    trials: list[Trial] = []
-    for i in range(budget):
-        suggestion = designer.suggest(1, trials, [])[0]
-        status, metrics, reason = _measure(target, suggestion.config)
-        step = suggestion.step
-        trials.append(
-            Trial(i + 1, suggestion.config, status, metrics, reason, source=step.value, step=step)
-        )
-    return [t.config for t in trials]
+    def measure(config: Config) -> Measured:
+        status, metrics, reason = _measure(target, config)
+        return Measured(metrics, status, reason)
+
+    return [t.config for t in run_trials(spec, measure, budget)]
 
 
 def _skopt(

@@ -32,11 +32,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from server.storage import FinishedTrial, NewTrial, Request, Storage
-from tuner.designer import FitCache, make_designer
+from tuner.designer import FitCache
 from tuner.errors import AlreadyExistsError, NotFoundError, StateError, ValidationError
+from tuner.loop import new_trial, propose
 from tuner.space import Scalar
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, pareto_front, with_resolved_constraints
+from tuner.trial import Trial, TrialStatus, best_trial, pareto_front
 
 log = logging.getLogger(__name__)
 
@@ -194,24 +195,21 @@ class TuningService:
                     self.storage.add_trials(study, [], request, [t.id for t in mine])
                 return mine
             trials = self.storage.list_trials(study)
-            completed = [t for t in trials if t.status.is_final]
-            pending = [t for t in trials if not t.status.is_final]
-            # relative outcome constraints take their bounds from the measured default
-            designer = make_designer(with_resolved_constraints(spec, completed), self.fit_cache)
-            suggestions = designer.suggest(count - len(mine), completed, pending)
+            suggestions = propose(spec, trials, count - len(mine), self.fit_cache)
+            made = [new_trial(0, s, client_id) for s in suggestions]  # storage numbers them
             new = self.storage.add_trials(
                 study,
                 [
                     NewTrial(
-                        s.config,
-                        client_id,
-                        s.step.value,
-                        s.warning,
-                        embedded=s.embedded,
+                        t.config,
+                        t.client_id,
+                        t.source,
+                        t.warning,
+                        embedded=t.embedded,
                         lease_expires_at=lease,
-                        step=s.step,
+                        step=t.step,
                     )
-                    for s in suggestions
+                    for t in made
                 ],
                 request,
                 [t.id for t in mine],

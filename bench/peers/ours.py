@@ -1,14 +1,14 @@
-"""Our designer on a suite problem (TEMPORARY: the lead engineer's runner replaces this file).
+"""Our designer on a suite problem, through the one trial loop the service uses.
 
-Written so that ``bench.suite`` runs end to end before the real runner lands; it follows
-``bench/methods.py``'s ``drive``: the problem becomes a ``StudySpec`` (knobs, objective,
-outcome constraints, candidates and their features, and for problems with ``embed_dims``
-the LlamaTune embedding ``{kind = "llamatune", dims, special_bias = 0.2, buckets = 10000}``),
-``make_designer(spec, FitCache())`` suggests one configuration at a time, each measurement
-(``problem.measure`` with the run's generator) is stored as a ``tuner.trial.Trial``
-(COMPLETED / INFEASIBLE / FAILED, with its source and embedded point), and the reported
-best after each evaluation is ``tuner.trial.best_trial``'s configuration. Product defaults
-otherwise (``designer = {algorithm = "bo", seed}``).
+The problem becomes a ``StudySpec``: its knobs, objective and outcome constraints, its
+candidates and their features, and for problems with ``embed_dims`` the LlamaTune embedding
+``{kind = "llamatune", dims, special_bias = 0.2, buckets = 10000}``; product defaults
+otherwise (``designer = {algorithm = "bo", seed}``). ``tuner.loop.run_trials`` then runs it
+exactly as a client of the server would: each trial stores its step kind, resolved
+constraints and embedded point, one suggestion at a time, with a warm-starting fit cache.
+Each measurement is ``problem.measure`` with the run's generator; a measurement that broke
+the system is INFEASIBLE, a failed one FAILED. After each evaluation ours reports the
+configuration the product reports as best (``tuner.trial.best_trial``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from bench.common import Measured
 from bench.contract import Measurement, MethodRun, SuiteProblem, run_rng
-from tuner.designer import FitCache, make_designer
+from tuner.loop import run_trials
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus, best_trial
@@ -59,36 +60,32 @@ def study_spec(problem: SuiteProblem, seed: int) -> StudySpec:
 def run(
     problem: SuiteProblem, seed: int, budget: int, on_eval: Callable[[], None] | None = None
 ) -> MethodRun:
-    """``budget`` sequential suggest/measure steps of our designer."""
+    """``budget`` trials of our designer (module doc)."""
     spec = study_spec(problem, seed)
-    designer = make_designer(spec, FitCache())
     rng = run_rng(problem.name, seed)
-    trials: list[Trial] = []
     measurements: list[Measurement] = []
-    reported: list[Config | None] = []
-    sources: Counter[str] = Counter()
-    start = time.perf_counter()
-    for i in range(budget):
-        suggestion = designer.suggest(1, trials, [])[0]
-        sources[suggestion.source] += 1
-        sources["warnings"] += bool(suggestion.warning)
-        measurement = problem.measure(suggestion.config, rng)
+
+    def measure(config: Config) -> Measured:
+        measurement = problem.measure(config, rng)
         measurements.append(measurement)
-        trials.append(
-            Trial(
-                id=i + 1,
-                config=suggestion.config,
-                status=STATUS[measurement.status],
-                metrics=dict(measurement.metrics) if measurement.status == "completed" else {},
-                source=suggestion.source,
-                warning=suggestion.warning,
-                embedded=suggestion.embedded,
-            )
-        )
-        best = best_trial(spec, trials)
-        reported.append(None if best is None else dict(best.config))
+        status = STATUS[measurement.status]
+        if status is TrialStatus.COMPLETED:
+            return Measured(dict(measurement.metrics))
+        return Measured({}, status, f"the measurement was {measurement.status}")
+
+    def tick(trial: Trial) -> None:
         if on_eval is not None:
             on_eval()
+
+    start = time.perf_counter()
+    trials = run_trials(spec, measure, budget, on_trial=tick)
+    seconds = time.perf_counter() - start
+    reported: list[Config | None] = []
+    for i in range(len(trials)):
+        best = best_trial(spec, trials[: i + 1])
+        reported.append(None if best is None else dict(best.config))
+    steps = Counter(t.step.value for t in trials)
+    steps["warnings"] = sum(bool(t.warning) for t in trials)
     return MethodRun(
         method=NAME,
         problem=problem.name,
@@ -96,6 +93,6 @@ def run(
         configs=[dict(t.config) for t in trials],
         measurements=measurements,
         reported=reported,
-        seconds=time.perf_counter() - start,
-        notes=dict(sources),
+        seconds=seconds,
+        notes=dict(steps),
     )
