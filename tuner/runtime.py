@@ -16,6 +16,9 @@ few settings torch keeps per process are made here, by whoever starts the proces
   another one's could see them switched back half-way. Set here to the values BoTorch
   would switch them to, BoTorch leaves them alone (it switches only settings at their
   defaults), and a posterior computes the same alone and next to others.
+* strict mode (``strict=True``, or the environment variable ``TUNER_STRICT=1``): numerical
+  errors in a model-based step propagate instead of falling back to quasi-random points
+  (``tuner/designer/bo.py``). The test suite runs strict.
 * where the numerical libraries' warnings go (jitter added to a covariance, a fit that
   stopped early): into the ``py.warnings`` logger, not the terminal. They are expected in
   normal operation; what matters reaches the trial as its warning.
@@ -24,6 +27,7 @@ few settings torch keeps per process are made here, by whoever starts the proces
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import gpytorch.settings
@@ -33,10 +37,14 @@ import torch
 from threadpoolctl import threadpool_limits
 
 DEFAULT_THREADS = 1
+#: Numerical errors propagate instead of falling back (module doc).
+STRICT = os.environ.get("TUNER_STRICT") == "1"
 _blas_limit: Any = None  # kept alive for the process: the limit lasts while it exists
 
 
-def configure(threads: int | None = DEFAULT_THREADS, warnings_to_log: bool = True) -> None:
+def configure(
+    threads: int | None = DEFAULT_THREADS, warnings_to_log: bool = True, strict: bool = False
+) -> None:
     """Set torch's intra-op threads (None: leave torch's choice) and route warnings to
     logging (a test runner keeps its own). Call once, before any suggestion.
 
@@ -50,6 +58,8 @@ def configure(threads: int | None = DEFAULT_THREADS, warnings_to_log: bool = Tru
         torch.set_num_threads(threads)
         global _blas_limit
         _blas_limit = threadpool_limits(limits=threads)
+    global STRICT
+    STRICT = STRICT or strict
     gpytorch.settings.debug._set_state(False)
     gpytorch.settings.fast_pred_var._set_state(True)
     linear_operator.settings._fast_covar_root_decomposition._set_state(False)

@@ -54,6 +54,14 @@ MIXED = _study(
         {"name": "r", "kind": "float", "low": 0.01, "high": 10.0, "log": True},
     ],
 )
+TWO_OBJECTIVES = StudySpec.from_dict(
+    {
+        "name": "pareto",
+        "knobs": [{"name": f"x{i}", "kind": "float", "low": 0.0, "high": 1.0} for i in range(2)],
+        "objectives": [{"name": "y", "goal": "minimize"}, {"name": "c", "goal": "maximize"}],
+        "designer": {"initial_trials": 4, "seed": 11},
+    }
+)
 EMBEDDED = _study(
     "llama",
     [{"name": f"k{i}", "kind": "float", "low": 0.0, "high": 1.0} for i in range(12)],
@@ -90,13 +98,13 @@ def _designer(spec: StudySpec) -> Callable[[list[Trial]], list[Suggestion]]:
 
 @pytest.fixture(scope="module")
 def histories() -> dict[str, list[Trial]]:
-    return {spec.name: _history(spec, 9) for spec in (CONTINUOUS, MIXED, EMBEDDED)}
+    return {spec.name: _history(spec, 9) for spec in (CONTINUOUS, MIXED, EMBEDDED, TWO_OBJECTIVES)}
 
 
 def test_a_suggestion_leaves_torchs_global_generator_alone(
     histories: dict[str, list[Trial]],
 ) -> None:
-    for spec in (CONTINUOUS, MIXED, EMBEDDED):
+    for spec in (CONTINUOUS, MIXED, EMBEDDED, TWO_OBJECTIVES):
         state = torch.get_rng_state()
         threads = torch.get_num_threads()
         _designer(spec)(histories[spec.name])

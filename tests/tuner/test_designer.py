@@ -18,6 +18,7 @@ from botorch.exceptions.errors import ModelFittingError
 from linear_operator.utils.errors import NanError, NotPSDError
 
 import tuner.designer.bo as bo
+from tuner import runtime
 from tuner.designer import (
     BODesigner,
     History,
@@ -287,7 +288,7 @@ def _fail(*args: Any, **kwargs: Any) -> Any:
 @pytest.fixture
 def lenient(monkeypatch: pytest.MonkeyPatch) -> None:
     """Numerical errors fall back, as in production (the suite runs strict)."""
-    monkeypatch.delenv("TUNER_STRICT", raising=False)
+    monkeypatch.setattr(runtime, "STRICT", False)
 
 
 @pytest.mark.usefixtures("lenient")
@@ -364,7 +365,7 @@ def test_any_other_exception_is_a_bug_and_propagates(monkeypatch: pytest.MonkeyP
 
 
 def test_strict_mode_lets_numerical_errors_through(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TUNER_STRICT", "1")
+    monkeypatch.setattr(runtime, "STRICT", True)
     monkeypatch.setattr(bo, "fit_models", _fail)
     designer = BODesigner(_spec(), settings=FAST)
     completed = [_complete(i + 1, s) for i, s in enumerate(designer.suggest(3, [], []))]

@@ -209,10 +209,13 @@ def test_pending_configs_are_not_suggested_again(status: TrialStatus) -> None:
     assert not {designer.encoder.key(c) for c in first} & {designer.encoder.key(c) for c in again}
 
 
-def test_a_failed_config_may_be_suggested_again() -> None:
+def test_a_failed_config_is_suggested_again_only_with_retries() -> None:
     designer = QuasiRandomDesigner(_spec(seed=9))
     (first,) = designer.suggest(1, [], [])
-    (again,) = designer.suggest(1, _trials([first.config], S.FAILED), [])
+    (other,) = designer.suggest(1, _trials([first.config], S.FAILED), [])
+    assert other.config != first.config
+    lenient = QuasiRandomDesigner(_spec(seed=9, retry_failed=1))
+    (again,) = lenient.suggest(1, _trials([first.config], S.FAILED), [])
     assert again.config == first.config
 
 

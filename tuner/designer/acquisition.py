@@ -49,6 +49,7 @@ from botorch.acquisition.utils import prune_inferior_points
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.sampling import SobolQMCNormalSampler
+from botorch.utils.multi_objective.pareto import is_non_dominated
 from torch.quasirandom import SobolEngine
 
 from tuner.designer.model import FEASIBILITY, OutcomeData
@@ -106,7 +107,7 @@ def build_acquisition(
         if reference is None:
             raise ValueError("a multi-objective acquisition needs a reference point")
         return _hypervolume(
-            spec, model, data, X_baseline, X_pending, constraints, sampler, reference
+            spec, model, data, X_baseline, X_pending, constraints, sampler, reference, seed
         )
     sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
 
@@ -153,6 +154,7 @@ def _hypervolume(
     constraints: list[Callable[[torch.Tensor], torch.Tensor]],
     sampler: SobolQMCNormalSampler,
     reference: list[float],
+    seed: int,
 ) -> AcquisitionFunction:
     """qLogNEHVI on the objectives' outputs, signed so that larger is better.
 
@@ -169,17 +171,43 @@ def _hypervolume(
     def signed(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
         return samples[..., columns] * signs
 
+    objective = GenericMCMultiOutputObjective(signed)
+    # BoTorch's own pruning (prune_baseline=True) draws from torch's global generator
+    X_baseline = _pareto_candidates(model, X_baseline, objective, constraints, ref, seed)
     return qLogNoisyExpectedHypervolumeImprovement(
         model=model,
         ref_point=ref,
         X_baseline=X_baseline,
         sampler=sampler,
-        objective=GenericMCMultiOutputObjective(signed),
+        objective=objective,
         constraints=constraints or None,
         X_pending=X_pending,
-        prune_baseline=False,  # BoTorch's default; its pruning would use the global generator
+        prune_baseline=False,
         cache_root=None,
     )
+
+
+def _pareto_candidates(
+    model: Model,
+    X: torch.Tensor,
+    objective: GenericMCMultiOutputObjective,
+    constraints: list[Callable[[torch.Tensor], torch.Tensor]],
+    ref: list[float],
+    seed: int,
+) -> torch.Tensor:
+    """The rows of ``X`` (``n x d``) that are Pareto optimal, feasible and beyond ``ref`` in
+    some posterior sample (BoTorch's ``prune_inferior_points_multi_objective``, seeded)."""
+    sampler = SobolQMCNormalSampler(sample_shape=torch.Size([PRUNE_SAMPLES]), seed=seed)
+    with torch.no_grad():
+        samples = sampler(model.posterior(X))  # s x n x m
+        values = objective(samples, X=X)  # s x n x k
+        reference = torch.tensor(ref, dtype=values.dtype)
+        if constraints:
+            broken = torch.stack([c(samples) > 0 for c in constraints]).any(dim=0)
+            values = torch.where(broken.unsqueeze(-1), reference, values)
+        best = is_non_dominated(values, deduplicate=False) & (values > reference).all(dim=-1)
+    keep = best.to(values.dtype).mean(dim=0).nonzero().view(-1)
+    return X[keep] if keep.numel() else X
 
 
 def thompson_candidates(

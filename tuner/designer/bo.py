@@ -21,8 +21,8 @@ constraints, and compared with every configuration already taken; a duplicate is
 by a random configuration (a FILL_IN). Numerical trouble (``NUMERICAL_ERRORS``: a Cholesky
 failure, NaNs, a fit that cannot be done) never reaches the client: the step's
 configurations come from a quasi-random sequence instead (FALLBACK) with a warning recorded
-on the trial. Any other exception is a bug and propagates. With the environment variable
-``TUNER_STRICT=1`` (the test suite sets it) numerical errors propagate too.
+on the trial. Any other exception is a bug and propagates. In strict mode
+(``tuner.runtime.STRICT``; the test suite runs strict) numerical errors propagate too.
 
 All randomness derives from the study seed and the history size and is passed down
 explicitly (seeds, ``torch.Generator``s): nothing reads or reseeds torch's global generator,
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -50,6 +49,7 @@ from botorch.acquisition import AcquisitionFunction
 from botorch.exceptions.errors import ModelFittingError, OptimizationGradientError
 from linear_operator.utils.errors import NanError, NotPSDError
 
+from tuner import runtime
 from tuner.designer.acquisition import (
     OptimizerSettings,
     build_acquisition,
@@ -151,7 +151,7 @@ class BODesigner(QuasiRandomDesigner):
                 with MODEL_LOCK:
                     configs = self._propose(step, q, history, made, seed)
             except NUMERICAL_ERRORS as err:  # numerical trouble is never the client's problem
-                if os.environ.get("TUNER_STRICT") == "1":
+                if runtime.STRICT:
                     raise
                 log.warning(
                     "study %s: model-based suggestion failed, using quasi-random",
