@@ -125,6 +125,9 @@ class MlosPeer:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            if pipe is not None:
+                pipe.close()
         self._stderr.close()
 
     def __enter__(self) -> MlosPeer:
