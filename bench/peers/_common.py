@@ -51,6 +51,10 @@ OnEval = Callable[[], None]
 #: Proposals per unit of budget before a candidate-list run falls back to unmeasured
 #: candidates (bench/cloud.py's cap for Optuna).
 REPEAT_CAP = 10
+#: Int knobs with more values are given to Optuna's GP sampler and to Ax as float ranges and
+#: rounded: both list every value of an int parameter when they optimize the acquisition
+#: (5.3e9 values for sysbench-20's innodb_buffer_pool_size: tens of GiB, an OOM kill).
+MAX_INT_VALUES = 10_000
 #: The one dimension of a candidate list: the candidate's index.
 CANDIDATE = "candidate"
 

@@ -8,8 +8,10 @@ knob and ``configure_optimization`` with the objective and the outcome constrain
 center point first, then BoTorch modular BO).
 
 Parameters (``_common.Encoding``): float and int knobs ``RangeParameterConfig`` (``scaling=
-"log"`` for log-scaled ones); categorical and bool knobs an unordered ``ChoiceParameterConfig``
-over their value indices, ordinal knobs an ordered one; a candidate list one unordered
+"log"`` for log-scaled ones; an int knob with more than ``MAX_INT_VALUES`` values as a
+float range, rounded: with int parameters, a run on sysbench-20 was killed for memory at
+23.6 GB); categorical and bool knobs an unordered ``ChoiceParameterConfig`` over their value
+indices, ordinal knobs an ordered one; a candidate list one unordered
 choice over the candidates' indices (a repeated candidate is completed with its earlier
 measurement without using the budget, ``Tracker.propose``). Metric names are given to Ax as
 ``objective``, ``c0``, ``c1``, ... so that any metric name survives Ax's expression parser.
@@ -30,7 +32,16 @@ import logging
 from typing import Any
 
 from bench.contract import MethodRun, SuiteProblem
-from bench.peers._common import Dim, Encoding, Judge, OnEval, Tracker, missing, quiet
+from bench.peers._common import (
+    MAX_INT_VALUES,
+    Dim,
+    Encoding,
+    Judge,
+    OnEval,
+    Tracker,
+    missing,
+    quiet,
+)
 from tuner.space import Config
 
 NAME = "ax"
@@ -90,10 +101,11 @@ def _parameter(dim: Dim) -> Any:
     from ax.api.configs import ChoiceParameterConfig, RangeParameterConfig
 
     if dim.kind in ("float", "int"):
+        wide = dim.high - dim.low + 1 > MAX_INT_VALUES
         return RangeParameterConfig(
             name=dim.name,
             bounds=(dim.low, dim.high),
-            parameter_type="float" if dim.kind == "float" else "int",
+            parameter_type="float" if dim.kind == "float" or wide else "int",
             scaling="log" if dim.log else "linear",
         )
     return ChoiceParameterConfig(

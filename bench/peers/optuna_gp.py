@@ -17,12 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from bench.contract import MethodRun, SuiteProblem
-from bench.peers._common import OnEval
+from bench.peers._common import MAX_INT_VALUES, OnEval
 from bench.peers._optuna import N_STARTUP, run_optuna
 from bench.peers._optuna import available as available
 
 NAME = "optuna-gp"
-MAX_INT_VALUES = 10_000
 
 
 def run(problem: SuiteProblem, seed: int, budget: int, on_eval: OnEval | None = None) -> MethodRun:
