@@ -7,8 +7,9 @@ halves of the bridge:
 
 * **parent** (``MlosPeer``, imported by ``bench/llamatune.py``): starts this file with the
   peer environment's Python and speaks JSON lines over its stdin/stdout: ``init`` (space,
-  seed, settings) -> versions; ``suggest`` -> a configuration; ``register`` (the score the
-  parent measured) -> ok; ``close``. The parent evaluates every configuration itself, so the
+  seed, settings) -> versions; ``suggest`` -> a configuration and its id; ``register`` (the
+  score the parent measured, of the last suggestion or, with an ``id``, of an earlier one
+  still waiting) -> ok; ``close``. The parent evaluates every configuration itself, so the
   peer runs on exactly the same problem code as every other method.
 * **child** (``main``, run as a script): imports only the standard library (and
   ``bench/bridge.py``, which does the same) at module level; mlos-core, ConfigSpace and pandas
@@ -20,9 +21,12 @@ What the child builds (the LlamaTune paper's recipe as far as mlos-core exposes 
 ``OptimizerFactory.create(optimizer_type=SMAC, optimizer_kwargs={seed, max_trials=budget,
 n_random_init=10, max_ratio=1.0}, space_adapter_type=LLAMATUNE, space_adapter_kwargs=
 {num_low_dims, special_param_values, max_unique_values_per_param=10000})`` over a
-``ConfigurationSpace(seed=seed)`` (the seed also draws the HeSBO projection). ``max_ratio=1.0``
-keeps SMAC from cutting the 10 initial points to 25 % of a small budget. Seeds must be >= 1:
-the SMAC wrapper passes ``seed or -1`` to SMAC, so 0 would mean a random seed (§3.3).
+``ConfigurationSpace(seed=seed)`` (the seed also draws the HeSBO projection).
+``max_ratio=1.0`` keeps SMAC from cutting the 10 initial points to 25 % of a small budget.
+Seeds must be >= 1: the SMAC wrapper passes ``seed or -1`` to SMAC, so 0 would mean a random
+seed (§3.3). With ``num_low_dims`` None the space adapter is IDENTITY (SMAC on the knobs
+themselves, no special values); float and int knobs are log-scaled when the knob says
+``log``.
 
 **Special values**: in mlos-core 0.6.2 the non-special branch of
 ``LlamaTuneAdapter._special_param_value_scaler`` returns ``param.to_vector(x)`` for an
@@ -88,11 +92,19 @@ class MlosPeer:
 
     def suggest(self) -> dict[str, Any]:
         """The next configuration, in the original (high-dimensional) space."""
-        return dict(self._child.call({"op": "suggest"})["config"])
+        return self.suggest_point()[1]
 
-    def register(self, score: float) -> None:
-        """Report the score (to be minimized) of the last suggestion."""
-        self._child.call({"op": "register", "score": float(score)})
+    def suggest_point(self) -> tuple[int, dict[str, Any]]:
+        """The next configuration and its id, for registering it out of order."""
+        reply = self._child.call({"op": "suggest"})
+        return int(reply["id"]), dict(reply["config"])
+
+    def register(self, score: float, point: int | None = None) -> None:
+        """Report the score (to be minimized) of suggestion ``point`` (None: the last one)."""
+        message: dict[str, Any] = {"op": "register", "score": float(score)}
+        if point is not None:
+            message["id"] = point
+        self._child.call(message)
 
     def close(self) -> None:
         """Stop the child (idempotent)."""
@@ -176,19 +188,25 @@ def main(argv: list[str] | None = None) -> int:
     """Serve the JSON-lines protocol on stdin/stdout (``--probe``: print versions and exit)."""
     state: dict[str, Any] = {}
 
+    pending: dict[int, Any] = {}  # suggestion id -> suggestion not yet registered
+
     def init(message: dict[str, Any]) -> dict[str, Any]:
         state["optimizer"], reply = _build(message)
+        state["suggested"] = 0
         return reply
 
     def suggest(message: dict[str, Any]) -> dict[str, Any]:
-        state["pending"] = state["optimizer"].suggest()
-        return {"config": {k: _plain(v) for k, v in state["pending"].config.items()}}
+        point = state["suggested"]
+        state["suggested"] = point + 1
+        pending[point] = state["optimizer"].suggest()
+        return {"config": {k: _plain(v) for k, v in pending[point].config.items()}, "id": point}
 
     def register(message: dict[str, Any]) -> dict[str, Any]:
         import pandas as pd
 
+        point = int(message.get("id", state["suggested"] - 1))
         score = pd.Series({"score": message["score"]})
-        state["optimizer"].register(state.pop("pending").complete(score))
+        state["optimizer"].register(pending.pop(point).complete(score))
         return {"ok": True}
 
     handlers = {"init": init, "suggest": suggest, "register": register}
@@ -214,7 +232,8 @@ def _build(message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     if mode not in SPECIAL_MODES:
         raise ValueError(f"special_values must be one of {SPECIAL_MODES}, got {mode!r}")
     special: dict[str, list[tuple[int, float]]] = {}
-    if mode == "patch":
+    embed = message.get("num_low_dims") is not None  # None: SMAC on the knobs, no LlamaTune
+    if mode == "patch" and embed:
         special = {
             k["name"]: [(int(v), SPECIAL_BIAS) for v in k["special_values"]]
             for k in message["knobs"]
@@ -232,16 +251,19 @@ def _build(message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
             "n_random_init": N_RANDOM_INIT,
             "max_ratio": 1.0,
         },
-        space_adapter_type=SpaceAdapterType.LLAMATUNE,
+        space_adapter_type=SpaceAdapterType.LLAMATUNE if embed else SpaceAdapterType.IDENTITY,
         space_adapter_kwargs={
             "num_low_dims": int(message["num_low_dims"]),
             "special_param_values": special or None,
             "max_unique_values_per_param": MAX_UNIQUE_VALUES,
-        },
+        }
+        if embed
+        else None,
     )
     state = "patched" if special else ("none" if mode == "patch" else "off")
     reply = {
         "versions": _versions(),
+        "adapter": "llamatune" if embed else "identity",
         "special_values": state,
         "special_knobs": sorted(special),
         "n_random_init": N_RANDOM_INIT,
@@ -252,10 +274,11 @@ def _build(message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 def _hyperparameter(CS: Any, knob: dict[str, Any]) -> Any:
     kind, name = knob["kind"], knob["name"]
+    log = bool(knob.get("log", False))
     if kind == "float":
-        return CS.Float(name, (float(knob["low"]), float(knob["high"])))
+        return CS.Float(name, (float(knob["low"]), float(knob["high"])), log=log)
     if kind == "int":
-        return CS.Integer(name, (int(knob["low"]), int(knob["high"])))
+        return CS.Integer(name, (int(knob["low"]), int(knob["high"])), log=log)
     if kind == "categorical":
         return CS.Categorical(name, list(knob["choices"]))
     raise ValueError(f"knob {name}: kind {kind!r} is not supported by the mlos peer")
