@@ -24,9 +24,9 @@ definitions are in its initial commit ``fea0a1a``), which builds Ax ``BenchmarkP
 **A guard of ours, not ALEBO's**: ``hartmann6-d20`` is Hartmann6 on six of 20 knobs in ``[0, 1]``
 (``x3, x7, x11, x14, x17, x19`` in that order), 100 evaluations, a 16-dimensional embedding:
 the size of the MySQL SYSBENCH problem with an interior optimum instead of one on the faces
-of the box. A designer change tuned on SYSBENCH must not lose here (``bench/README.md``, "A
-prior mean with a linear trend": a linear prior mean took the mean best at 50 from -3.16 to
--2.13). It has no published curves.
+of the box. A designer change tuned on SYSBENCH must not lose here (``bench/NOTES.md``, "Passed
+on SYSBENCH, reverted": a linear prior mean took the mean best at 50 from -3.16 to -2.13). It
+has no published curves.
 
 The active parameters are therefore *not* the first coordinates, and Branin's two blocks carry
 different bounds. Ax's ``NoisyFunctionMetric._evaluate`` passes ``[params[p] for p in
