@@ -59,7 +59,7 @@ def test_names_of_both_halves_resolve_to_known_definitions() -> None:
     develop, report = sp.suite_names("develop", SUITE), sp.suite_names("report", SUITE)
     assert not set(develop) & set(report)
     assert "db:sysbench-20~cov05" in develop and "db:tpcc-100~cov15" in report
-    assert "cloud:spark_lr_huge:cost_usd" in develop and "sched:gavel:51b7ef" in report
+    assert "cloud:spark_lr_huge:cost_usd" in develop and "sched:gavel:2869ce" in report
     for name in develop + report:
         family, rest = name.split(":", 1)
         if family == "db":
@@ -172,12 +172,16 @@ def test_hdbo_cloud_and_sched_problems_build() -> None:
 
 @needs_data
 def test_sched_constraint_decides_the_true_value() -> None:
-    sched = _build("sched:gavel:23dbec")
+    sched = _build("sched:gavel:0e4a51")
     assert sched.constraints == ("p99_ratio <= 1.1",) and sched.objective == "jct_ratio"
     default = sched.measure({}, random.Random(0))
     assert default.metrics["jct_ratio"] == pytest.approx(1.0) == default.metrics["p99_ratio"]
     assert sched.true_value({}) == pytest.approx(1.0)
-    starved = {"starvation": 0.05, "interval_s": 10.0, "num_queues": 2, "threshold_1": 100.0}
+    starved = {  # found by random search: about one uniform configuration in nine breaks it
+        "num_queues": 4, "threshold_1": 388691.6213435914, "ratio_2": 2.157080835048132,
+        "ratio_3": 1.694908328670649, "ratio_4": 32.11694028097357,
+        "starvation": 9.166143812137763, "interval_s": 83.12958999100658,
+    }  # fmt: skip
     broken = sched.measure(starved, random.Random(0))
     assert broken.status == "completed" and broken.metrics["p99_ratio"] > 1.1
     assert sched.true_value(starved) is None
