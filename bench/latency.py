@@ -63,7 +63,7 @@ from tuner.designer import Designer, FitCache, make_designer
 from tuner.trial import Trial
 
 CAP_S = 60.0  # default per-step limit of a peer
-SETUP_CAP_S = 600.0  # default limit on telling a peer n - 1 points (Ax: ~0.1 s a point)
+SETUP_CAP_S = 300.0  # default limit on telling a peer n - 1 points (Ax: ~0.1 s a point)
 
 
 @dataclass(frozen=True)
@@ -320,7 +320,7 @@ def _print_report(cells: list[Cell], meta: dict[str, Any], markdown: bool) -> No
         console.print(f"[dim]{key}: {text}[/dim]")
     console.print(f"[dim]{meta['load_note']}[/dim]")
     for line in goal_lines(cells):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _time_ours(designer: Designer, completed: list[Trial]) -> tuple[float, str]:

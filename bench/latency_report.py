@@ -182,13 +182,15 @@ def cells_from_json(data: dict[str, Any]) -> list[Cell]:
     """The cells of a results file written by ``to_json``."""
     cells = []
     for row in data["cells"]:
+        if "skopt" in row:  # a file of the skopt-only benchmark (box spaces, before 2026-11-25)
+            row = {**row, "kind": "box", "peers": {"skopt": {"seconds": row["skopt"]}}}
         peers = {
             name: PeerTimes(
                 seconds=list(p["seconds"]),
-                kinds=list(p["kinds"]),
-                capped=p["capped"],
-                note=p["note"],
-                setup_s=p["setup_s"],
+                kinds=list(p.get("kinds", [])),
+                capped=p.get("capped"),
+                note=p.get("note", ""),
+                setup_s=p.get("setup_s"),
                 versions=dict(p.get("versions", {})),
             )
             for name, p in row["peers"].items()

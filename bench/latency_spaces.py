@@ -26,9 +26,14 @@
 So ``d = 6``: 1 categorical (2 choices), 1 small int, 1 float, 3 wide int; ``d = 16``: 2
 categorical (2, 3), 4 small int, 3 float, 7 wide int; ``d = 100``: 54 categorical (44 x 2,
 9 x 3, 1 x 6), 12 small int, 11 float, 23 wide int. Ranges cycle through values seen in the
-MySQL sets (below). The value of a configuration is ``smooth`` of the numeric knobs' unit
-coordinates plus a share of 0.1 per categorical knob that depends on its choice, plus the
-same noise; a history is ``size`` configurations drawn uniformly and independently per knob.
+MySQL sets (below), byte sizes in KiB: Optuna's ``GPSampler`` (``search_space.py``,
+``np.arange``) and Ax (``adapter_utils.extract_search_space_digest``, ``list(range)``) list
+every value of an int knob, which for a range of 2^30 bytes (``max_allowed_packet``,
+``innodb_log_file_size``) ran both out of this machine's 23 GB; in KiB it is 2^20 values.
+To our encoder either is one continuous coordinate. The value of a configuration is
+``smooth`` of the numeric knobs' unit coordinates plus a share of 0.1 per categorical knob
+that depends on its choice, plus the same noise; a history is ``size`` configurations drawn
+uniformly and independently per knob.
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ NOISE_STD = 0.05
 CATEGORICAL_EFFECT = 0.1
 # (low, high) of the int knobs, cycled; read off the MySQL knob JSON's ranges
 SMALL_INT_RANGES = ((0, 2), (0, 7), (1, 16), (0, 30), (1, 64))
-WIDE_INT_RANGES = ((0, 99), (100, 40_000), (0, 1_000_000), (1024, 1_073_741_824))
+# byte sizes in KiB (1 KiB .. 1 GiB): Optuna's GPSampler and Ax list every value of an int
+# knob (np.arange, list(range)), 8 GiB and more for a range of 2^30 bytes (module doc)
+WIDE_INT_RANGES = ((0, 99), (100, 40_000), (0, 1_000_000), (1, 1_048_576))
 FLOAT_RANGES = ((0.0, 99.999), (0.0, 20.0))  # innodb_max_dirty_pages_pct, long_query_time
 
 
