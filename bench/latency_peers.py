@@ -168,10 +168,10 @@ class PeerProcess:
             raise PeerCapped(f"{self.peer}: {message['op']} ran past {limit:.0f} s")
         line = self._proc.stdout.readline()
         if not line:
-            self._proc.wait(timeout=10)
+            code = self._proc.wait(timeout=10)
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             raise PeerError(
-                f"{self.peer} exited with code {self._proc.returncode} on {message['op']!r}; "
-                f"stderr:\n{self._stderr_tail()}"
+                f"{self.peer} {how} on {message['op']!r}; stderr:\n{self._stderr_tail()}"
             )
         reply: dict[str, Any] = json.loads(line)
         if "error" in reply:
