@@ -1,187 +1,208 @@
-"""Suggest latency of one sequential BO step: our designer against scikit-optimize.
+"""Suggest latency of one sequential BO step: ours against scikit-optimize, Optuna's GPSampler
+and Ax, on continuous boxes and on mixed spaces shaped like MySQL's knobs.
 
-Run as ``python -m bench.latency [--quick] [--reps R] [--sizes 50,100,200] [--dims 6,16]``.
+Run as ``python -m bench.latency [--quick] [--reps R] [--kinds box,mixed] [--dims 6,16,100]
+[--sizes 50,100,200,1000] [--cells KIND:D:N,...] [--peers skopt,optuna,ax] [--cap S]``.
 
-Both optimizers see the same history: ``n`` points drawn uniformly from ``[0, 1]^d`` (seeded)
-with values of ``bench.problems.smooth`` plus Gaussian noise. What is timed is what a study
-pays between a client reporting trial ``n`` and receiving trial ``n + 1``:
+Every method sees the same history: ``n`` configurations drawn uniformly from the space
+(seeded) with noisy values (``bench/latency_spaces.py``: the ``box`` of float knobs and the
+``mixed`` space of int, float and categorical knobs). What is timed is what a study pays
+between a client reporting trial ``n`` and receiving trial ``n + 1``:
 
-* **ours**: ``BODesigner.suggest(1, completed[:n], [])`` with a ``FitCache`` that already holds
-  the hyperparameters fitted at ``n - 1`` (the server keeps one cache per process), i.e. a
-  warm-started GP fit + qLogNEI + multi-start L-BFGS-B on the acquisition;
-* **skopt**: ``Optimizer.tell(x_n, y_n)`` (refits its GP from scratch and optimizes EI) and
-  ``Optimizer.ask()``, after telling the first ``n - 1`` points untimed.
+* **ours**: ``make_designer(spec, cache).suggest(1, completed[:n], [])`` on the space's
+  ``StudySpec`` (product defaults, no embedding), with a ``FitCache`` that already holds the
+  hyperparameters fitted at ``n - 1`` (the server keeps one cache per process). On the box
+  that is a warm-started GP fit + qLogNEI + multi-start L-BFGS-B; on the mixed space the GP
+  has a categorical kernel and the acquisition is maximized by the local search over valid
+  configurations (``tuner/designer/local_search.py``);
+* **peers** (``bench/latency_peers.py``, one child process per peer and cell): scikit-optimize
+  (``tell`` + ``ask``), Optuna's ``GPSampler`` (``ask``) and Ax's default generation strategy
+  (``get_next_trials(1)``), each told the same points.
 
-Each cell times ``reps`` consecutive steps ``n, n + 1, ...`` for each optimizer, interleaved
-(ours, skopt, ours, ...) so that load changes on the machine hit both, and reports medians and
-the ratio skopt/ours (> 1: ours is faster). Results go to ``bench/results/latency.json``
-(``latency-TAG.json`` with ``--tag TAG``).
+Each cell times ``reps`` consecutive steps ``n, n + 1, ...``, interleaved (ours, skopt,
+optuna, ax, ours, ...) so that load changes on the machine hit every method, and reports
+medians and the ratios peer/ours (> 1: ours is faster). A peer step that runs past ``--cap``
+seconds is killed: the cell reads "> cap (capped)", and that peer is skipped at the larger
+``n`` of the same space and ``d``, with the reason in the table. Results go to
+``bench/results/latency.json`` (``latency-TAG.json`` with ``--tag TAG``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.progress import Progress
-from rich.table import Table
-from skopt import Optimizer
 
+from bench import latency_spaces
 from bench.common import (
     completed_trial,
     console,
     limit_threads,
     load_note,
     machine_info,
-    median,
     show,
     write_json,
 )
-from bench.problems import smooth, unit_box_spec
-from tuner.designer import BODesigner, FitCache
+from bench.latency_peers import PEERS, PeerCapped, PeerError, PeerProcess, PeerUnavailable, probe
+from bench.latency_report import (
+    Cell,
+    PeerTimes,
+    cells_from_json,
+    goal_lines,
+    peers_in,
+    results_table,
+    to_json,
+)
+from tuner.designer import Designer, FitCache, make_designer
 from tuner.trial import Trial
 
-NOISE_STD = 0.05
-GOAL = {"d": 16, "n": 100, "seconds": 1.0}
+CAP_S = 60.0  # default per-step limit of a peer
+SETUP_CAP_S = 300.0  # default limit on telling a peer n - 1 points (Ax: ~0.1 s a point)
 
 
 @dataclass(frozen=True)
 class Preset:
-    """Default repetitions, history sizes and dimensions of a run."""
+    """Default repetitions, space kinds, history sizes and dimensions of a run."""
 
     reps: int
+    kinds: tuple[str, ...]
     sizes: tuple[int, ...]
     dims: tuple[int, ...]
 
 
-FULL = Preset(reps=5, sizes=(50, 100, 200), dims=(6, 16))
-QUICK = Preset(reps=3, sizes=(50, 100), dims=(6, 16))
+FULL = Preset(reps=5, kinds=("box", "mixed"), sizes=(50, 100, 200, 1000), dims=(6, 16, 100))
+QUICK = Preset(reps=2, kinds=("box", "mixed"), sizes=(20,), dims=(6,))
 
 
-@dataclass
-class Cell:
-    """Timings of one ``(d, n)`` cell, in seconds, one entry per repetition."""
+@dataclass(frozen=True)
+class PeerSettings:
+    """Which peers run and how.
 
-    d: int
-    n: int
-    ours: list[float] = field(default_factory=list)
-    skopt: list[float] = field(default_factory=list)
-    ours_sources: list[str] = field(default_factory=list)
-    ours_cold: float | None = None
+    Attributes:
+        python: Interpreter per peer (the environment with its library).
+        unavailable: Peer -> why it cannot run (probed once per run).
+        cap: Seconds a peer step may take before the child is killed; the untimed warm-up
+            step at ``n - 1`` may take twice as long (Optuna's is a fit from scratch).
+        setup_cap: Seconds a peer may take to be told the first ``n - 1`` points.
+        threads: Threads for the children's torch and BLAS (None: their defaults).
+    """
+
+    python: dict[str, str]
+    unavailable: dict[str, str]
+    cap: float = CAP_S
+    setup_cap: float = SETUP_CAP_S
+    threads: int | None = None
 
     @property
-    def ours_median(self) -> float:
-        return median(self.ours)
-
-    @property
-    def skopt_median(self) -> float:
-        return median(self.skopt)
-
-    @property
-    def ratio(self) -> float:
-        """skopt / ours: how many times faster our step is."""
-        return self.skopt_median / self.ours_median
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.python)
 
 
-def history(d: int, size: int, seed: int) -> tuple[np.ndarray, list[float]]:
-    """``size x d`` uniform points and their noisy ``smooth`` values."""
-    rng = np.random.default_rng([seed, d])
-    X = rng.random((size, d))
-    y = [smooth(x) + NOISE_STD * float(rng.standard_normal()) for x in X]
-    return X, y
+def time_cell(
+    kind: str,
+    d: int,
+    n: int,
+    reps: int,
+    peers: PeerSettings,
+    seed: int = 0,
+    cold: bool = False,
+    skip: dict[str, str] | None = None,
+) -> Cell:
+    """Time ``reps`` sequential steps at ``n, n + 1, ...`` completed trials for every method.
 
-
-def time_cell(d: int, n: int, reps: int, seed: int = 0, cold: bool = False) -> Cell:
-    """Time ``reps`` sequential steps at ``n, n + 1, ...`` completed trials for both sides."""
-    X, y = history(d, n + reps - 1, seed)
-    spec = unit_box_spec(f"latency-d{d}", d, seed)
-    trials = [
-        completed_trial(i + 1, {f"x{j + 1}": float(v) for j, v in enumerate(x)}, {"f": y[i]}, "")
-        for i, x in enumerate(X)
-    ]
-    cell = Cell(d, n)
+    ``skip``: peer -> the reason it is not run in this cell.
+    """
+    configs, values = latency_spaces.history(kind, d, n + reps - 1, seed)
+    spec = latency_spaces.spec(kind, d, seed)
+    pairs = enumerate(zip(configs, values, strict=True))
+    trials = [completed_trial(i + 1, c, {"f": v}, "") for i, (c, v) in pairs]
+    cell = Cell(kind, d, n)
     if cold:  # a fresh cache: the first suggestion after a server restart
         start = time.perf_counter()
-        BODesigner(spec, FitCache()).suggest(1, trials[:n], [])
+        make_designer(spec, FitCache()).suggest(1, trials[:n], [])
         cell.ours_cold = time.perf_counter() - start
-    designer = BODesigner(spec, FitCache())
+    designer = make_designer(spec, FitCache())
     designer.suggest(1, trials[: n - 1], [])  # warms the cache, untimed
-    peer = _skopt_optimizer(d, seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        peer.tell([_floats(x) for x in X[: n - 1]], y[: n - 1])  # untimed
-    for m in range(n, n + reps):
-        seconds, source = _time_ours(designer, trials[:m])
-        cell.ours.append(seconds)
-        cell.ours_sources.append(source)
-        cell.skopt.append(_time_skopt(peer, _floats(X[m - 1]), y[m - 1]))
+    setup = {
+        "knobs": latency_spaces.knobs(kind, d),
+        "configs": configs[: n - 1],
+        "values": values[: n - 1],
+        "seed": seed,
+    }
+    running: dict[str, PeerProcess] = {}
+    try:
+        for name in peers.names:
+            cell.peers[name], process = _start_peer(name, peers, setup, (skip or {}).get(name))
+            if process is not None:
+                running[name] = process
+        for m in range(n, n + reps):
+            seconds, source = _time_ours(designer, trials[:m])
+            cell.ours.append(seconds)
+            cell.ours_sources.append(source)
+            for name in list(running):
+                if not _step_peer(
+                    running[name], cell.peers[name], configs[m - 1], values[m - 1], peers.cap
+                ):
+                    running.pop(name).close()
+    finally:
+        for process in running.values():
+            process.close()
     return cell
 
 
 def run_latency(
-    dims: tuple[int, ...],
-    sizes: tuple[int, ...],
+    cells: list[tuple[str, int, int]],
     reps: int,
+    peers: PeerSettings,
     seed: int = 0,
     cold: bool = False,
     progress: Progress | None = None,
 ) -> list[Cell]:
-    """Every ``(d, n)`` cell, in order of ``dims`` then ``sizes``."""
+    """Every ``(kind, d, n)`` cell in order; a peer capped at some ``n`` is skipped at larger
+    ``n`` of the same kind and ``d``."""
+    out: list[Cell] = []
+    capped_at: dict[tuple[str, str, int], int] = {}
+    task = progress.add_task("latency", total=len(cells)) if progress else None
+    for kind, d, n in cells:
+        if progress is not None and task is not None:
+            progress.update(task, description=f"{kind} d={d} n={n}")
+        skip = {
+            peer: f"skipped: capped at n={capped_at[(peer, kind, d)]}"
+            for peer in peers.names
+            if (peer, kind, d) in capped_at and capped_at[(peer, kind, d)] < n
+        }
+        cell = time_cell(kind, d, n, reps, peers, seed, cold, skip)
+        for peer, times in cell.peers.items():
+            if times.capped is not None:
+                capped_at.setdefault((peer, kind, d), n)
+        out.append(cell)
+        if progress is not None and task is not None:
+            progress.advance(task)
+    return out
+
+
+def grid(
+    kinds: tuple[str, ...], dims: tuple[int, ...], sizes: tuple[int, ...]
+) -> list[tuple[str, int, int]]:
+    """The cells of a full grid, kind by kind, then ``d``, then ``n``."""
+    return [(kind, d, n) for kind in kinds for d in dims for n in sorted(sizes)]
+
+
+def parse_cells(text: str) -> list[tuple[str, int, int]]:
+    """``KIND:D:N,...`` -> cells, sorted by kind, ``d``, ``n`` (so the cap skips work)."""
     cells = []
-    task = progress.add_task("latency", total=len(dims) * len(sizes)) if progress else None
-    for d in dims:
-        for n in sizes:
-            if progress is not None and task is not None:
-                progress.update(task, description=f"d={d} n={n}")
-            cells.append(time_cell(d, n, reps, seed, cold))
-            if progress is not None and task is not None:
-                progress.advance(task)
-    return cells
-
-
-def goal_check(cells: list[Cell]) -> dict[str, Any]:
-    """Whether our median step at ``GOAL``'s ``(d, n)`` is below ``GOAL['seconds']``."""
-    for cell in cells:
-        if (cell.d, cell.n) == (GOAL["d"], GOAL["n"]):
-            value = cell.ours_median
-            return {**GOAL, "ours_median_s": value, "passed": value < GOAL["seconds"]}
-    return {**GOAL, "ours_median_s": None, "passed": None}
-
-
-def results_table(cells: list[Cell], title: str) -> Table:
-    """The ratio table printed at the end of a run."""
-    table = Table(title=title)
-    for name in ("d", "n", "ours median s", "skopt median s", "skopt/ours", "ours cold s"):
-        table.add_column(name, justify="right")
-    for cell in cells:
-        cold = f"{cell.ours_cold:.2f}" if cell.ours_cold is not None else "-"
-        table.add_row(
-            str(cell.d),
-            str(cell.n),
-            f"{cell.ours_median:.2f}",
-            f"{cell.skopt_median:.2f}",
-            f"{cell.ratio:.2f}",
-            cold,
-        )
-    return table
-
-
-def to_json(cells: list[Cell], meta: dict[str, Any]) -> dict[str, Any]:
-    """The results file's content."""
-    rows = []
-    for cell in cells:
-        row = asdict(cell)
-        row.update(
-            ours_median_s=cell.ours_median, skopt_median_s=cell.skopt_median, ratio=cell.ratio
-        )
-        rows.append(row)
-    return {"benchmark": "latency", "meta": meta, "cells": rows, "goal": goal_check(cells)}
+    for part in text.split(","):
+        kind, d, n = part.strip().split(":")
+        if kind not in latency_spaces.KINDS:
+            raise ValueError(f"space kind must be one of {latency_spaces.KINDS}, got {kind!r}")
+        cells.append((kind, int(d), int(n)))
+    return sorted(cells, key=lambda c: (latency_spaces.KINDS.index(c[0]), c[1], c[2]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,69 +213,120 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     preset = QUICK if args.quick else FULL
     reps = args.reps or preset.reps
-    sizes = _ints(args.sizes) if args.sizes else preset.sizes
-    dims = _ints(args.dims) if args.dims else preset.dims
+    if args.cells:
+        cells = parse_cells(args.cells)
+    else:
+        kinds = tuple(args.kinds.split(",")) if args.kinds else preset.kinds
+        sizes = _ints(args.sizes) if args.sizes else preset.sizes
+        dims = _ints(args.dims) if args.dims else preset.dims
+        cells = grid(kinds, dims, sizes)
     limit_threads(args.threads)
+    peers = _peer_settings(args)
     meta = machine_info()
-    meta.update(reps=reps, sizes=list(sizes), dims=list(dims), seed=args.seed, quick=args.quick)
-    meta.update(threads=args.threads, cold=args.cold, tag=args.tag, noise_std=NOISE_STD)
+    meta.update(reps=reps, cells=[list(c) for c in cells], seed=args.seed, quick=args.quick)
+    meta.update(
+        threads=args.threads, cold=args.cold, tag=args.tag, noise_std=latency_spaces.NOISE_STD
+    )
+    meta.update(cap_s=peers.cap, setup_cap_s=peers.setup_cap, peers_unavailable=peers.unavailable)
+    meta["spaces"] = {f"{k}-d{d}": latency_spaces.describe(k, d) for k, d, _ in cells}
+    meta["command"] = "python -m bench.latency " + " ".join(sys.argv[1:] if argv is None else argv)
     with Progress(console=console, transient=True) as progress:
-        cells = run_latency(dims, sizes, reps, args.seed, args.cold, progress)
+        results = run_latency(cells, reps, peers, args.seed, args.cold, progress)
     meta["load_note"] = load_note(meta["load_average"])
-    _print_report(cells, meta, args.markdown)
+    meta["peer_versions"] = _peer_versions(results)
+    _print_report(results, meta, args.markdown)
     name = f"latency-{args.tag}" if args.tag else "latency"
-    path = write_json(name, to_json(cells, meta), args.out)
+    path = write_json(name, to_json(results, meta), args.out)
     console.print(f"wrote {path}")
     return 0
 
 
-def cells_from_json(data: dict[str, Any]) -> list[Cell]:
-    """The cells of a results file written by ``to_json``."""
-    names = {f.name for f in fields(Cell)}
-    return [Cell(**{k: v for k, v in row.items() if k in names}) for row in data["cells"]]
+def _start_peer(
+    name: str, peers: PeerSettings, setup: dict[str, Any], skip: str | None
+) -> tuple[PeerTimes, PeerProcess | None]:
+    """The peer's record in this cell and its child process (None when it does not run)."""
+    if name in peers.unavailable:
+        return PeerTimes(note=f"unavailable: {peers.unavailable[name]}"), None
+    if skip is not None:
+        return PeerTimes(note=skip), None
+    try:
+        process = PeerProcess(name, peers.python[name], setup, peers.threads, peers.setup_cap)
+    except PeerCapped:
+        note = f"not run: telling it n-1 points took over {peers.setup_cap:.0f} s"
+        return PeerTimes(note=note), None
+    except PeerError as err:
+        return PeerTimes(note=f"failed: {str(err).splitlines()[0][:200]}"), None
+    times = PeerTimes(setup_s=float(process.info["setup_s"]), versions=process.info["versions"])
+    try:
+        process.warm_up(2 * peers.cap)
+    except PeerCapped:
+        times.capped = 2 * peers.cap
+        times.note = f"capped: its untimed warm-up step at n-1 ran past {2 * peers.cap:.0f} s"
+        process.close()
+        return times, None
+    except PeerError as err:
+        times.note = f"failed: {str(err).splitlines()[0][:200]}"
+        process.close()
+        return times, None
+    return times, process
+
+
+def _step_peer(
+    process: PeerProcess, times: PeerTimes, config: dict[str, Any], value: float, cap: float
+) -> bool:
+    """Time one peer step into ``times``; False when the peer must stop in this cell."""
+    try:
+        seconds, kind = process.step(config, value, cap)
+    except PeerCapped:
+        times.capped = cap
+        times.note = f"capped: a step ran past {cap:.0f} s"
+        return False
+    except PeerError as err:
+        times.note = f"failed: {str(err).splitlines()[0][:200]}"
+        return False
+    times.seconds.append(seconds)
+    times.kinds.append(kind)
+    return True
+
+
+def _peer_settings(args: argparse.Namespace) -> PeerSettings:
+    names = tuple(p for p in args.peers.split(",") if p) if args.peers is not None else PEERS
+    python = {name: sys.executable for name in names}
+    if args.ax_python is not None and "ax" in python:
+        python["ax"] = str(args.ax_python)
+    unavailable = {}
+    for name in names:
+        try:
+            probe(name, python[name])
+        except PeerUnavailable as err:
+            unavailable[name] = str(err)
+            console.print(f"[yellow]peer {name} skipped: {err}[/yellow]")
+    return PeerSettings(python, unavailable, args.cap, args.setup_cap, args.threads)
+
+
+def _peer_versions(cells: list[Cell]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for cell in cells:
+        for name, times in cell.peers.items():
+            if times.versions:
+                out[name] = times.versions
+    return out
 
 
 def _print_report(cells: list[Cell], meta: dict[str, Any], markdown: bool) -> None:
-    table = results_table(cells, f"Suggest latency, one sequential step ({meta['reps']} reps)")
-    show(table, markdown)
+    title = f"Suggest latency, one sequential step, median of {meta['reps']} (s)"
+    show(results_table(cells, peers_in(cells), title), markdown)
+    for key, text in meta.get("spaces", {}).items():
+        console.print(f"[dim]{key}: {text}[/dim]")
     console.print(f"[dim]{meta['load_note']}[/dim]")
-    goal = goal_check(cells)
-    if goal["passed"] is None:
-        console.print("goal (ours at n=100, d=16 < 1 s): not measured in this run")
-    else:
-        verdict = "[green]PASS[/green]" if goal["passed"] else "[red]FAIL[/red]"
-        console.print(
-            f"goal (ours at n=100, d=16 < 1 s): {verdict} ({goal['ours_median_s']:.2f} s)"
-        )
+    for line in goal_lines(cells):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
-def _time_ours(designer: BODesigner, completed: list[Trial]) -> tuple[float, str]:
+def _time_ours(designer: Designer, completed: list[Trial]) -> tuple[float, str]:
     start = time.perf_counter()
     suggestions = designer.suggest(1, completed, [])
     return time.perf_counter() - start, suggestions[0].step.value
-
-
-def _time_skopt(peer: Optimizer, x: list[float], y: float) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # sklearn convergence notes on the GP fit
-        start = time.perf_counter()
-        peer.tell(x, y)
-        peer.ask()
-        return time.perf_counter() - start
-
-
-def _skopt_optimizer(d: int, seed: int) -> Optimizer:
-    return Optimizer(
-        dimensions=[(0.0, 1.0)] * d,
-        base_estimator="GP",
-        acq_func="EI",
-        n_initial_points=10,
-        random_state=seed,
-    )
-
-
-def _floats(x: np.ndarray) -> list[float]:
-    return [float(v) for v in x]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -263,10 +335,18 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="reps 3, sizes 50,100, dims 6,16")
+    parser.add_argument("--quick", action="store_true", help="reps 2, n 20, d 6, both kinds")
     parser.add_argument("--reps", type=int, help="steps timed per cell (default 5)")
-    parser.add_argument("--sizes", help="completed trials n, comma-separated (50,100,200)")
-    parser.add_argument("--dims", help="dimensions d, comma-separated (6,16)")
+    parser.add_argument("--kinds", help="space kinds, comma-separated (box,mixed)")
+    parser.add_argument("--sizes", help="completed trials n, comma-separated (50,100,200,1000)")
+    parser.add_argument("--dims", help="dimensions d, comma-separated (6,16,100)")
+    parser.add_argument("--cells", help="only these cells, KIND:D:N comma-separated")
+    parser.add_argument("--peers", help="peers, comma-separated (skopt,optuna,ax; '' for none)")
+    parser.add_argument("--cap", type=float, default=CAP_S, help="seconds a peer step may take")
+    parser.add_argument(
+        "--setup-cap", type=float, default=SETUP_CAP_S, help="seconds to tell a peer n-1 points"
+    )
+    parser.add_argument("--ax-python", type=Path, help="python of an environment with Ax")
     parser.add_argument("--seed", type=int, default=0, help="seed of the history and optimizers")
     parser.add_argument("--threads", type=int, help="torch and BLAS threads (default: library)")
     parser.add_argument("--cold", action="store_true", help="also time ours with an empty cache")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from botorch.test_functions.synthetic import Branin, ConstrainedGramacy, Hartmann
 
-from bench import latency, synthetic
+from bench import synthetic
 from bench.methods import METHODS, best_curve, penalized
 from bench.problems import BRANIN, GRAMACY, HARTMANN6, gramacy_constraints
 
@@ -66,21 +66,6 @@ def test_specs_describe_the_problems() -> None:
     assert [str(c) for c in spec.outcome_constraints] == ["c1 <= 0", "c2 <= 0"]
     assert spec.designer.seed == 3
     assert len(HARTMANN6.spec(0).space) == 6
-
-
-@pytest.mark.slow
-def test_latency_cell_structure(tmp_path) -> None:
-    cell = latency.time_cell(d=2, n=8, reps=2, seed=0)
-    assert (cell.d, cell.n) == (2, 8)
-    assert len(cell.ours) == len(cell.skopt) == 2
-    assert all(s > 0 for s in cell.ours + cell.skopt)
-    assert set(cell.ours_sources) <= {"global", "fill-in", "fallback"}
-    data = latency.to_json([cell], {"note": "test"})
-    assert data["goal"]["passed"] is None  # (d=16, n=100) not measured
-    assert data["cells"][0]["ratio"] == pytest.approx(cell.skopt_median / cell.ours_median)
-    path = tmp_path / "latency.json"
-    path.write_text(json.dumps(data))
-    assert json.loads(path.read_text())["cells"][0]["n"] == 8
 
 
 @pytest.mark.slow

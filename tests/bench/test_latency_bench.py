@@ -1,0 +1,106 @@
+"""Smoke tests of the latency benchmark: its spaces, goals, and a tiny run with every peer.
+
+No timing is asserted (speed is what ``python -m bench.latency`` reports); the tests check
+the spaces' shapes and that a run writes well-formed results, with a reason wherever a peer
+has no number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+from bench import latency, latency_peers, latency_spaces
+from bench.latency_report import Cell, PeerTimes, cells_from_json, goal_checks, to_json
+from tuner.encoding import UnitBoxEncoder
+
+
+def _available(peer: str) -> bool:
+    try:
+        latency_peers.probe(peer, sys.executable)
+    except latency_peers.PeerUnavailable:
+        return False
+    return True
+
+
+def test_mixed_shape_follows_the_mysql_knob_sets() -> None:
+    sysbench = latency_spaces.mixed_shape(20)
+    assert sysbench.choices == (2, 3, 2) and sysbench.d == 20
+    mysql100 = latency_spaces.mixed_shape(100)
+    assert len(mysql100.choices) == 54
+    assert [mysql100.choices.count(n) for n in (2, 3, 6)] == [44, 9, 1]
+    assert mysql100.small_int == 12 and mysql100.wide_int + mysql100.floats == 34
+    for d in (1, 3, 6, 16, 37, 100, 250):
+        shape = latency_spaces.mixed_shape(d)
+        assert shape.d == d and len(shape.choices) >= 1
+
+
+@pytest.mark.parametrize("kind", latency_spaces.KINDS)
+def test_history_is_valid_and_seeded(kind: str) -> None:
+    spec = latency_spaces.spec(kind, 16)
+    configs, values = latency_spaces.history(kind, 16, 5, seed=3)
+    for config in configs:
+        spec.space.validate_config(config)
+    assert (configs, values) == latency_spaces.history(kind, 16, 5, seed=3)
+    assert all(math.isfinite(v) for v in values)
+    encoder = UnitBoxEncoder(spec.space)
+    if kind == "mixed":  # the categorical kernel and the local search, as for MySQL
+        assert len(encoder.cat_dims) == 2 and len(encoder.discrete_dims) == 4
+    else:
+        assert not encoder.cat_dims and not encoder.discrete_dims
+
+
+def test_goals_count_a_capped_peer_as_slower_only_below_the_cap() -> None:
+    fast = Cell("box", 16, 100, ours=[0.2, 0.25, 0.3])
+    fast.peers["optuna"] = PeerTimes(seconds=[0.5, 0.6, 0.7])
+    fast.peers["ax"] = PeerTimes(capped=60.0, note="capped")
+    slow = Cell("mixed", 16, 100, ours=[90.0])
+    slow.peers["optuna"] = PeerTimes(seconds=[1.0])
+    slow.peers["ax"] = PeerTimes(capped=60.0, note="capped")
+    checks = {c["goal"]: c for c in goal_checks([fast, slow])}
+    assert checks["ours median <= 0.3 s at d=16, n=100, box"]["passed"] is True
+    assert checks["ours median <= 0.3 s at d=16, n=100, mixed"]["passed"] is False
+    assert checks["ours median <= 1.5 s at d=16, n=1000, box"]["passed"] is None
+    optuna = checks["ours faster than optuna in every measured cell"]
+    assert optuna["passed"] is False and optuna["ours_not_faster"] == ["mixed d=16 n=100"]
+    ax = checks["ours faster than ax in every measured cell"]
+    assert ax["passed"] is True and ax["undecided_capped"] == ["mixed d=16 n=100"]
+    data = json.loads(json.dumps(to_json([fast, slow], {})))  # inf never reaches the file
+    assert data["cells"][0]["peers"]["ax"]["median_s"] is None
+    assert cells_from_json(data)[1].peers["ax"].capped == 60.0
+
+
+@pytest.mark.slow
+def test_tiny_run_is_well_formed(tmp_path) -> None:
+    peers = [p for p in latency_peers.PEERS if _available(p)]
+    args = ["--cells", "box:2:8,mixed:3:8", "--reps", "2", "--peers", ",".join(peers)]
+    assert latency.main([*args, "--out", str(tmp_path), "--tag", "t"]) == 0
+    data = json.loads((tmp_path / "latency-t.json").read_text())
+    assert [(c["kind"], c["d"], c["n"]) for c in data["cells"]] == [("box", 2, 8), ("mixed", 3, 8)]
+    for cell in data["cells"]:
+        assert len(cell["ours"]) == 2 and cell["ours_median_s"] > 0
+        assert set(cell["ours_sources"]) <= {"global", "fill-in", "fallback"}
+        assert set(cell["peers"]) == set(peers)
+        for name, peer in cell["peers"].items():
+            assert len(peer["seconds"]) == 2 or peer["note"], name  # a number or a reason
+            if name == "ax":
+                assert set(peer["kinds"]) == {"MBM"}  # the model's step, not the center
+    assert data["meta"]["spaces"]["mixed-d3"].startswith("1 cat")
+    assert {g["passed"] for g in data["goals"] if "kind" in g} == {None}  # sizes not run
+    assert latency.main(["--report", str(tmp_path / "latency-t.json"), "--markdown"]) == 0
+
+
+@pytest.mark.slow
+def test_a_capped_peer_is_skipped_at_larger_n(tmp_path) -> None:
+    if not _available("skopt"):
+        pytest.skip("scikit-optimize is not installed")
+    args = ["--cells", "box:2:8,box:2:9", "--reps", "1", "--peers", "skopt", "--cap", "0.0001"]
+    assert latency.main([*args, "--out", str(tmp_path)]) == 0
+    first, second = json.loads((tmp_path / "latency.json").read_text())["cells"]
+    assert first["peers"]["skopt"]["capped"] is not None
+    assert first["peers"]["skopt"]["note"].startswith("capped")
+    assert second["peers"]["skopt"]["note"] == "skipped: capped at n=8"
+    assert second["peers"]["skopt"]["seconds"] == []
