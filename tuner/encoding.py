@@ -14,6 +14,13 @@ The BO core only ever sees the unit box. Each knob becomes one coordinate:
 ``decode(encode(c)) == c`` for every valid configuration ``c`` (float values up to the last
 bits of rounding; bounds exactly); ``snap`` maps any point of the box onto the nearest
 representable configuration.
+
+The acquisition optimizer handles thousands of points per round, so ``snap`` and
+``point_keys`` work on whole tensors: a knob's coordinate is snapped column-wise with tensor
+operations that repeat ``decode``/``encode``'s float operations one for one (the same IEEE
+operations in the same order, so the results are equal to the last bit). Log-scaled knobs
+and integer ranges beyond 2**53 go through ``decode``/``encode`` value by value, because
+torch's ``exp``/``log`` need not round as the C library's do.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tuner.space import (
@@ -41,6 +49,11 @@ CONTINUOUS, DISCRETE, CATEGORICAL = "continuous", "discrete", "categorical"
 _KEY_GRID = 1e9  # float values closer than 1e-9 of the knob's range are the same value
 #: Identity of a configuration for de-duplication (see ``UnitBoxEncoder.key``).
 ConfigKey = tuple[object, ...]
+#: The same identity computed from a point of the box (see ``UnitBoxEncoder.point_keys``).
+PointKey = bytes
+# How a coordinate is snapped and keyed with tensor operations (``_Columns``)
+_LEVEL, _LINEAR_INT, _LINEAR_FLOAT, _BY_VALUE = 0, 1, 2, 3
+_EXACT_INT = 2**53  # integers up to this size are exact in float64
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,7 @@ class UnitBoxEncoder:
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
         self.dims = tuple(_layout(k) for k in space.knobs)
+        self._columns = _Columns(self.dims)
 
     @property
     def d(self) -> int:
@@ -90,8 +104,38 @@ class UnitBoxEncoder:
         }
 
     def snap(self, points: torch.Tensor) -> torch.Tensor:
-        """``n x d`` points -> the encodings of their decoded configurations (``n x d``)."""
-        return self.encode_many([self.decode(row.tolist()) for row in points])
+        """``n x d`` points -> the encodings of their decoded configurations (``n x d``):
+        ``encode(decode(row))`` for each row, computed column-wise."""
+        return self.snap_columns(points, torch.arange(self.d))
+
+    def snap_columns(self, values: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """Snap ``... x k`` coordinates, column ``j`` holding coordinates of knob ``columns[j]``.
+
+        Each entry becomes ``encode(decode(.))`` of the knob's coordinate, equal to the last
+        bit to what ``snap`` of a whole point gives in that knob's coordinate.
+        """
+        return self._columns.snap(values, columns)
+
+    def point_keys(self, points: torch.Tensor) -> list[PointKey]:
+        """The identity of each row of ``n x d`` points, without decoding them.
+
+        Two rows get the same ``PointKey`` exactly when ``key(decode(row))`` is the same, and
+        ``point_key(key(config))`` is the ``PointKey`` of every row that decodes to a
+        configuration with that key (so taken configurations can be looked up by key).
+        """
+        return code_keys(self.key_codes(points, torch.arange(self.d)))
+
+    def key_codes(self, values: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """Codes of ``... x k`` coordinates (column ``j`` of knob ``columns[j]``): float64
+        numbers in one-to-one correspondence with the knob's part of ``key(decode(.))`` (a
+        choice knob's level index, an int knob's value, a float knob's key). ``code_keys``
+        of a full row of codes is its ``PointKey``."""
+        return self._columns.codes(values, columns)
+
+    def point_key(self, key: ConfigKey) -> PointKey | None:
+        """The ``PointKey`` of configurations with ``key``; None when no point of the box
+        decodes to such a configuration (a value outside the space)."""
+        return self._columns.code_of(key)
 
     def key(self, config: Config) -> ConfigKey:
         """A hashable identity of a configuration, used to detect duplicates.
@@ -105,6 +149,133 @@ class UnitBoxEncoder:
             else value_key(config[dim.knob.name])
             for dim in self.dims
         )
+
+
+class _Columns:
+    """Column-wise snapping and keys: ``decode``/``encode`` of one coordinate, as tensors.
+
+    Every formula mirrors ``_decode_value``/``_encode_value`` operation by operation
+    (``torch.where`` for Python's ``min``/``max``, ``torch.round`` for ``round``: both round
+    half to even), so results equal theirs to the last bit; knobs where that cannot hold
+    (log scale, integers beyond 2**53) go value by value through the Python functions.
+    """
+
+    def __init__(self, dims: tuple[Dim, ...]) -> None:
+        self.knobs = [dim.knob for dim in dims]
+        kinds, low, high, span, steps = [], [], [], [], []
+        self.choice_index: list[dict[object, int]] = []
+        for knob in self.knobs:
+            kind, lo, hi, width, n = _BY_VALUE, 0.0, 1.0, 1.0, 1.0
+            if isinstance(knob, _ChoiceKnob):
+                kind, n = _LEVEL, float(len(knob.choices) - 1)
+            elif isinstance(knob, FloatKnob) and not knob.log:
+                kind, lo, hi, width = _LINEAR_FLOAT, knob.low, knob.high, knob.high - knob.low
+            elif isinstance(knob, IntKnob) and not knob.log and _exact(knob):
+                kind, lo, hi = _LINEAR_INT, float(knob.low), float(knob.high)
+                width = float(knob.high - knob.low)
+            kinds.append(kind)
+            low.append(lo)
+            high.append(hi)
+            span.append(width)
+            steps.append(n)
+            choices = knob.choices if isinstance(knob, _ChoiceKnob) else ()
+            self.choice_index.append({value_key(c): i for i, c in enumerate(choices)})
+        self.kind = torch.tensor(kinds)
+        self.low = torch.tensor(low, dtype=torch.float64)
+        self.high = torch.tensor(high, dtype=torch.float64)
+        self.span = torch.tensor(span, dtype=torch.float64)
+        self.steps = torch.tensor(steps, dtype=torch.float64)
+
+    def snap(self, values: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        shape = values.shape
+        u, kind, low, span, high, steps = self._prepare(values.reshape(-1, shape[-1]), columns)
+        level = torch.round(u * steps) / steps
+        integer = (_clip(torch.round(low + u * span), low, high) - low) / span
+        real = (self._real(u, low, span, high) - low) / span
+        out = torch.where(kind == _LEVEL, level, torch.where(kind == _LINEAR_INT, integer, real))
+        for j in (kind == _BY_VALUE).nonzero().flatten().tolist():
+            knob = self.knobs[int(columns[j])]
+            snapped = [_encode_value(knob, _decode_value(knob, x)) for x in u[:, j].tolist()]
+            out[:, j] = torch.tensor(snapped, dtype=torch.float64)
+        return (out + 0.0).reshape(shape)  # + 0.0: -0.0 -> 0.0, as Python's min/max give
+
+    def codes(self, values: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        shape = values.shape
+        u, kind, low, span, high, steps = self._prepare(values.reshape(-1, shape[-1]), columns)
+        level = torch.round(u * steps)
+        integer = _clip(torch.round(low + u * span), low, high)
+        real = torch.round((self._real(u, low, span, high) - low) / span * _KEY_GRID)
+        out = torch.where(kind == _LEVEL, level, torch.where(kind == _LINEAR_INT, integer, real))
+        for j in (kind == _BY_VALUE).nonzero().flatten().tolist():
+            knob = self.knobs[int(columns[j])]
+            if isinstance(knob, FloatKnob):
+                code = [
+                    float(round(_encode_value(knob, _decode_value(knob, x)) * _KEY_GRID))
+                    for x in u[:, j].tolist()
+                ]
+            else:
+                code = [float(_decode_value(knob, x)) for x in u[:, j].tolist()]
+            out[:, j] = torch.tensor(code, dtype=torch.float64)
+        return (out + 0.0).reshape(shape)
+
+    def code_of(self, key: ConfigKey) -> PointKey | None:
+        if len(key) != len(self.knobs):
+            return None
+        code: list[float] = []
+        for knob, part, index in zip(self.knobs, key, self.choice_index, strict=True):
+            if isinstance(knob, FloatKnob):  # an int on the key grid of [0, 1]
+                if not isinstance(part, int) or not 0 <= part <= _KEY_GRID:
+                    return None
+                code.append(float(part))
+            elif isinstance(knob, IntKnob):  # ("num", float(value))
+                if not (isinstance(part, tuple) and part[0] == "num"):
+                    return None
+                code.append(float(part[1]))
+            elif part in index:
+                code.append(float(index[part]))
+            else:
+                return None
+        return (np.array(code, dtype=np.float64) + 0.0).tobytes()
+
+    def _prepare(self, values: torch.Tensor, columns: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Coordinates clipped as ``decode`` clips them (NaN -> 0), and the columns' knobs."""
+        u = values.to(torch.float64)
+        u = torch.where(u > 0.0, u, 0.0)
+        u = torch.where(u < 1.0, u, 1.0)
+        return (
+            u,
+            self.kind[columns],
+            self.low[columns],
+            self.span[columns],
+            self.high[columns],
+            self.steps[columns],
+        )
+
+    @staticmethod
+    def _real(
+        u: torch.Tensor, low: torch.Tensor, span: torch.Tensor, high: torch.Tensor
+    ) -> torch.Tensor:
+        """A linear float knob's decoded value (the bounds exactly at 0 and 1)."""
+        inside = _clip(low + u * span, low, high)
+        return torch.where(u == 0.0, low, torch.where(u == 1.0, high, inside))
+
+
+def _clip(value: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """``min(high, max(low, value))`` as Python evaluates it."""
+    value = torch.where(value > low, value, low)
+    return torch.where(value < high, value, high)
+
+
+def _exact(knob: IntKnob) -> bool:
+    """Whether the knob's integers and range are exact in float64."""
+    return max(abs(knob.low), abs(knob.high), knob.high - knob.low) < _EXACT_INT
+
+
+def code_keys(codes: torch.Tensor) -> list[PointKey]:
+    """The ``PointKey`` of each row of ``n x d`` codes (``UnitBoxEncoder.key_codes``)."""
+    array = np.ascontiguousarray(codes.to(torch.float64).numpy())
+    raw, width = array.tobytes(), array.itemsize * array.shape[-1]
+    return [raw[i * width : (i + 1) * width] for i in range(array.shape[0])]
 
 
 def _layout(knob: Knob) -> Dim:

@@ -232,7 +232,9 @@ class BODesigner(QuasiRandomDesigner):
                 acquisition, self.encoder.d, q, self.sampler.inequalities, self.settings, seed,
                 bounds,
             )  # fmt: skip
-        search = LocalSearch(self.encoder, self.spec.satisfies_parameter_constraints, taken, region)
+        constrained = bool(self.spec.parameter_constraints)
+        is_valid = self.spec.satisfies_parameter_constraints if constrained else None
+        search = LocalSearch(self.encoder, is_valid, taken, region)
         return search.optimize(
             acquisition,
             q,

@@ -14,6 +14,15 @@ between *valid configurations* only:
 3. configurations already taken (completed, pending, chosen) and ones breaking a linear
    parameter constraint are never scored, so the result needs no de-duplication.
 
+The search works on tensors of snapped points (valid encodings) throughout: neighbours are
+the snapped point with one coordinate replaced (snapped column-wise,
+``UnitBoxEncoder.snap_columns``), duplicates and taken configurations are recognized by
+``UnitBoxEncoder.point_keys`` (the identity ``key(decode(row))`` without decoding), and only
+studies with parameter constraints or a prior region decode points to check them. A point
+whose neighbours were all no better is final: its neighbours, and so their scores, stay the
+same in later rounds (the taken set changes only between picks), so each round expands only
+the points that moved in the one before.
+
 For ``q > 1`` picks are greedy: each pick joins ``X_pending`` before the next one.
 Every step is a batched posterior evaluation, so the cost is a few hundred acquisition
 batches instead of thousands of sequential L-BFGS iterations.
@@ -26,19 +35,29 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from botorch.acquisition import AcquisitionFunction
 from torch.quasirandom import SobolEngine
 
 from tuner.designer.priors import PriorRegion
-from tuner.encoding import CATEGORICAL, CONTINUOUS, ConfigKey, UnitBoxEncoder
+from tuner.encoding import (
+    CATEGORICAL,
+    CONTINUOUS,
+    ConfigKey,
+    PointKey,
+    UnitBoxEncoder,
+    code_keys,
+)
 from tuner.space import Config
 
 _CONTINUOUS_STEPS = (1 / 64, 1 / 16, 1 / 4)
 _BATCH = 512
 _MAX_ROUNDS = 30
+# Kinds of move (``_Moves``): a continuous step, another categorical choice, the discrete
+# level below or above
+_STEP, _CHOICE, _DOWN, _UP = 0, 1, 2, 3
 
 
 class LocalSearch:
@@ -46,7 +65,8 @@ class LocalSearch:
 
     Args:
         encoder: The space's unit-box encoder.
-        is_valid: Whether a configuration satisfies the parameter constraints.
+        is_valid: Whether a configuration satisfies the parameter constraints; None when the
+            study has none (points are then never decoded to be checked).
         taken: Keys (``encoder.key``) of configurations never to return.
         region: Search only inside this recommended region (expert priors).
     """
@@ -54,8 +74,8 @@ class LocalSearch:
     def __init__(
         self,
         encoder: UnitBoxEncoder,
-        is_valid: Callable[[Config], bool],
-        taken: set[ConfigKey],
+        is_valid: Callable[[Config], bool] | None,
+        taken: Iterable[ConfigKey],
         region: PriorRegion | None = None,
     ) -> None:
         self.encoder = encoder
@@ -64,10 +84,12 @@ class LocalSearch:
         if region is not None:  # search only inside the recommended region
 
             def is_valid_here(config: Config) -> bool:
-                return region.contains(encoder, config) and is_valid(config)
+                inside = region.contains(encoder, config)
+                return inside and (is_valid is None or is_valid(config))
 
             self.is_valid = is_valid_here
-        self.taken = set(taken)
+        self.taken = {key for key in map(encoder.point_key, taken) if key is not None}
+        self.moves = _Moves(encoder)
 
     def optimize(
         self,
@@ -92,7 +114,7 @@ class LocalSearch:
                     break  # every configuration is taken
                 best = self._climb(acquisition, starts, num_restarts)
                 picks.append(best)
-                self.taken.add(self._key(best))
+                self.taken.update(self.encoder.point_keys(best.unsqueeze(0)))
                 chosen = torch.stack(picks)
                 acquisition.set_X_pending(
                     chosen if base_pending is None else torch.cat([base_pending, chosen])
@@ -110,8 +132,12 @@ class LocalSearch:
         )
         if self.region is not None:
             sobol = self.region.squeeze(sobol)
-        around = [self._neighbours(a) for a in self.encoder.snap(anchors)] if len(anchors) else []
-        return self._admissible(torch.cat([*around, self.encoder.snap(sobol)]))
+        anchors = self.encoder.snap(anchors.reshape(-1, self.encoder.d))
+        around, _, around_keys = self.moves.neighbours(anchors)
+        sobol = self.encoder.snap(sobol)
+        points = torch.cat([around, sobol])
+        keys = around_keys + self.encoder.point_keys(sobol)
+        return points[self._admissible(points, [0] * len(points), keys)]
 
     def _climb(
         self, acquisition: AcquisitionFunction, starts: torch.Tensor, num_restarts: int
@@ -119,57 +145,127 @@ class LocalSearch:
         values = _evaluate(acquisition, starts)
         top = values.topk(min(num_restarts, len(values))).indices
         current, current_values = starts[top], values[top]
+        active = list(range(len(current)))  # the points that moved in the last round
         for _ in range(_MAX_ROUNDS):
-            groups = [self._admissible(self._neighbours(point)) for point in current]
-            sizes = [g.shape[0] for g in groups]
-            if sum(sizes) == 0:
+            rows, owners, keys = self.moves.neighbours(current[active])
+            keep = self._admissible(rows, owners.tolist(), keys)
+            if not keep:
                 break
-            scores = _evaluate(acquisition, torch.cat(groups)).split(sizes)
-            moved = False
-            for j, (group, score) in enumerate(zip(groups, scores, strict=True)):
+            rows, owners = rows[keep], owners[keep]
+            sizes = torch.bincount(owners, minlength=len(active)).tolist()
+            scores = _evaluate(acquisition, rows).split(sizes)
+            groups = rows.split(sizes)
+            moved = []
+            for j, group, score in zip(active, groups, scores, strict=True):
                 if group.shape[0] and score.max() > current_values[j]:
                     best = int(score.argmax())
                     current[j], current_values[j] = group[best], score[best]
-                    moved = True
+                    moved.append(j)
             if not moved:
                 break
+            active = moved
         return current[int(current_values.argmax())].clone()
 
-    def _neighbours(self, point: torch.Tensor) -> torch.Tensor:
-        rows = []
-        for i, dim in enumerate(self.encoder.dims):
-            values: list[float]
-            if dim.layout == CONTINUOUS:
-                here = float(point[i])
-                moves = [here + s for step in _CONTINUOUS_STEPS for s in (-step, step)]
-                values = [v for v in moves if 0.0 <= v <= 1.0]
-            elif dim.layout == CATEGORICAL:
-                values = [v for v in dim.levels if abs(v - float(point[i])) > 1e-9]
-            else:
-                levels = list(dim.levels)
-                at = min(range(len(levels)), key=lambda k: abs(levels[k] - float(point[i])))
-                values = [levels[k] for k in (at - 1, at + 1) if 0 <= k < len(levels)]
-            for value in values:
-                row = point.clone()
-                row[i] = float(value)
-                rows.append(row)
-        if not rows:
-            return point.new_empty(0, self.encoder.d)
-        return self.encoder.snap(torch.stack(rows))
-
-    def _admissible(self, points: torch.Tensor) -> torch.Tensor:
-        keep, seen = [], set()
-        for k, row in enumerate(points):
-            config = self.encoder.decode(row.tolist())
-            key = self.encoder.key(config)
-            if key in self.taken or key in seen or not self.is_valid(config):
+    def _admissible(
+        self, points: torch.Tensor, owners: list[int], keys: list[PointKey]
+    ) -> list[int]:
+        """Rows of ``points`` worth scoring: not taken, valid, and the first of their
+        configuration (``keys``: their ``PointKey``) among the rows of the same owner."""
+        keep: list[int] = []
+        seen: set[tuple[int, PointKey]] = set()
+        for k, (key, owner) in enumerate(zip(keys, owners, strict=True)):
+            if key in self.taken or (owner, key) in seen:
                 continue
-            seen.add(key)
+            if self.is_valid is not None and not self.is_valid(
+                self.encoder.decode(points[k].tolist())
+            ):
+                continue
+            seen.add((owner, key))
             keep.append(k)
-        return points[keep]
+        return keep
 
-    def _key(self, point: torch.Tensor) -> ConfigKey:
-        return self.encoder.key(self.encoder.decode(point.tolist()))
+
+class _Moves:
+    """Every neighbour move of a space as a table of *slots*, one per possible move.
+
+    A slot is a knob (``column``), a kind of move and its value: the step of a continuous
+    knob (1/64, 1/16 and 1/4 of its range, each down and up), one choice of a categorical
+    knob, or the level below or above for a discrete knob (``value``: its row of
+    ``levels``, the knobs' levels padded with infinity). Slots come in the order in which
+    the neighbours are listed: by knob, then by move.
+    """
+
+    def __init__(self, encoder: UnitBoxEncoder) -> None:
+        self.encoder = encoder
+        column, kind, value = [], [], []
+        levels: list[tuple[float, ...]] = []
+        self.discrete_columns: list[int] = []
+        for i, dim in enumerate(encoder.dims):
+            if dim.layout == CONTINUOUS:
+                moves = [(_STEP, s) for step in _CONTINUOUS_STEPS for s in (-step, step)]
+            elif dim.layout == CATEGORICAL:
+                moves = [(_CHOICE, level) for level in dim.levels]
+            else:
+                row = float(len(levels))
+                moves = [(_DOWN, row), (_UP, row)]
+                levels.append(dim.levels)
+                self.discrete_columns.append(i)
+            column += [i] * len(moves)
+            kind += [k for k, _ in moves]
+            value += [v for _, v in moves]
+        self.column = torch.tensor(column, dtype=torch.long)
+        self.kind = torch.tensor(kind, dtype=torch.long)
+        self.value = torch.tensor(value, dtype=torch.float64)
+        width = max((len(lv) for lv in levels), default=0)
+        self.levels = torch.tensor(
+            [[*lv, *[float("inf")] * (width - len(lv))] for lv in levels], dtype=torch.float64
+        ).reshape(len(levels), width)
+        self.counts = torch.tensor([len(lv) for lv in levels], dtype=torch.long)
+
+    def neighbours(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[PointKey]]:
+        """The neighbours of ``p x d`` points: ``k x d`` snapped rows, listed point by point,
+        for each the index of its point (``k``), and their ``PointKey``s.
+
+        A neighbour is ``snap`` of the point with one coordinate moved; ``snap`` works
+        coordinate by coordinate, so that is the snapped point with the moved coordinate
+        snapped in its place (and likewise for the key codes).
+        """
+        here = points[:, self.column]  # p x slots: the coordinate each slot moves
+        value, allowed = self._moved(points, here)
+        snapped = self.encoder.snap_columns(value, self.column)
+        owner, slot = allowed.nonzero(as_tuple=True)
+        every = torch.arange(self.encoder.d)
+        base = self.encoder.snap(points)
+        rows = base[owner]
+        moved = (torch.arange(len(owner)), self.column[slot])
+        rows[moved] = snapped[owner, slot]
+        codes = self.encoder.key_codes(base, every)[owner]
+        codes[moved] = self.encoder.key_codes(snapped, self.column)[owner, slot]
+        return rows, owner, code_keys(codes)
+
+    def _moved(self, points: torch.Tensor, here: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each slot's new coordinate (``p x slots``, before snapping) and whether the move
+        exists: a step stays in ``[0, 1]``, a choice differs from the current one, a level
+        below/above exists."""
+        value = here.clone()
+        allowed = torch.zeros_like(here, dtype=torch.bool)
+        step = self.kind == _STEP
+        value[:, step] = here[:, step] + self.value[step]
+        allowed[:, step] = (value[:, step] >= 0.0) & (value[:, step] <= 1.0)
+        choice = self.kind == _CHOICE
+        value[:, choice] = self.value[choice].expand(len(points), -1)
+        allowed[:, choice] = (self.value[choice] - here[:, choice]).abs() > 1e-9
+        if self.discrete_columns:  # the level nearest to the coordinate, first on ties
+            distance = (self.levels - points[:, self.discrete_columns].unsqueeze(-1)).abs()
+            at = distance.argmin(-1)  # p x discrete knobs
+            for kind, delta in ((_DOWN, -1), (_UP, 1)):
+                slots = self.kind == kind
+                row = self.value[slots].long()
+                index = at[:, row] + delta
+                allowed[:, slots] = (index >= 0) & (index < self.counts[row])
+                index = torch.minimum(index.clamp(min=0), self.counts[row] - 1)
+                value[:, slots] = self.levels[row.expand_as(index), index]
+        return value, allowed
 
 
 def _evaluate(acquisition: AcquisitionFunction, points: torch.Tensor) -> torch.Tensor:
