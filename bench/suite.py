@@ -13,8 +13,12 @@
   budget, on_eval=None) -> MethodRun``; a runner whose ``available()`` gives a reason is
   skipped with it. Default: every runner found.
 * **Runs** are keyed ``(problem, seed, method)``, seeds ``first .. first + N - 1``. Each
-  finished run is appended at once to ``<out>/suite-runs.jsonl``; ``--resume`` takes the
-  runs already there (of the current budget) instead of running them again, and also puts
+  finished run is appended at once to two logs: ``<out>/suite-runs.jsonl``, every measured
+  and reported configuration (tens of MB: kept out of git), and ``<out>/suite-curves.jsonl``,
+  the run scored (``ScoredRun``: its curve of true values, seconds, notes), which is all the
+  tables need and is committed. ``--resume`` takes the scored runs already there (of the
+  current budget; runs of the first log not yet scored are scored first) instead of running
+  them again, and also puts
   every other method's logged runs of the selected problems and seeds in the tables. Peer
   results do not change when our designer does, so ``--methods ours --resume`` reruns only
   ours, after ``--redo ours`` dropped its logged runs of the selected problems.
@@ -45,9 +49,10 @@ from bench import suite_problems, yahpo_bridge
 from bench.common import RESULTS_DIR, console, limit_threads, load_note, machine_info, write_json
 from bench.contract import HALVES, Measurement, MethodRun, SuiteProblem
 from bench.suite_report import plot, print_report
-from bench.suite_score import summarize_problem, summarize_suite
+from bench.suite_score import ScoredRun, score_run, summarize_problem, summarize_suite
 
-RUNS_LOG = "suite-runs.jsonl"
+RUNS_LOG = "suite-runs.jsonl"  # every configuration of every run: large, kept out of git
+CURVES_LOG = "suite-curves.jsonl"  # the scored runs the tables need: committed
 
 Key = tuple[str, int, str]
 Task = tuple[str, int, str, int]  # problem, seed, method, budget
@@ -80,16 +85,49 @@ def run_from_json(line: str) -> MethodRun:
     return MethodRun(**data)
 
 
-def logged_runs(log: Path, budgets: Mapping[str, int]) -> dict[Key, MethodRun]:
-    """``(problem, seed, method) -> run`` for the logged runs of the current budgets (the
-    last one logged wins)."""
+def scored_to_json(run: ScoredRun) -> str:
+    """One line of the curves log."""
+    return json.dumps(asdict(run))
+
+
+def logged_curves(log: Path, budgets: Mapping[str, int] | None) -> dict[Key, ScoredRun]:
+    """``(problem, seed, method) -> scored run`` of the curves log, for the current
+    ``budgets`` (None: any budget); the last one logged wins."""
+    if not log.exists():
+        return {}
+    out = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            run = ScoredRun(**json.loads(line))
+            if budgets is None or budgets.get(run.problem) == len(run.curve):
+                out[(run.problem, run.seed, run.method)] = run
+    return out
+
+
+def backfill_curves(out: Path, problems: Mapping[str, SuiteProblem]) -> int:
+    """Score the runs of ``problems`` in the runs log that the curves log lacks, append them
+    to it, and say how many (logs written before the curves log existed)."""
+    have = logged_curves(out / CURVES_LOG, None)
+    runs = logged_runs(out / RUNS_LOG, None)
+    missing = [r for k, r in runs.items() if k not in have and r.problem in problems]
+    caches: dict[str, dict[str, float | None]] = {}
+    with (out / CURVES_LOG).open("a", encoding="utf-8") as handle:
+        for run in missing:
+            cache = caches.setdefault(run.problem, {})
+            handle.write(scored_to_json(score_run(problems[run.problem], run, cache)) + "\n")
+    return len(missing)
+
+
+def logged_runs(log: Path, budgets: Mapping[str, int] | None) -> dict[Key, MethodRun]:
+    """``(problem, seed, method) -> run`` for the logged runs of the current ``budgets``
+    (None: any budget); the last one logged wins."""
     if not log.exists():
         return {}
     out = {}
     for line in log.read_text(encoding="utf-8").splitlines():
         if line.strip():
             run = run_from_json(line)
-            if budgets.get(run.problem) == len(run.configs):
+            if budgets is None or budgets.get(run.problem) == len(run.configs):
                 out[(run.problem, run.seed, run.method)] = run
     return out
 
@@ -131,13 +169,20 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]skipping {name}: {reason}[/yellow]", markup=True)
     out = args.out or RESULTS_DIR / "suite" / args.half
     out.mkdir(parents=True, exist_ok=True)
-    log = out / RUNS_LOG
+    log = out / CURVES_LOG
+    by_name = {p.name: p for p in problems}
     if args.redo:
-        dropped = drop_logged(log, args.redo.split(","), [p.name for p in problems])
+        drop_logged(out / RUNS_LOG, args.redo.split(","), list(by_name))
+        dropped = drop_logged(log, args.redo.split(","), list(by_name))
         console.print(f"--redo: dropped {dropped} logged runs of {args.redo} from {log}")
     seeds = range(args.first_seed, args.first_seed + (args.seeds or suite["suite"]["seeds"]))
     budgets = {p.name: args.budget or p.budget for p in problems}
-    done = logged_runs(log, budgets) if args.resume or args.logged_only else {}
+    done: dict[Key, ScoredRun] = {}
+    if args.resume or args.logged_only:
+        added = backfill_curves(out, by_name)
+        if added:
+            console.print(f"scored {added} runs of {out / RUNS_LOG} into {log}")
+        done = logged_curves(log, budgets)
     done = {k: r for k, r in done.items() if k[0] in budgets and k[1] in seeds}
     plan = [(p.name, s, m, budgets[p.name]) for p in problems for s in seeds for m in methods]
     plan = [t for t in plan if t[:3] not in done]
@@ -157,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         data=str(args.data),
     )
     limit_threads(args.threads)
-    by_name = {p.name: p for p in problems}
-    new, meta["failed"] = _run_plan(plan, by_name, args, log)
+    new, meta["failed"] = _run_plan(plan, by_name, args, out)
     runs = [*done.values(), *new]
     marks = suite["suite"]["checkpoints"]
     summaries = {
@@ -182,11 +226,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_plan(
-    plan: list[Task], problems: Mapping[str, SuiteProblem], args: argparse.Namespace, log: Path
-) -> tuple[list[MethodRun], dict[str, str]]:
-    """Every planned run, each logged as soon as it ends; failures by ``problem seed method``."""
-    runs: list[MethodRun] = []
+    plan: list[Task], problems: Mapping[str, SuiteProblem], args: argparse.Namespace, out: Path
+) -> tuple[list[ScoredRun], dict[str, str]]:
+    """Every planned run, each logged (runs log) and scored (curves log) as soon as it
+    ends; failures by ``problem seed method``."""
+    runs: list[ScoredRun] = []
     failed: dict[str, str] = {}
+    caches: dict[str, dict[str, float | None]] = {}
     start = time.perf_counter()
 
     def record(task: Task, result: MethodRun | str) -> None:
@@ -195,9 +241,12 @@ def _run_plan(
             failed[label] = result
             console.print(f"[red]{label} failed:[/red] {result}", markup=True)
             return
-        runs.append(result)
-        with log.open("a", encoding="utf-8") as handle:
+        with (out / RUNS_LOG).open("a", encoding="utf-8") as handle:
             handle.write(run_to_json(result) + "\n")
+        scored = score_run(problems[task[0]], result, caches.setdefault(task[0], {}))
+        runs.append(scored)
+        with (out / CURVES_LOG).open("a", encoding="utf-8") as handle:
+            handle.write(scored_to_json(scored) + "\n")
         elapsed = time.perf_counter() - start
         console.print(
             f"[{len(runs) + len(failed)}/{len(plan)}, {elapsed:.0f} s] {label}: "
@@ -277,7 +326,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--methods", help="comma-separated runners of bench/peers/ (default: all)")
     add("--problems", help="comma-separated names or prefixes (db, cloud:spark_lr, ...)")
     add("--budget", type=int, help="override every problem's budget (for smoke tests)")
-    add("--resume", action="store_true", help=f"take runs already in <out>/{RUNS_LOG}")
+    add("--resume", action="store_true", help=f"take runs already in <out>/{CURVES_LOG}")
     add("--redo", help="drop these methods' logged runs of the selected problems first")
     add("--logged-only", action="store_true", help="tables from the logged runs, running none")
     add("--jobs", type=int, default=1, help="worker processes")

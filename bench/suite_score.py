@@ -6,6 +6,10 @@ None (no feasible measurement yet) or of a configuration that is infeasible coun
 problem's **worst** value: the worst true value any run of any method reported on that
 problem (so the mean stays finite and no feasible point is never better than one).
 
+Runs are scored once, when they end (``score_run``): a ``ScoredRun`` keeps the curve, the
+seconds and the notes, which is all the tables need; it is what the committed curves log
+holds (``bench/suite.py``), so peers' results are stored once and rescored never.
+
 Per problem (``summarize_problem``), for every method: the mean (and std) of the curve over
 seeds at the checkpoints (``[suite] checkpoints`` within the budget, plus the budget);
 **target** = the best peer's mean at ``ref = min(100, budget)`` (peers: every method whose
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.contract import MethodRun, SuiteProblem
@@ -38,6 +43,32 @@ TWIN_AT = (50, 100)
 TOLERANCE = 1e-9
 
 Curve = list[float | None]
+DIGITS = 12  # significant digits a stored curve keeps (TOLERANCE is 1e-9 relative)
+
+
+@dataclass
+class ScoredRun:
+    """A run as the tables see it: the true value of its reported best after each evaluation.
+
+    Attributes:
+        curve: ``true_curve`` of the run, rounded to ``DIGITS`` significant digits.
+        seconds: Wall time of the run.
+        notes: The run's counters (``MethodRun.notes``).
+    """
+
+    method: str
+    problem: str
+    seed: int
+    curve: Curve
+    seconds: float
+    notes: dict[str, int] = field(default_factory=dict)
+
+
+def score_run(problem: SuiteProblem, run: MethodRun, cache: dict[str, float | None]) -> ScoredRun:
+    """``run`` scored on ``problem`` (``cache``: true values by ``curve_key``)."""
+    values = true_curve(problem, run, cache)
+    curve = [None if v is None else float(f"{v:.{DIGITS}g}") for v in values]
+    return ScoredRun(run.method, run.problem, run.seed, curve, run.seconds, dict(run.notes))
 
 
 def is_peer(method: str) -> bool:
@@ -115,15 +146,14 @@ def mean_ranks(values: Mapping[str, Mapping[int, float]], sign: float) -> dict[s
 
 
 def summarize_problem(
-    problem: SuiteProblem, runs: Sequence[MethodRun], marks: Iterable[int]
+    problem: SuiteProblem, runs: Sequence[ScoredRun], marks: Iterable[int]
 ) -> dict[str, Any]:
     """Checkpoint means, target, time to target, ranks and normalized curves of one problem."""
     sign = problem.sign
-    cache: dict[str, float | None] = {}
     raw: dict[str, dict[int, Curve]] = {}
     seconds: dict[str, list[float]] = {}
     for run in sorted(runs, key=lambda r: (r.method, r.seed)):
-        raw.setdefault(run.method, {})[run.seed] = true_curve(problem, run, cache)
+        raw.setdefault(run.method, {})[run.seed] = list(run.curve)
         seconds.setdefault(run.method, []).append(run.seconds)
     budget = min((len(c) for by in raw.values() for c in by.values()), default=problem.budget)
     raw = {m: {s: c[:budget] for s, c in by.items()} for m, by in raw.items()}

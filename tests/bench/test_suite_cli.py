@@ -30,8 +30,8 @@ def _main(out: Path, *extra: str) -> int:
     return suite.main([*argv, "--methods", _method(), "--out", str(out), *extra])
 
 
-def _log(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / suite.RUNS_LOG).read_text().splitlines()]
+def _log(out: Path, name: str = suite.RUNS_LOG) -> list[dict]:
+    return [json.loads(line) for line in (out / name).read_text().splitlines()]
 
 
 def test_a_tiny_run_logs_every_run_and_writes_the_tables(tmp_path: Path) -> None:
@@ -42,6 +42,11 @@ def test_a_tiny_run_logs_every_run_and_writes_the_tables(tmp_path: Path) -> None
         ("cloud:spark_lr_huge:cost_usd", 0, _method()),
     }
     assert all(len(r["configs"]) == len(r["reported"]) == 3 for r in logged)
+    scored = _log(tmp_path, suite.CURVES_LOG)
+    assert [(r["problem"], r["seed"], r["method"]) for r in scored] == [
+        (r["problem"], r["seed"], r["method"]) for r in logged
+    ]
+    assert all(len(r["curve"]) == 3 for r in scored)
     data = json.loads((tmp_path / "suite.json").read_text())
     assert data["meta"]["half"] == "develop" and not data["meta"]["failed"]
     summary = data["summary"]["cloud:spark_lr_huge:cost_usd"]
@@ -52,7 +57,18 @@ def test_a_tiny_run_logs_every_run_and_writes_the_tables(tmp_path: Path) -> None
     assert len(_log(tmp_path)) == 2
     assert _main(tmp_path, "--logged-only") == 0
     assert _main(tmp_path, "--resume", "--redo", _method()) == 0  # dropped, then run again
-    assert len(_log(tmp_path)) == 2
+    assert len(_log(tmp_path)) == len(_log(tmp_path, suite.CURVES_LOG)) == 2
+
+    # a runs log without its curves (written before the curves log existed) is scored once
+    (tmp_path / suite.CURVES_LOG).unlink()
+    assert _main(tmp_path, "--logged-only") == 0
+    assert len(_log(tmp_path, suite.CURVES_LOG)) == 2
+    rescored = json.loads((tmp_path / "suite.json").read_text())["summary"]
+    rescored = rescored["cloud:spark_lr_huge:cost_usd"]
+    assert rescored["worst"] == summary["worst"]  # the same seeded runs, scored again
+    assert rescored["methods"][_method()]["at"] == summary["methods"][_method()]["at"]
+    assert _main(tmp_path, "--logged-only") == 0
+    assert len(_log(tmp_path, suite.CURVES_LOG)) == 2
 
 
 def test_logged_runs_keep_the_current_budget_and_the_last_entry(tmp_path: Path) -> None:

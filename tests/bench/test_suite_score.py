@@ -41,6 +41,16 @@ def _run(method: str, seed: int, reported: list[float | None]) -> MethodRun:
     )
 
 
+def _scored(method: str, seed: int, reported: list[float | None]) -> ss.ScoredRun:
+    return ss.score_run(_problem(), _run(method, seed, reported), {})
+
+
+def test_a_scored_run_keeps_the_true_curve_to_twelve_digits() -> None:
+    scored = _scored("ours", 3, [None, -1.0, 1 / 3, 2.0])
+    assert (scored.method, scored.problem, scored.seed) == ("ours", "hdbo:toy", 3)
+    assert scored.curve == [None, None, 0.333333333333, 2.0]
+
+
 def test_checkpoints_keep_marks_within_the_budget_and_add_it() -> None:
     assert ss.checkpoints(30, (10, 25, 50, 100)) == [10, 25, 30]
     assert ss.checkpoints(100, (10, 25, 50, 100)) == [10, 25, 50, 100]
@@ -80,12 +90,12 @@ def test_mean_ranks_share_ties_and_use_common_seeds() -> None:
 
 def test_problem_summary_target_time_to_target_and_ranks() -> None:
     runs = [
-        _run("ours", 0, [None, 4.0, 2.0, 1.0]),
-        _run("ours", 1, [6.0, 6.0, 3.0, 3.0]),
-        _run("random", 0, [5.0, 5.0, 5.0, 2.0]),
-        _run("random", 1, [8.0, 8.0, 4.0, 4.0]),
-        _run("ours-full", 0, [7.0, 7.0, 7.0, 7.0]),
-        _run("ours-full", 1, [7.0, 7.0, 7.0, 7.0]),
+        _scored("ours", 0, [None, 4.0, 2.0, 1.0]),
+        _scored("ours", 1, [6.0, 6.0, 3.0, 3.0]),
+        _scored("random", 0, [5.0, 5.0, 5.0, 2.0]),
+        _scored("random", 1, [8.0, 8.0, 4.0, 4.0]),
+        _scored("ours-full", 0, [7.0, 7.0, 7.0, 7.0]),
+        _scored("ours-full", 1, [7.0, 7.0, 7.0, 7.0]),
     ]
     summary = ss.summarize_problem(_problem(optimum=0.0), runs, (2, 10))
     assert summary["checkpoints"] == [2, 4] and summary["worst"] == 8.0
@@ -105,15 +115,15 @@ def test_problem_summary_target_time_to_target_and_ranks() -> None:
 
 
 def test_a_problem_without_any_feasible_report_is_left_unscored() -> None:
-    summary = ss.summarize_problem(_problem(), [_run("random", 0, [None, -1.0])], (10,))
+    summary = ss.summarize_problem(_problem(), [_scored("random", 0, [None, -1.0])], (10,))
     assert summary["worst"] is None and summary["methods"] == {} and summary["target"] is None
 
 
 def test_suite_summary_reach_fraction_ranks_and_noisy_twins() -> None:
     problem = _problem(goal="maximize")
-    good = [_run("ours", s, [1.0, 5.0, 9.0, 9.0]) for s in (0, 1)]
-    peer = [_run("random", s, [2.0, 4.0, 6.0, 8.0]) for s in (0, 1)]
-    bad = [_run("ours", s, [1.0, 1.0, 1.0, 1.0]) for s in (0, 1)]
+    good = [_scored("ours", s, [1.0, 5.0, 9.0, 9.0]) for s in (0, 1)]
+    peer = [_scored("random", s, [2.0, 4.0, 6.0, 8.0]) for s in (0, 1)]
+    bad = [_scored("ours", s, [1.0, 1.0, 1.0, 1.0]) for s in (0, 1)]
     summaries = {
         "hdbo:a": ss.summarize_problem(problem, good + peer, (2,)),
         "hdbo:b~cov05": ss.summarize_problem(problem, bad + peer, (2,)),
