@@ -57,6 +57,7 @@ def test_matches_botorch_on_levels(batch_shape: torch.Size) -> None:
 
 
 def test_matches_botorch_on_batched_inputs() -> None:
+    """Batched beyond the kernel's batch shape: BoTorch's computation (module doc)."""
     reference, onehot = _pair()
     x1, x2 = _points(8, 5), _points(8, 12, seed=3)
     with torch.no_grad():

@@ -17,10 +17,14 @@ all), the sum is a matrix product::
 same level hot). Every term is non-negative, so the sum carries no cancellation and agrees
 with BoTorch's to about ``L`` rounding errors relative (1e-13 measured; the tests check
 1e-12). Points with a coordinate off every level (the model is only ever given levels, but
-the kernel must not assume it) and the ``last_dim_is_batch`` mode use BoTorch's
-computation; ``diag`` mode compares the pairs of rows only (BoTorch evaluates every pair
-and keeps the diagonal), with BoTorch's terms, so its values are BoTorch's. Gradients reach
-the lengthscales as before; like BoTorch's, the kernel is not differentiable in its inputs.
+the kernel must not assume it), inputs batched beyond the kernel's own batch shape and the
+``last_dim_is_batch`` mode use BoTorch's computation. Batched inputs are an acquisition's
+``b x k x d`` batches evaluated by the model itself, with the training inputs expanded to
+``b x n x d``: there the one-hot codes of the expanded copies cost more than the
+comparisons (0.95 s against 0.38 s for 512 x 5 rows against 512 x 100 rows, 54 knobs).
+``diag`` mode compares the pairs of rows only (BoTorch evaluates every pair and keeps the
+diagonal), with BoTorch's terms, so its values are BoTorch's. Gradients reach the
+lengthscales as before; like BoTorch's, the kernel is not differentiable in its inputs.
 """
 
 from __future__ import annotations
@@ -62,8 +66,11 @@ class OneHotCategoricalKernel(CategoricalKernel):
         if diag and not last_dim_is_batch and x1.shape == x2.shape:
             # BoTorch compares every pair and keeps the diagonal; the same terms, row by row
             return torch.exp(-((x1 != x2) / self.lengthscale).mean(-1))
+        within = 2 + len(self.batch_shape)  # no batch dimensions beyond the kernel's own
         if diag or last_dim_is_batch or x1.shape[-1] != self.num_dims:
             return super().forward(x1, x2, diag=diag, last_dim_is_batch=last_dim_is_batch)
+        if x1.dim() > within or x2.dim() > within:
+            return super().forward(x1, x2)
         hot1, hot2 = self._one_hot(x1), self._one_hot(x2)
         if hot1 is None or hot2 is None:  # a coordinate off the levels
             return super().forward(x1, x2)
