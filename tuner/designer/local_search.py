@@ -25,7 +25,9 @@ the points that moved in the one before.
 
 For ``q > 1`` picks are greedy: each pick joins ``X_pending`` before the next one.
 Every step is a batched posterior evaluation, so the cost is a few hundred acquisition
-batches instead of thousands of sequential L-BFGS iterations.
+batches instead of thousands of sequential L-BFGS iterations; each batch's posterior is
+computed once over its unique rows (the candidates, the baseline and the pending points)
+and gathered per candidate (``shared_rows.py``).
 
 References:
     Golovin et al., "Google Vizier", KDD 2017 (gradient-free acquisition search).
@@ -42,6 +44,7 @@ from botorch.acquisition import AcquisitionFunction
 from torch.quasirandom import SobolEngine
 
 from tuner.designer.priors import PriorRegion
+from tuner.designer.shared_rows import shared_rows
 from tuner.encoding import (
     CATEGORICAL,
     CONTINUOUS,
@@ -269,7 +272,12 @@ class _Moves:
 
 
 def _evaluate(acquisition: AcquisitionFunction, points: torch.Tensor) -> torch.Tensor:
-    """Acquisition values of ``n x d`` points as ``n`` q=1 batches, without gradients."""
-    with torch.no_grad():
+    """Acquisition values of ``n x d`` points as ``n`` q=1 batches, without gradients.
+
+    Every batch shares the acquisition's baseline and pending rows: the model's posterior
+    is computed once over the unique rows of a chunk and gathered per batch
+    (``shared_rows.py``), the same values as the batched posterior up to rounding.
+    """
+    with torch.no_grad(), shared_rows(acquisition):
         chunks = [acquisition(chunk.unsqueeze(-2)) for chunk in points.split(_BATCH)]
     return torch.cat(chunks)
