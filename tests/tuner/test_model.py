@@ -13,7 +13,13 @@ from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.kernels.categorical import CategoricalKernel
 from gpytorch.means import LinearMean
 
-from tuner.designer.acquisition import build_acquisition, outcome_constraints, thompson_candidates
+from tuner.designer.acquisition import (
+    CONTENDERS_FROM,
+    _contenders,
+    build_acquisition,
+    outcome_constraints,
+    thompson_candidates,
+)
 from tuner.designer.model import (
     FEASIBILITY,
     FitCache,
@@ -363,3 +369,59 @@ def test_a_trend_works_for_batched_outcomes_and_next_to_a_feasibility_classifier
     assert isinstance(listed, ModelListGP) and len(listed.models) == 4
     assert all(isinstance(m.mean_module, LinearMean) for m in listed.models)
     assert listed.posterior(face).mean.shape == (1, 4)
+
+
+def _box_data(n: int) -> tuple[UnitBoxEncoder, list[Any]]:
+    spec = StudySpec.from_dict(
+        {
+            "name": "big",
+            "knobs": [{"name": "x", "kind": "float"}, {"name": "y", "kind": "float"}],
+            "objectives": [{"name": "f", "goal": "minimize"}],
+        }
+    )
+    encoder = UnitBoxEncoder(spec.space)
+    rng = torch.Generator().manual_seed(3)
+    X = torch.rand(n, 2, generator=rng, dtype=torch.float64)
+    f = ((X - 0.3) ** 2).sum(-1) + 0.01 * torch.randn(n, generator=rng, dtype=torch.float64)
+    trials = tuple(
+        Trial(i + 1, {"x": float(a), "y": float(b)}, S.COMPLETED, {"f": float(v)})
+        for i, ((a, b), v) in enumerate(zip(X.tolist(), f.tolist(), strict=True))
+    )
+    return encoder, outcome_data(spec, encoder, trials)
+
+
+def test_large_studies_keep_fitted_hyperparameters_until_the_data_grew_by_two_percent() -> None:
+    encoder, data = _box_data(260)
+    cache = FitCache()
+    key = ("big", "f")
+
+    def fit(n: int) -> dict[str, torch.Tensor]:
+        (outcome,) = data
+        part = OutcomeData(outcome.name, outcome.X[:n], outcome.Y[:n], outcome.log)
+        fit_models([part], encoder, cache, "big")
+        return cache.get(key, 2)  # type: ignore[return-value]
+
+    small = fit(150)
+    assert fit(151) is not small  # under 200 observations every suggestion fits
+    first = fit(250)
+    assert cache.fitted_rows(key, 2) == 250
+    assert fit(254) is first and cache.fitted_rows(key, 2) == 250  # 4 < 254 // 50
+    refitted = fit(255)  # 5 = 255 // 50: fitted again
+    assert refitted is not first and cache.fitted_rows(key, 2) == 255
+
+
+def test_large_baselines_drop_only_sure_losers_before_pruning() -> None:
+    encoder, data = _box_data(CONTENDERS_FROM + 40)
+    model = fit_models(data, encoder)
+    (outcome,) = data
+    kept = _contenders(model, outcome.X, sign=-1.0)
+    assert 0 < kept.shape[0] < outcome.X.shape[0]
+    with torch.no_grad():
+        posterior = model.posterior(outcome.X)
+    mean, std = -posterior.mean[..., 0], posterior.variance[..., 0].sqrt()
+    best_lower = (mean - 6 * std).max()
+    expected = outcome.X[mean + 6 * std >= best_lower]
+    assert torch.equal(kept, expected)
+    assert any(torch.equal(row, outcome.X[int(mean.argmax())]) for row in kept)
+    small = outcome.X[: CONTENDERS_FROM - 1]
+    assert torch.equal(_contenders(model, small, sign=-1.0), small)  # below the size: all

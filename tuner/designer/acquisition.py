@@ -54,11 +54,14 @@ from torch.quasirandom import SobolEngine
 
 from tuner.designer.model import FEASIBILITY, OutcomeData
 from tuner.designer.quasirandom import Inequality, polytope_samples
+from tuner.designer.shared_rows import shared_rows
 from tuner.study import Goal, StudySpec
 
 MC_SAMPLES = 128
 TS_CANDIDATES = 1000
 PRUNE_SAMPLES = 2048  # posterior samples that decide which baseline points may be the best
+CONTENDERS_FROM = 200  # baselines this large drop sure losers before pruning (_contenders)
+CONTENDER_SIGMAS = 6.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ def build_acquisition(
     # BoTorch's own pruning (prune_baseline=True) draws its sampler's seed from torch's
     # global generator: prune here with the call's seed instead
     pruner = SobolQMCNormalSampler(sample_shape=torch.Size([PRUNE_SAMPLES]), seed=seed)
+    if not constraints:
+        X_baseline = _contenders(model, X_baseline, sign)
     X_baseline = prune_inferior_points(
         model, X_baseline, objective=objective, constraints=constraints or None, sampler=pruner
     )
@@ -132,6 +137,26 @@ def build_acquisition(
         prune_baseline=False,
         cache_root=None,  # BoTorch caches the baseline Cholesky where the model allows
     )
+
+
+def _contenders(model: Model, X_baseline: torch.Tensor, sign: float) -> torch.Tensor:
+    """The baseline points that can be the best in a posterior sample, before pruning.
+
+    Pruning samples the joint posterior of the whole baseline (``PRUNE_SAMPLES`` draws of a
+    Sobol sequence in as many dimensions as points): 0.8 s at 1,000 points. From
+    ``CONTENDERS_FROM`` points on, points whose upper bound (mean + ``CONTENDER_SIGMAS``
+    standard deviations, in the objective's direction) is below some point's lower bound are
+    dropped first; in a sample they beat that point with a probability under 1e-9. Below
+    ``CONTENDERS_FROM`` (every suite problem: budgets <= 100) nothing changes.
+    """
+    if X_baseline.shape[0] < CONTENDERS_FROM:
+        return X_baseline
+    with torch.no_grad():
+        posterior = model.posterior(X_baseline)
+        mean = sign * posterior.mean[..., 0]
+        spread = CONTENDER_SIGMAS * posterior.variance[..., 0].clamp_min(0).sqrt()
+    keep = mean + spread >= (mean - spread).max()
+    return X_baseline[keep]
 
 
 class _MarginLogNEI(qLogNoisyExpectedImprovement):
@@ -350,7 +375,7 @@ def _starts(
     else:
         unit = SobolEngine(d, scramble=True, seed=seed).draw(settings.raw_samples)
         raw = bounds[0] + (bounds[1] - bounds[0]) * unit.to(torch.float64)
-    with torch.no_grad():
+    with torch.no_grad(), shared_rows(acquisition):  # one posterior per chunk's unique rows
         values = torch.cat([acquisition(chunk.unsqueeze(-2)) for chunk in raw.split(512)])
     top = values.topk(min(settings.num_restarts, raw.shape[0])).indices
     return raw[top].unsqueeze(-2)

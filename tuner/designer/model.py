@@ -81,6 +81,14 @@ _FIT_MAXITER = 200  # L-BFGS-B steps of a fit from the priors
 # start), so the hyperparameters cannot lag behind the data for long.
 _WARM_MAXITER = 25
 _FULL_FIT_EVERY = 5
+# From _KEEP_FROM observations on, the cached hyperparameters are used without a fit until
+# the data has grown by n // _KEEP_SHARE observations (2 %) since they were fitted: one
+# likelihood evaluation costs 0.5 s at n = 1000 on one core, and a few new points among a
+# thousand move the hyperparameters of a GP by nothing an acquisition notices. Below
+# _KEEP_FROM every suggestion fits (the suite's problems, budgets <= 100, never get here;
+# nothing was tuned on them).
+_KEEP_FROM = 200
+_KEEP_SHARE = 50
 
 
 class Encoder(Protocol):
@@ -118,10 +126,11 @@ class OutcomeData:
 
 
 class FitCache:
-    """Last fitted hyperparameters per (study, outcome); thread-safe, in memory only."""
+    """Last fitted hyperparameters per (study, outcome), with the number of observations they
+    were fitted on; thread-safe, in memory only."""
 
     def __init__(self) -> None:
-        self._states: dict[tuple[str, str], tuple[int, dict[str, torch.Tensor]]] = {}
+        self._states: dict[tuple[str, str], tuple[int, dict[str, torch.Tensor], int | None]] = {}
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str], d: int) -> dict[str, torch.Tensor] | None:
@@ -129,9 +138,18 @@ class FitCache:
             entry = self._states.get(key)
         return entry[1] if entry is not None and entry[0] == d else None
 
-    def put(self, key: tuple[str, str], d: int, state: dict[str, torch.Tensor]) -> None:
+    def fitted_rows(self, key: tuple[str, str], d: int) -> int | None:
+        """The number of observations the cached hyperparameters were fitted on (None: no
+        entry, another dimension, or not recorded)."""
         with self._lock:
-            self._states[key] = (d, state)
+            entry = self._states.get(key)
+        return entry[2] if entry is not None and entry[0] == d else None
+
+    def put(
+        self, key: tuple[str, str], d: int, state: dict[str, torch.Tensor], rows: int | None = None
+    ) -> None:
+        with self._lock:
+            self._states[key] = (d, state, rows)
 
     def forget(self, study: str) -> None:
         with self._lock:
@@ -221,10 +239,15 @@ def _fit(
 ) -> GPyTorchModel:
     key = (scope, ",".join(o.name for o in group))
     state = cache.get(key, encoder.d) if cache is not None else None
+    rows = group[0].X.shape[0]
     model = build_model(group, encoder, trend)
     if state is not None:
         model.load_state_dict(state, strict=False)
-        full = group[0].X.shape[0] % _FULL_FIT_EVERY == 0
+        fitted = cache.fitted_rows(key, encoder.d) if cache is not None else None
+        if fitted is not None and _keeps(fitted, rows):
+            model.eval()
+            return model  # the cached hyperparameters still describe the data
+        full = rows % _FULL_FIT_EVERY == 0
         if not _optimize(model, _FIT_MAXITER if full else _WARM_MAXITER):
             model = build_model(group, encoder, trend)  # the warm start misled it
             _optimize(model, _FIT_MAXITER)
@@ -232,8 +255,13 @@ def _fit(
         _optimize(model, _FIT_MAXITER)
     model.eval()
     if cache is not None:
-        cache.put(key, encoder.d, _hyperparameters(model))
+        cache.put(key, encoder.d, _hyperparameters(model), rows)
     return model
+
+
+def _keeps(fitted: int, rows: int) -> bool:
+    """Whether hyperparameters fitted on ``fitted`` observations serve ``rows`` unfitted."""
+    return rows >= _KEEP_FROM and 0 <= rows - fitted < rows // _KEEP_SHARE
 
 
 def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
