@@ -48,6 +48,7 @@ from botorch.acquisition.objective import GenericMCObjective
 from botorch.acquisition.utils import prune_inferior_points
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
+from botorch.posteriors import GPyTorchPosterior
 from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from torch.quasirandom import SobolEngine
@@ -153,6 +154,8 @@ def _contenders(model: Model, X_baseline: torch.Tensor, sign: float) -> torch.Te
         return X_baseline
     with torch.no_grad():
         posterior = model.posterior(X_baseline)
+        if not isinstance(posterior, GPyTorchPosterior):
+            return X_baseline  # no Gaussian marginals to bound the points by
         mean = sign * posterior.mean[..., 0]
         spread = CONTENDER_SIGMAS * posterior.variance[..., 0].clamp_min(0).sqrt()
     keep = mean + spread >= (mean - spread).max()
