@@ -100,7 +100,7 @@ def test_a_capped_peer_is_skipped_at_larger_n(tmp_path) -> None:
     args = ["--cells", "box:2:8,box:2:9", "--reps", "1", "--peers", "skopt", "--cap", "0.0001"]
     assert latency.main([*args, "--out", str(tmp_path)]) == 0
     first, second = json.loads((tmp_path / "latency.json").read_text())["cells"]
-    assert first["peers"]["skopt"]["capped"] is not None
+    assert first["peers"]["skopt"]["capped"] is not None, first["peers"]["skopt"]["note"]
     assert first["peers"]["skopt"]["note"].startswith("capped")
     assert second["peers"]["skopt"]["note"] == "skipped: capped at n=8"
     assert second["peers"]["skopt"]["seconds"] == []
