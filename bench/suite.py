@@ -37,13 +37,13 @@ import json
 import pkgutil
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from multiprocessing import get_context
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import suite_problems, yahpo_bridge
 from bench.common import RESULTS_DIR, console, limit_threads, load_note, machine_info, write_json
@@ -55,6 +55,7 @@ RUNS_LOG = "suite-runs.jsonl"  # every configuration of every run: large, kept o
 CURVES_LOG = "suite-curves.jsonl"  # the scored runs the tables need: committed
 
 Key = tuple[str, int, str]
+Run = TypeVar("Run", MethodRun, ScoredRun)
 Task = tuple[str, int, str, int]  # problem, seed, method, budget
 
 
@@ -93,15 +94,7 @@ def scored_to_json(run: ScoredRun) -> str:
 def logged_curves(log: Path, budgets: Mapping[str, int] | None) -> dict[Key, ScoredRun]:
     """``(problem, seed, method) -> scored run`` of the curves log, for the current
     ``budgets`` (None: any budget); the last one logged wins."""
-    if not log.exists():
-        return {}
-    out = {}
-    for line in log.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            run = ScoredRun(**json.loads(line))
-            if budgets is None or budgets.get(run.problem) == len(run.curve):
-                out[(run.problem, run.seed, run.method)] = run
-    return out
+    return _logged(log, lambda line: ScoredRun(**json.loads(line)), budgets)
 
 
 def backfill_curves(out: Path, problems: Mapping[str, SuiteProblem]) -> int:
@@ -121,15 +114,26 @@ def backfill_curves(out: Path, problems: Mapping[str, SuiteProblem]) -> int:
 def logged_runs(log: Path, budgets: Mapping[str, int] | None) -> dict[Key, MethodRun]:
     """``(problem, seed, method) -> run`` for the logged runs of the current ``budgets``
     (None: any budget); the last one logged wins."""
+    return _logged(log, run_from_json, budgets)
+
+
+def _logged(
+    log: Path, parse: Callable[[str], Run], budgets: Mapping[str, int] | None
+) -> dict[Key, Run]:
+    """The runs of a log (``parse`` reads a line) whose length is the problem's budget."""
     if not log.exists():
         return {}
     out = {}
     for line in log.read_text(encoding="utf-8").splitlines():
         if line.strip():
-            run = run_from_json(line)
-            if budgets is None or budgets.get(run.problem) == len(run.configs):
+            run = parse(line)
+            if budgets is None or budgets.get(run.problem) == _length(run):
                 out[(run.problem, run.seed, run.method)] = run
     return out
+
+
+def _length(run: MethodRun | ScoredRun) -> int:
+    return len(run.curve) if isinstance(run, ScoredRun) else len(run.configs)
 
 
 def drop_logged(log: Path, methods: Iterable[str], problems: Iterable[str]) -> int:
