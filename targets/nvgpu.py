@@ -3,9 +3,10 @@
 Knobs, read from the device (``nvmlDeviceGetSupported*Clocks``, the power-limit
 constraints): ``sm_mhz`` (the supported graphics clocks at the highest memory clock, as
 ordinal levels; ``sm_levels = N`` keeps N of them evenly spread), ``mem_mhz`` (only where the
-device lists more than one memory clock) and ``power_w`` (``power_step_w`` steps between the
-limits, plus the default limit). Every knob defaults to the device's default, so the first
-trial measures the GPU as it comes::
+device lists more than one memory clock and takes a memory-clock lock: an H200 lists two
+but answers "Not Supported", so it has no ``mem_mhz``) and ``power_w`` (``power_step_w``
+steps between the limits, plus the default limit). Every knob defaults to the device's
+default, so the first trial measures the GPU as it comes::
 
     [target]
     kind = "nvgpu"
@@ -77,6 +78,21 @@ class _Gpu:
         self.power_range_w = (low_mw // 1000, high_mw // 1000)
         self.default_power_w = call("nvmlDeviceGetPowerManagementDefaultLimit", self.handle) // 1000
         self.original_power_mw = int(call("nvmlDeviceGetPowerManagementLimit", self.handle))
+        self.mem_lockable = len(self.mem_clocks) > 1 and _locks_memory(target, self)
+
+
+def _locks_memory(target: NvidiaGpuTarget, gpu: _Gpu) -> bool:
+    """Whether the GPU takes a memory-clock lock: some list several memory clocks and still
+    answer "Not Supported" (an H200, driver 580.159.04). Tried once at the top clock, which is
+    the default, and undone; without root the answer is unknown and the knob stays (its
+    trials then say that root is needed)."""
+    top = gpu.mem_clocks[-1]
+    try:
+        target._setter("nvmlDeviceSetMemoryLockedClocks", gpu, top, top)
+        target._setter("nvmlDeviceResetMemoryLockedClocks", gpu)
+    except TargetError as exc:
+        return "Not Supported" not in str(exc)
+    return True
 
 
 class NvidiaGpuTarget(DeviceTarget):
@@ -184,7 +200,7 @@ class NvidiaGpuTarget(DeviceTarget):
                 description=f"locked SM clock of {of}",
             )
         ]
-        if len(gpu.mem_clocks) > 1:
+        if gpu.mem_lockable:
             knobs.append(
                 OrdinalKnob(
                     f"mem_mhz{gpu.suffix}",
@@ -246,7 +262,7 @@ class NvidiaGpuTarget(DeviceTarget):
 
     def _reset_gpu(self, gpu: _Gpu) -> None:
         self._setter("nvmlDeviceResetGpuLockedClocks", gpu)
-        if len(gpu.mem_clocks) > 1:
+        if gpu.mem_lockable:
             try:
                 self._setter("nvmlDeviceResetMemoryLockedClocks", gpu)
             except TargetError as exc:
