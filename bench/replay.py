@@ -1,7 +1,8 @@
 """Optimizers on a measured table: how many trials each needs to get within 5 % of the best.
 
 Run as ``python -m bench.replay --table CSV --objective NAME --goal minimize|maximize
-[--constraint "p99_ms <= 60"] [--seeds 20] [--budget N] [--methods ours,grid,random,skopt]``.
+[--knobs A,B] [--constraint "p99_ms <= 60"] [--seeds 20] [--budget N]
+[--methods ours,grid,random,skopt]``.
 
 The table is a replay table (``targets/replay.py``, written by ``server.sweep``): every cell
 of a knob grid measured a few times. Each method tunes the table through the replay target,
@@ -73,9 +74,14 @@ class Truth:
 
 
 def truth_of(
-    path: Path, objective: str, maximize: bool, constraints: Sequence[OutcomeConstraint]
+    path: Path,
+    objective: str,
+    maximize: bool,
+    constraints: Sequence[OutcomeConstraint],
+    knobs: list[str] | None = None,
 ) -> Truth:
-    target = ReplayTarget(table=str(path), metrics=[objective, *(c.metric for c in constraints)])
+    metrics = [objective, *(c.metric for c in constraints)]
+    target = ReplayTarget(table=str(path), metrics=metrics, knobs=knobs)
     names = target.knob_names
     sums: dict[Cell, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     broken: set[Cell] = set()
@@ -115,8 +121,11 @@ def run_method(
     truth: Truth,
     seed: int,
     budget: int,
+    knob_columns: list[str] | None = None,
 ) -> ReplayRun:
-    target = ReplayTarget(table=str(path), metrics=list(spec.metric_names), seed=seed)
+    target = ReplayTarget(
+        table=str(path), metrics=list(spec.metric_names), seed=seed, knobs=knob_columns
+    )
     knobs = {k.name: k for k in target.describe_knobs()}
     if method == "ours":
         configs = _ours(target, spec, budget)
@@ -275,9 +284,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit_threads(args.threads)
     constraints = [OutcomeConstraint.parse(c, "--constraint") for c in args.constraint]
     maximize = args.goal == "maximize"
-    truth = truth_of(args.table, args.objective, maximize, constraints)
+    columns = args.knobs.split(",") if args.knobs else None
+    truth = truth_of(args.table, args.objective, maximize, constraints, columns)
     target = ReplayTarget(
-        table=str(args.table), metrics=[args.objective, *(c.metric for c in constraints)]
+        table=str(args.table),
+        metrics=[args.objective, *(c.metric for c in constraints)],
+        knobs=columns,
     )
     knobs = target.describe_knobs()
 
@@ -298,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     methods = args.methods.split(",")
     for method in methods:
         for seed in range(args.seeds):
-            runs.append(run_method(method, args.table, spec_for(seed), truth, seed, budget))
+            spec = spec_for(seed)
+            runs.append(run_method(method, args.table, spec, truth, seed, budget, columns))
         console.print(f"{method}: done")
     summary = summarize(runs, budget)
     facts = {
@@ -326,6 +339,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__)
     parser.add_argument("--table", type=Path, required=True)
     parser.add_argument("--objective", required=True)
+    parser.add_argument(
+        "--knobs",
+        metavar="A,B",
+        help="the knob columns (default: every column that is not the objective or a "
+        "constraint's metric; name them when the table has other metric columns)",
+    )
     parser.add_argument("--goal", choices=("minimize", "maximize"), required=True)
     parser.add_argument("--constraint", action="append", default=[], metavar="'M <= X'")
     parser.add_argument("--seeds", type=int, default=20)

@@ -12,7 +12,9 @@ request), or ``cnn``, a small ResNet-style network on 3x64x64 images. Each batch
 together and finish together), so larger batches trade latency for throughput, and
 ``--threads`` sets torch's intra-op threads. After ``--warmup-s`` of untimed batches it runs
 for ``--seconds`` and prints one JSON line: ``requests``, ``requests_per_s``, ``p50_ms``,
-``p99_ms`` (per-request latency percentiles), ``batches`` and ``seconds``. ``--device``
+``p99_ms`` (per-request latency percentiles), ``batches``, ``seconds``, and the timed
+window as ``window_start_s`` / ``window_end_s`` (``time.monotonic()``), which a metering
+target uses to leave start-up and warm-up out of the energy. ``--device``
 ``auto`` (default) uses CUDA when torch sees a GPU, else the CPU.
 
 Energy per request is added by the target that meters the run: ``energy_j / requests``.
@@ -93,12 +95,16 @@ def serve(
     end = time.perf_counter() + warmup_s
     while time.perf_counter() < end:
         one()
+    window_start = time.monotonic()
     started = time.perf_counter()
     while not latencies or time.perf_counter() - started < seconds:
         latencies.append(one())
     elapsed = time.perf_counter() - started
+    window_end = time.monotonic()
     requests = batch * len(latencies)
     return {
+        "window_start_s": window_start,
+        "window_end_s": window_end,
         "requests": float(requests),
         "requests_per_s": requests / elapsed,
         "p50_ms": 1000 * percentile(latencies, 50),

@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 
 from targets.base import option_int, option_number
 from targets.command import CommandTarget
-from targets.device import DeviceTarget, EnergyMeter, SampledPower
+from targets.device import DeviceTarget, EnergyMeter, EnergyTrace, SampledPower
 from targets.helper import option_helper
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
@@ -309,6 +309,15 @@ class _SumMeter:
     def stop(self) -> float:
         return sum(meter.stop() for meter in self.meters)
 
+    def between(self, start: float, end: float) -> float | None:
+        """The window's energy, summed; each GPU's ``joules`` then holds its part of it."""
+        parts = [meter.between(start, end) for meter in self.meters]
+        if any(part is None for part in parts):
+            return None
+        for meter, part in zip(self.meters, parts, strict=True):
+            meter.joules = part  # type: ignore[assignment]
+        return sum(part for part in parts if part is not None)
+
 
 def _device_list(device: Any, devices: Any) -> list[int]:
     if devices is None:
@@ -330,19 +339,28 @@ def _knob_kinds(knobs: Any) -> tuple[str, ...]:
 
 
 class _NvmlMeter:
-    """The total-energy counter (Volta and later), else sampled power; SM clock samples."""
+    """The total-energy counter (Volta and later), else sampled power; SM clock samples.
+
+    Each power sample also reads the counter, so ``between`` can give the energy of the
+    workload's own timed window (``targets.device``)."""
 
     def __init__(self, target: NvidiaGpuTarget, gpu: _Gpu) -> None:
         self.nvml, self.handle = target.nvml, gpu.handle
         self.clocks: list[int] = []
         self.power = SampledPower(self._watts, POWER_SAMPLE_S)
+        self.counter = EnergyTrace()
         self._counter: float | None = None
         self.joules = 0.0
 
     def start(self) -> None:
-        self.clocks = []
+        self.clocks, self.counter = [], EnergyTrace()
         self._counter = self._energy_mj()
         self.power.start()
+
+    def between(self, start: float, end: float) -> float | None:
+        if self._counter is not None:
+            return self.counter.between(start, end)
+        return self.power.between(start, end)
 
     def stop(self) -> float:
         sampled = self.power.stop()
@@ -363,6 +381,10 @@ class _NvmlMeter:
             return None  # before Volta: integrate sampled power instead
 
     def _watts(self) -> float | None:
+        if self._counter is not None:
+            at, counter = time.monotonic(), self._energy_mj()
+            if counter is not None:
+                self.counter.add(at, counter / 1000)
         try:
             watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000
             self.clocks.append(

@@ -18,7 +18,8 @@ the pace. Uneven ``--layers`` give the other stages slack, which is what EnvPipe
 USENIX ATC 2023) turns into energy savings by lowering those GPUs' SM clocks. After
 ``--warmup-s`` of untimed steps it trains for ``--seconds`` and prints one JSON line:
 ``samples`` (as ``requests`` too, so a metering target reports energy per sample),
-``samples_per_s``, ``step_ms_p50``, ``step_ms_p99``, ``steps``, ``loss`` and ``seconds``.
+``samples_per_s``, ``step_ms_p50``, ``step_ms_p99``, ``steps``, ``loss``, ``seconds`` and
+the timed window (``window_start_s``, ``window_end_s``, as ``targets.inference`` reports it).
 Devices may repeat (``cpu,cpu``), so the workload also runs, slowly, on one CPU.
 """
 
@@ -96,13 +97,17 @@ def train(
         step()
     times: list[float] = []
     loss = 0.0
+    window_start = time.monotonic()
     started = time.perf_counter()
     while not times or time.perf_counter() - started < seconds:
         elapsed, loss = step()
         times.append(elapsed)
     elapsed = time.perf_counter() - started
+    window_end = time.monotonic()
     samples = float(batch * len(times))
     return {
+        "window_start_s": window_start,
+        "window_end_s": window_end,
         "samples": samples,
         "requests": samples,
         "samples_per_s": samples / elapsed,

@@ -17,7 +17,10 @@ with a ``reason``; a ``trial_s`` column, the time a measurement took, is ignored
     metrics = ["latency_p99_ms", "energy_j_per_request"]   # the other columns are knobs
     seed = 0
 
-Knobs: every column that is not a metric, ``status`` or ``reason``; numeric columns become
+Knobs: the columns ``knobs = [...]`` names, or else every column that is not a metric,
+``status``, ``reason`` or ``trial_s`` (a table with more metric columns than the study uses,
+as ``server.sweep`` writes, needs ``knobs``: its other columns are then ignored). Numeric
+columns become
 ordinal knobs over their distinct values, text columns categorical ones, and each knob's
 default is its value in the first row (a sweep usually starts at the device's defaults).
 A trial returns one repetition of its cell: the repetitions of a cell are served in a
@@ -51,7 +54,9 @@ class ReplayTarget(Target):
 
     kind: ClassVar[str] = "replay"
 
-    def __init__(self, *, table: Any = None, metrics: Any = None, seed: Any = 0) -> None:
+    def __init__(
+        self, *, table: Any = None, metrics: Any = None, seed: Any = 0, knobs: Any = None
+    ) -> None:
         if not isinstance(table, str) or not Path(table).is_file():
             raise ValidationError("target.table", f"{table!r} is not a file", "a CSV file path")
         self.table = Path(table)
@@ -61,9 +66,12 @@ class ReplayTarget(Target):
         missing = [m for m in self.metrics if m not in header]
         if missing:
             raise ValidationError(f"target.metrics.{missing[0]}", "no such column", header)
-        self.knob_names = tuple(
-            c for c in header if c not in self.metrics and c not in SPECIAL_COLUMNS
-        )
+        if knobs is None:
+            self.knob_names = tuple(
+                c for c in header if c not in self.metrics and c not in SPECIAL_COLUMNS
+            )
+        else:
+            self.knob_names = _knob_columns(knobs, header, self.metrics)
         if not self.knob_names:
             raise ValidationError(
                 "target.table", "no knob columns (every column is a metric)", header
@@ -170,3 +178,13 @@ def _knob(name: str, values: list[Scalar]) -> Knob:
     if all(isinstance(v, int | float) for v in distinct):
         return OrdinalKnob(name, choices=tuple(sorted(distinct)), default=values[0])  # type: ignore[type-var]
     return CategoricalKnob(name, choices=tuple(str(v) for v in distinct), default=str(values[0]))
+
+
+def _knob_columns(knobs: Any, header: list[str], metrics: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(knobs, list) or not all(isinstance(k, str) for k in knobs):
+        raise ValidationError("target.knobs", f"got {knobs!r}", "a list of column names")
+    allowed = [c for c in header if c not in metrics and c not in SPECIAL_COLUMNS]
+    for i, name in enumerate(knobs):
+        if name not in allowed:
+            raise ValidationError(f"target.knobs[{i}]", f"no such knob column {name!r}", allowed)
+    return tuple(dict.fromkeys(knobs))

@@ -218,3 +218,28 @@ def test_bad_device_lists_name_the_field(options: dict[str, Any], field: str) ->
         assert info.value.field == field
     finally:
         fake_nvml.configure([])
+
+
+def _windowed(start: str, end: str) -> list[str]:
+    """A workload that idles 0.6 s (start-up, warm-up), then times 0.4 s and says when."""
+    return [
+        PY,
+        "-c",
+        "import json, time; time.sleep(0.6); a = time.monotonic(); time.sleep(0.4); "
+        f"b = time.monotonic(); print(json.dumps(dict(requests=8, window_start_s={start}, "
+        f"window_end_s={end})))",
+    ]
+
+
+def test_a_workload_that_reports_its_timed_window_is_metered_over_it_alone(
+    gpu: FakeDevice,
+) -> None:
+    with gpu_target(command=_windowed("a", "b")) as target:
+        timed = target.run_trial({"sm_mhz": 1980, "power_w": 700}).metrics
+    with gpu_target(command=_windowed("0", "1")) as target:  # not within the run: whole run
+        whole = target.run_trial({"sm_mhz": 1980, "power_w": 700}).metrics
+    draw = gpu.draw_w(1980)
+    assert timed["gpu_energy_j"] == pytest.approx(draw * 0.4, rel=0.2)
+    assert timed["gpu_power_w"] == pytest.approx(draw, rel=0.1)
+    assert timed["gpu_energy_j_per_request"] == pytest.approx(timed["gpu_energy_j"] / 8)
+    assert whole["gpu_energy_j"] >= draw * 0.95  # start-up, idling and the window

@@ -127,3 +127,17 @@ def test_a_bo_session_over_a_replayed_table_finds_the_best_cell(table: Path) -> 
     finally:
         service.close()
     assert result.best is not None and result.best.config == {"sm_mhz": 1410, "precision": "int8"}
+
+
+def test_named_knob_columns_leave_the_other_metric_columns_out(table: Path) -> None:
+    # a sweep table records more metrics than a study uses: without ``knobs`` the unused
+    # column would become a knob and split every cell into one-row cells
+    loose = ReplayTarget(table=str(table), metrics=["energy_j"])
+    assert loose.knob_names == ("sm_mhz", "precision", "latency_ms")
+    named = ReplayTarget(table=str(table), metrics=["energy_j"], knobs=["sm_mhz", "precision"])
+    assert named.knob_names == ("sm_mhz", "precision") and named.cells == 6
+    assert len(named.cell_rows()[(1980, "fp16")]) == 3
+    with pytest.raises(ValidationError) as info:
+        ReplayTarget(table=str(table), metrics=["energy_j"], knobs=["sm_mhz", "batch"])
+    assert info.value.field == "target.knobs[1]"
+    assert "'batch'" in str(info.value) and "precision" in str(info.value)  # names the allowed
