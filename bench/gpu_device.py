@@ -386,6 +386,7 @@ metrics = ["requests", "requests_per_s", "p50_ms", "p99_ms"]
 
 [session]
 trials = {args.trials}
+confirm = {args.confirm}
 db = "{args.results / "live.db"}"
 plot = "{args.results / "live.png"}"
 """
@@ -425,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=12)
     p.add_argument("--seconds", type=float, default=1.5)
     p.add_argument("--results", type=Path, required=True, help="folder for the db and PNG")
+    p.add_argument("--confirm", type=int, default=3, help="re-measurements of the top few")
     p = sub.add_parser("restore-check")
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=Path("."))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything issue 30 measures on a lent NVIDIA GPU, in one run of about eight minutes:
+# Everything issue 30 measures on a lent NVIDIA GPU, in one run of about nine minutes:
 #
 #   bash bench/gpu_device.sh OUTDIR
 #
@@ -43,7 +43,7 @@ phase "pipeline clock sweep"
 phase "live tuning session (tuner tune on the GPU)"
 python3 -m bench.gpu_device live-config --table "$out/gpu-inference.csv" --out /tmp/live.toml \
     --results "$out" --trials "${LIVE_TRIALS:-10}" --seconds 1.0 &&
-    timeout -s TERM 150 python3 -m server.cli tune /tmp/live.toml &&
+    timeout -s TERM 240 python3 -m server.cli tune /tmp/live.toml &&
     python3 -m server.cli show gpu-inference-live --db "$out/live.db"
 
 phase "restored?"
