@@ -70,11 +70,14 @@ def _trials(spec: StudySpec, case: str, n: int = 30) -> list[Trial]:
 CASES = ["plain", "constrained", "feasibility", "hypervolume", "no-feasible"]
 
 
+@pytest.mark.parametrize("path", ["direct", "lazy"])
 @pytest.mark.parametrize("pending", [False, True])
 @pytest.mark.parametrize("case", CASES)
 def test_scores_equal_the_plain_call(
-    case: str, pending: bool, monkeypatch: pytest.MonkeyPatch
+    case: str, pending: bool, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Both ways of gathering: from the GPs' caches (``_direct``, what the local search
+    gets) and from the posterior over the unique rows (``_gather``, the general one)."""
     spec = _spec(case)
     encoder = UnitBoxEncoder(spec.space)
     trials = _trials(spec, case)
@@ -101,20 +104,28 @@ def test_scores_equal_the_plain_call(
     )
     candidates = encoder.snap(torch.rand(300, encoder.d, generator=generator).double())
     candidates[:3] = data[0].X[:3]  # points of the baseline score too
-    gathered = []
-    original = shared_rows_module._gather
+    taken: list[str] = []
+    original_direct, original_gather = shared_rows_module._direct, shared_rows_module._gather
 
-    def counted(*args: Any) -> Any:
-        result = original(*args)
-        gathered.append(result is not None)
+    def direct(*args: Any) -> Any:
+        result = original_direct(*args) if path == "direct" else None
+        if result is not None:
+            taken.append("direct")
         return result
 
-    monkeypatch.setattr(shared_rows_module, "_gather", counted)
+    def gather(*args: Any) -> Any:
+        result = original_gather(*args)
+        if result is not None:
+            taken.append("lazy")
+        return result
+
+    monkeypatch.setattr(shared_rows_module, "_direct", direct)
+    monkeypatch.setattr(shared_rows_module, "_gather", gather)
     with torch.no_grad():
         expected = acquisition(candidates.unsqueeze(-2))
         with shared_rows(acquisition):
             got = acquisition(candidates.unsqueeze(-2))
-    assert gathered and all(gathered)  # the gathered path was taken
+    assert taken and set(taken) == {path}  # that path was taken, every time
     assert acquisition.model is model  # and the model is back
     assert torch.isfinite(expected).all()
     assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
