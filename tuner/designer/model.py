@@ -30,7 +30,9 @@ The BO designer's trend probe uses it (``bo.py``).
 
 Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last fitted
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
-The cache only saves time: without it the same model is fitted from the priors.
+The cache only saves time: without it the same model is fitted from the priors. The
+likelihood L-BFGS-B evaluates is computed in plain torch (``likelihood.py``: GPyTorch's
+value to rounding, at under half the cost) for every single-output GP.
 
 A fit is deterministic and touches no process-wide state: L-BFGS-B from the warm start (or
 the priors' initial values); when it ends abnormally from a warm start, once more from the
@@ -66,6 +68,7 @@ from gpytorch.means import LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from tuner.designer.kernels import OneHotCategoricalKernel
+from tuner.designer.likelihood import fit_plain
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -269,7 +272,9 @@ def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
     or ran its ``maxiter`` steps)."""
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     mll.train()
-    result = fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
+    result = fit_plain(mll, maxiter)  # the same fit with a plain-torch objective
+    if result is None:  # a batched multi-output GP: BoTorch fits its outputs one by one
+        result = fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
     return result.status in (OptimizationStatus.SUCCESS, OptimizationStatus.STOPPED)
 
 
