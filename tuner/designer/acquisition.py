@@ -339,18 +339,19 @@ def optimize_continuous(
     try:
         for i in range(q):
             starts = _starts(acquisition, bounds, inequalities, settings, seed + i)
-            candidate, _ = optimize_acqf(
-                acquisition,
-                bounds=bounds,
-                q=1,
-                num_restarts=starts.shape[0],
-                batch_initial_conditions=starts,
-                inequality_constraints=inequalities or None,
-                options=options,
-                # BoTorch would retry from random starts when it records an optimizer
-                # warning, and it records warnings process-wide (any study's)
-                retry_on_optimization_warning=False,
-            )
+            with shared_rows(acquisition) as shared:  # the restarts share the baseline rows
+                candidate, _ = optimize_acqf(
+                    shared,
+                    bounds=bounds,
+                    q=1,
+                    num_restarts=starts.shape[0],
+                    batch_initial_conditions=starts,
+                    inequality_constraints=inequalities or None,
+                    options=options,
+                    # BoTorch would retry from random starts when it records an optimizer
+                    # warning, and it records warnings process-wide (any study's)
+                    retry_on_optimization_warning=False,
+                )
             picks.append(candidate.detach().reshape(1, d))
             if i + 1 < q:
                 chosen = torch.cat(picks)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from botorch.models import SingleTaskGP
@@ -68,8 +69,8 @@ def fit_plain(mll: ExactMarginalLogLikelihood, maxiter: int) -> OptimizationResu
 def loss_closure(mll: ExactMarginalLogLikelihood) -> Callable[[], Tensor] | None:
     """The negative marginal log likelihood per observation of ``mll``'s model at its current
     hyperparameters, as a callable; None for a model of another structure."""
-    model = mll.model
-    if type(model) is not SingleTaskGP or len(model._aug_batch_shape) != 0:
+    model: Any = mll.model  # GPyTorch's module attributes are untyped
+    if type(mll.model) is not SingleTaskGP or len(model._aug_batch_shape) != 0:
         return None
     if getattr(model, "input_transform", None) is not None:
         return None
@@ -130,7 +131,7 @@ def _factors(kernel: Kernel) -> list[tuple[Kernel, Tensor | None]] | None:
     parts = list(kernel.kernels) if type(kernel) is ProductKernel else [kernel]
     out: list[tuple[Kernel, Tensor | None]] = []
     for part in parts:
-        if type(part) not in _KERNELS or part.active_dims is None and len(parts) > 1:
+        if type(part) not in _KERNELS or (part.active_dims is None and len(parts) > 1):
             return None
         if len(part.batch_shape) != 0:
             return None

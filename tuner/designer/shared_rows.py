@@ -40,11 +40,13 @@ otherwise:
   cached-Cholesky sampling requires).
 
 The gathered posterior has the structure the batched call returns (a multi-output one is
-again block diagonal by output, non-interleaved), with dense covariance blocks. It is for
-scoring without gradients (``torch.no_grad``): the designer uses it in the local search
-only; L-BFGS-B on continuous spaces calls the model directly.
+again block diagonal by output, non-interleaved), with dense covariance blocks. The local
+search scores through it without gradients; L-BFGS-B on continuous spaces differentiates
+through it (its ``num_restarts`` batches share the baseline too: the step at d = 100,
+n = 100 took 1.00 s instead of 1.25 s, the picks equal to 3e-11), and the gradients are the
+plain call's to rounding (the tests check 1e-9).
 
-**From the GP's own caches.** For the local search's batches (one own row each) over a
+**From the GP's own caches.** For batches with one own row each (the candidate) over a
 ``SingleTaskGP`` (one or several outputs, without input transform, with a ``Standardize``
 outcome transform or none) or a ``ModelListGP`` of such single-output GPs, the gathered
 entries are computed directly, as GPyTorch's exact prediction computes them under BoTorch's
@@ -65,7 +67,7 @@ search never scores a taken configuration, so this does not arise there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from botorch.acquisition import AcquisitionFunction
@@ -188,7 +190,7 @@ def _blocks(covariance: LinearOperator, index: Tensor, s: int) -> Tensor:
     own rows, most of the ``u x u`` matrix, are never needed. Otherwise the whole matrix
     is evaluated and gathered.
     """
-    b, k = index.shape
+    k = index.shape[1]
     if s != k - 1:
         dense = covariance.to_dense()
         return dense[..., index.unsqueeze(-1), index.unsqueeze(-2)]
@@ -214,29 +216,30 @@ def _assemble(variances: Tensor, columns: Tensor | None, index: Tensor, s: int) 
 def _direct(model: Model, unique: Tensor, index: Tensor, s: int) -> GPyTorchPosterior | None:
     """The gathered posterior from the GPs' prediction caches (module doc), or None where
     that path does not apply."""
-    b, k = index.shape
-    if s != k - 1:
+    if s != index.shape[1] - 1:
         return None
     fast = gpytorch_settings.fast_pred_var
     if not fast.is_default() and fast.off():
         return None  # BoTorch's posterior turns it on unless a caller turned it off
     if gpytorch_settings.skip_posterior_variances.on():
         return None
+    columns: Tensor | None
     if type(model) is SingleTaskGP:
         parts = _moments(model, unique, s)
         if parts is None:
             return None
-        mean, variances, columns = parts
-        columns = columns if s else None
+        mean, variances, all_columns = parts
+        columns = all_columns if s else None
     elif type(model) is ModelListGP and all(
         type(m) is SingleTaskGP and m.num_outputs == 1 for m in model.models
     ):
-        each = [_moments(m, unique, s) for m in model.models]
-        if any(part is None for part in each):
+        each = [_moments(cast(SingleTaskGP, m), unique, s) for m in model.models]
+        found = [part for part in each if part is not None]
+        if len(found) != len(each):
             return None
-        mean = torch.cat([part[0] for part in each if part is not None], dim=-1)
-        variances = torch.cat([part[1] for part in each if part is not None])
-        columns = torch.cat([part[2] for part in each if part is not None]) if s else None
+        mean = torch.cat([part[0] for part in found], dim=-1)
+        variances = torch.cat([part[1] for part in found])
+        columns = torch.cat([part[2] for part in found]) if s else None
     else:
         return None
     blocks = _assemble(variances, columns, index, s)
@@ -255,9 +258,7 @@ def _direct(model: Model, unique: Tensor, index: Tensor, s: int) -> GPyTorchPost
     )
 
 
-def _moments(
-    model: SingleTaskGP, unique: Tensor, s: int
-) -> tuple[Tensor, Tensor, Tensor] | None:
+def _moments(model: SingleTaskGP, unique: Tensor, s: int) -> tuple[Tensor, Tensor, Tensor] | None:
     """For ``m`` outputs: the ``u x m`` means of the unique rows, the ``m x b`` variances of
     the own rows and the ``m x u x s`` covariances with the shared rows (module doc), in
     the outcome's units; None for a model this does not cover or without its caches."""
@@ -266,7 +267,7 @@ def _moments(
         return None
     if getattr(model, "input_transform", None) is not None or model.training:
         return None
-    strategy = model.prediction_strategy
+    strategy: Any = model.prediction_strategy
     if type(strategy) is not DefaultPredictionStrategy or len(model.batch_shape) != 0:
         return None
     m = model.num_outputs
