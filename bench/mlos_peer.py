@@ -34,6 +34,19 @@ already-normalized ``x``, so every non-special value of a biased knob collapses 
 lower bound (§3.4b). With ``special_values="patch"`` (the default) the child replaces that
 method by the same logic with the one-line fix ``param.to_vector(param.to_value(x))``; with
 ``"off"`` it passes no special values at all. The ``init`` reply says which was done.
+
+**Registering on all-numeric spaces**: the LlamaTune adapter finds the low-dimensional point
+of a suggestion by looking the suggested ``Configuration`` up in a dict, but hands the
+suggestion out as a pandas Series, which upcasts a space of int and float knobs to floats;
+registering it builds a ``Configuration`` of floats (``233.0``) that is not the stored one
+(``233``), and mlos-core 0.6.2 refuses it ("was not suggested by the optimizer"). Found on
+PostgreSQL-5, TPC-C-100 and YCSB-100 of the suite (``bench/peers/mlos.py`` gives categorical
+knobs as value indices, so a float knob among them makes the whole Series float); a space of
+ints only keeps int dtype and one with string choices object dtype, which is why
+SYSBENCH-5 here and ``bench.llamatune``'s runs (string choices) never hit it. The child wraps
+``LlamaTuneAdapter.inverse_transform`` to give integer knobs their int values back before
+the lookup, and categorical knobs (choices are value indices here) their int choices
+(``_patch_integer_lookup``); nothing else changes.
 """
 
 from __future__ import annotations
@@ -241,6 +254,8 @@ def _build(message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         }
         if special:
             _patch_special_value_scaler()
+    if embed:
+        _patch_integer_lookup()
     optimizer = OptimizerFactory.create(
         parameter_space=space,
         optimization_targets=["score"],
@@ -282,6 +297,33 @@ def _hyperparameter(CS: Any, knob: dict[str, Any]) -> Any:
     if kind == "categorical":
         return CS.Categorical(name, list(knob["choices"]))
     raise ValueError(f"knob {name}: kind {kind!r} is not supported by the mlos peer")
+
+
+def _patch_integer_lookup() -> None:
+    """Give int and categorical knobs their own values back before the LlamaTune adapter's
+    lookup (module doc)."""
+    import ConfigSpace as CS
+    import pandas as pd
+    from mlos_core.spaces.adapters.llamatune import LlamaTuneAdapter
+
+    original = LlamaTuneAdapter.inverse_transform
+    if getattr(original, "integer_lookup", False):
+        return
+
+    def typed(parameter: Any, value: Any) -> Any:
+        if isinstance(parameter, CS.UniformIntegerHyperparameter):
+            return int(round(value))  # noqa: RUF046 (numpy<2 rounds np.float64 to a float)
+        if isinstance(parameter, CS.CategoricalHyperparameter):
+            return next((choice for choice in parameter.choices if choice == value), value)
+        return value
+
+    def inverse_transform(self: Any, configuration: Any) -> Any:
+        space = self.orig_parameter_space
+        values = {name: typed(space[name], v) for name, v in configuration.dropna().items()}
+        return original(self, pd.Series(values, dtype=object))
+
+    inverse_transform.integer_lookup = True  # type: ignore[attr-defined]
+    LlamaTuneAdapter.inverse_transform = inverse_transform
 
 
 def _patch_special_value_scaler() -> None:

@@ -12,7 +12,9 @@ bias when the problem has an embedding dimension below its knob count; otherwise
 knobs themselves (IDENTITY adapter). Knobs (``_common.Encoding``): float and int knobs as
 ConfigSpace ``Float``/``Integer`` (``log`` as the knob says, special values of int knobs
 kept), categorical and bool knobs a ``Categorical`` over their value indices, ordinal knobs
-an ``Integer`` over their level indices; a candidate list one ``Categorical`` over the
+an ``Integer`` over their level indices (an int knob reaching 2**62, which ConfigSpace's
+``Integer`` cannot hold, as a ``Float``, rounded on this side); a candidate list one
+``Categorical`` over the
 candidates' indices (a repeated candidate is answered from its earlier measurement,
 ``Tracker.propose``).
 
@@ -33,6 +35,7 @@ from bench.mlos_peer import DEFAULT_PYTHON, MlosPeer, PeerUnavailable, probe
 from bench.peers._common import BadValues, Dim, Encoding, OnEval, Tracker
 
 NAME = "mlos"
+LONG_LIMIT = 2**62  # ConfigSpace's Integer bounds must fit a C long (MySQL has 2**64 - 1 knobs)
 
 
 def available() -> str | None:
@@ -86,6 +89,8 @@ def _knob(dim: Dim, special_values: list[Any]) -> dict[str, Any]:
     if dim.kind == "categorical":
         return {"name": dim.name, "kind": "categorical", "choices": list(range(int(dim.high) + 1))}
     kind = "float" if dim.kind == "float" else "int"
+    if kind == "int" and max(abs(dim.low), abs(dim.high)) >= LONG_LIMIT:
+        kind, special_values = "float", []  # rounded by Encoding.decode
     knob: dict[str, Any] = {"name": dim.name, "kind": kind, "low": dim.low, "high": dim.high}
     if dim.log:
         knob["log"] = True

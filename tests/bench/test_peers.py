@@ -221,3 +221,40 @@ def test_tracker_reports_the_best_feasible_measurement() -> None:
     # runtime falls with the index; cost <= 3.5 allows 0..3; 5 is infeasible
     assert tracker.reported[3] == _DEPLOYMENTS[3]
     assert tracker.reported[4] == tracker.reported[5] == _DEPLOYMENTS[3]
+
+
+def _numeric_value(config: Config) -> float:
+    value = (float(config["ratio"]) - 0.3) ** 2 + abs(math.log10(int(config["size"])) - 4)
+    return value + 0.1 * ["a", "b", "c"].index(str(config["mode"])) + 1e-20 * int(config["huge"])
+
+
+NUMERIC = SuiteProblem(
+    name="test:numeric",
+    family="db",
+    half="develop",
+    knobs=(
+        {"name": "ratio", "kind": "float", "low": 0.0, "high": 1.0},
+        {"name": "size", "kind": "int", "low": 16, "high": 1_000_000, "log": True},
+        {"name": "mode", "kind": "categorical", "choices": ["a", "b", "c"]},
+        {"name": "huge", "kind": "int", "low": 4096, "high": 2**64 - 1},
+        {"name": "buffers", "kind": "int", "low": -1, "high": 4096, "special_values": [-1]},
+    ),
+    objective="f",
+    goal="minimize",
+    constraints=(),
+    budget=MODEL_BUDGET,
+    measure=lambda config, rng: Measurement("completed", {"f": _numeric_value(config)}),
+    true_value=_numeric_value,
+    embed_dims=3,
+)
+
+
+@pytest.mark.slow
+def test_mlos_registers_suggestions_of_an_all_numeric_embedded_space() -> None:
+    """mlos-core's LlamaTune adapter hands out a float Series for a space of numbers only
+    (categorical knobs go as value indices) and then refused to register it; an int knob up
+    to 2**64 - 1 does not fit ConfigSpace's Integer (``bench/mlos_peer.py``)."""
+    module = _runner("mlos")
+    run = module.run(NUMERIC, 0, MODEL_BUDGET)
+    _check(run, NUMERIC, "mlos", 0, MODEL_BUDGET)
+    assert all(isinstance(c["huge"], int) and 4096 <= c["huge"] < 2**64 for c in run.configs)
