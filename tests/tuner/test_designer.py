@@ -462,7 +462,10 @@ def test_probability_of_feasibility_until_a_trial_is_feasible(
     trials.append(_complete(4, first, y=0.5))  # now one trial is feasible
     (second,) = designer.suggest(1, trials, [])
     assert second.step.model_based
-    assert built == ["qLogProbabilityOfFeasibility", "qLogNoisyExpectedImprovement"]
+    assert built == [
+        "qLogProbabilityOfFeasibility",
+        "LogNEI",
+    ]  # LogNEI: qLogNEI (candidate_samples.py)
 
 
 def _gramacy(config: dict[str, Any]) -> dict[str, float]:

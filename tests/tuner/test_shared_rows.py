@@ -4,7 +4,9 @@ On a mixed space, for every acquisition ``build_acquisition`` returns there: qLo
 GP, with an outcome constraint (a batched multi-output GP) and with a feasibility outcome as
 well (a ``ModelListGP``), qLogNEHVI with two objectives, and qLogPoF before any trial is
 feasible; each without and with pending points. The candidates are scored as the local
-search scores them: ``b x 1 x d`` batches.
+search scores them: ``b x 1 x d`` batches. qLogNEI's own direct sampling at the candidates
+(``candidate_samples.py``, tested in ``test_candidate_samples.py``) is turned off here, so
+that its batches reach the posterior this module gathers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 import torch
 from botorch.models import ModelListGP, SingleTaskGP
 
+import tuner.designer.candidate_samples as candidate_samples_module
 import tuner.designer.shared_rows as shared_rows_module
 from tuner.designer.acquisition import build_acquisition
 from tuner.designer.model import fit_models, outcome_data
@@ -65,6 +68,12 @@ def _trials(spec: StudySpec, case: str, n: int = 30) -> list[Trial]:
         config = encoder.decode(row.tolist())
         trials.append(Trial(id=i + 1, config=config, status=status, metrics=metrics))
     return trials
+
+
+@pytest.fixture(autouse=True)
+def _botorch_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """qLogNEI samples through ``model.posterior``, as BoTorch's class does."""
+    monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
 
 
 CASES = ["plain", "constrained", "feasibility", "hypervolume", "no-feasible"]

@@ -2,7 +2,9 @@
 
 * Once some trial is feasible, ``qLogNoisyExpectedImprovement`` (Ament et al. 2023) over the
   objective model, with each outcome constraint (and the feasibility classifier, if any
-  configuration broke the system) entering as a smoothed indicator on posterior samples.
+  configuration broke the system) entering as a smoothed indicator on posterior samples;
+  its samples at the candidates are computed from the GP's prediction caches
+  (``candidate_samples.py``: the same numbers, without GPyTorch's distribution objects).
 * With several objectives, ``qLogNoisyExpectedHypervolumeImprovement`` (Daulton et al. 2021,
   with the log-smoothing of Ament et al.) instead: the expected growth of the hypervolume the
   Pareto front dominates above a reference point, under the same constraints.
@@ -41,7 +43,7 @@ from functools import partial
 
 import torch
 from botorch.acquisition import AcquisitionFunction
-from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabilityOfFeasibility
+from botorch.acquisition.logei import qLogProbabilityOfFeasibility
 from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
 from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
@@ -53,6 +55,7 @@ from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from torch.quasirandom import SobolEngine
 
+from tuner.designer.candidate_samples import LogNEI
 from tuner.designer.model import FEASIBILITY, OutcomeData
 from tuner.designer.quasirandom import Inequality, polytope_samples
 from tuner.designer.shared_rows import shared_rows
@@ -119,7 +122,7 @@ def build_acquisition(
         return sign * samples[..., 0]
 
     objective = GenericMCObjective(signed_objective)
-    kind = partial(_MarginLogNEI, margin) if margin > 0 else qLogNoisyExpectedImprovement
+    kind = partial(_MarginLogNEI, margin) if margin > 0 else LogNEI
     # BoTorch's own pruning (prune_baseline=True) draws its sampler's seed from torch's
     # global generator: prune here with the call's seed instead
     pruner = SobolQMCNormalSampler(sample_shape=torch.Size([PRUNE_SAMPLES]), seed=seed)
@@ -162,7 +165,7 @@ def _contenders(model: Model, X_baseline: torch.Tensor, sign: float) -> torch.Te
     return X_baseline[keep]
 
 
-class _MarginLogNEI(qLogNoisyExpectedImprovement):
+class _MarginLogNEI(LogNEI):
     """qLogNEI whose incumbent (per posterior sample) is raised by ``margin``."""
 
     def __init__(self, margin: float, **kwargs: object) -> None:

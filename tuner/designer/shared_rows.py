@@ -218,43 +218,58 @@ def _direct(model: Model, unique: Tensor, index: Tensor, s: int) -> GPyTorchPost
     that path does not apply."""
     if s != index.shape[1] - 1:
         return None
+    moments = model_moments(model, unique, s)
+    if moments is None:
+        return None
+    mean, variances, all_columns = moments
+    columns = all_columns if s else None
+    blocks = _assemble(variances, columns, index, s)  # outputs x b x k x k
+    if mean.shape[-1] == 1 and type(model) is SingleTaskGP:
+        return batched_posterior(mean[..., 0][index], blocks[0])
+    return batched_posterior(mean[index], blocks.movedim(0, -3))
+
+
+def batched_posterior(mean: Tensor, blocks: Tensor) -> GPyTorchPosterior:
+    """The posterior of ``b`` batches of ``k`` rows as BoTorch's models return it: with one
+    output (``mean`` ``b x k``, ``blocks`` ``b x k x k``) a ``MultivariateNormal``; with
+    ``m`` (``b x k x m`` and ``b x m x k x k``) a ``MultitaskMultivariateNormal`` whose
+    covariance is block diagonal by output, non-interleaved."""
+    if mean.dim() == 2:
+        return GPyTorchPosterior(MultivariateNormal(mean, DenseLinearOperator(blocks)))
+    return GPyTorchPosterior(
+        MultitaskMultivariateNormal(
+            mean=mean,
+            covariance_matrix=BlockDiagLinearOperator(DenseLinearOperator(blocks), block_dim=-3),
+            interleaved=False,
+        )
+    )
+
+
+def model_moments(model: Model, unique: Tensor, s: int) -> tuple[Tensor, Tensor, Tensor] | None:
+    """For a ``SingleTaskGP`` (``m`` outputs) or a ``ModelListGP`` of ``m`` single-output
+    ones, at ``u`` rows of which the first ``s`` are shared: the ``u x m`` means, the
+    ``m x (u - s)`` variances of the other rows and the ``m x u x s`` covariances with the
+    shared rows, in the outcomes' units (module doc); None for any other model or one
+    without its prediction caches."""
     fast = gpytorch_settings.fast_pred_var
     if not fast.is_default() and fast.off():
         return None  # BoTorch's posterior turns it on unless a caller turned it off
     if gpytorch_settings.skip_posterior_variances.on():
         return None
-    columns: Tensor | None
     if type(model) is SingleTaskGP:
-        parts = _moments(model, unique, s)
-        if parts is None:
-            return None
-        mean, variances, all_columns = parts
-        columns = all_columns if s else None
-    elif type(model) is ModelListGP and all(
+        return _moments(model, unique, s)
+    if type(model) is not ModelListGP or not all(
         type(m) is SingleTaskGP and m.num_outputs == 1 for m in model.models
     ):
-        each = [_moments(cast(SingleTaskGP, m), unique, s) for m in model.models]
-        found = [part for part in each if part is not None]
-        if len(found) != len(each):
-            return None
-        mean = torch.cat([part[0] for part in found], dim=-1)
-        variances = torch.cat([part[1] for part in found])
-        columns = torch.cat([part[2] for part in found]) if s else None
-    else:
         return None
-    blocks = _assemble(variances, columns, index, s)
-    if mean.shape[-1] == 1 and type(model) is SingleTaskGP:
-        return GPyTorchPosterior(
-            MultivariateNormal(mean[..., 0][index], DenseLinearOperator(blocks[0]))
-        )
-    return GPyTorchPosterior(
-        MultitaskMultivariateNormal(
-            mean=mean[index],  # b x k x outputs
-            covariance_matrix=BlockDiagLinearOperator(
-                DenseLinearOperator(blocks.movedim(0, -3)), block_dim=-3
-            ),
-            interleaved=False,
-        )
+    each = [_moments(cast(SingleTaskGP, m), unique, s) for m in model.models]
+    found = [part for part in each if part is not None]
+    if len(found) != len(each):
+        return None
+    return (
+        torch.cat([part[0] for part in found], dim=-1),
+        torch.cat([part[1] for part in found]),
+        torch.cat([part[2] for part in found]),
     )
 
 
@@ -304,8 +319,7 @@ def _gather(posterior: Posterior, index: Tensor, s: int) -> GPyTorchPosterior | 
     if type(mvn) is MultivariateNormal:
         if mvn.mean.dim() != 1:
             return None
-        blocks = _blocks(mvn.lazy_covariance_matrix, index, s)
-        return GPyTorchPosterior(MultivariateNormal(mvn.mean[index], DenseLinearOperator(blocks)))
+        return batched_posterior(mvn.mean[index], _blocks(mvn.lazy_covariance_matrix, index, s))
     if type(mvn) is not MultitaskMultivariateNormal or mvn._interleaved:
         return None
     covar = mvn.lazy_covariance_matrix
@@ -314,10 +328,4 @@ def _gather(posterior: Posterior, index: Tensor, s: int) -> GPyTorchPosterior | 
     if mvn.mean.dim() != 2:
         return None
     blocks = _blocks(covar.base_linear_op, index, s).movedim(0, -3)  # b x outputs x k x k
-    return GPyTorchPosterior(
-        MultitaskMultivariateNormal(
-            mean=mvn.mean[index],  # b x k x outputs
-            covariance_matrix=BlockDiagLinearOperator(DenseLinearOperator(blocks), block_dim=-3),
-            interleaved=False,
-        )
-    )
+    return batched_posterior(mvn.mean[index], blocks)  # mean: b x k x outputs

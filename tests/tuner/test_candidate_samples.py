@@ -1,0 +1,161 @@
+"""qLogNEI's samples at the candidates from the GP's caches (``candidate_samples.py``) give
+BoTorch's acquisition values and gradients.
+
+For every GP structure ``build_acquisition`` gives qLogNEI: one GP, a batched two-output GP
+(an outcome constraint) and a ``ModelListGP`` (a feasibility outcome as well); with and
+without pending points (BoTorch's incremental qLogNEI adds them to the baseline), with the
+candidate-list margin, inside and outside ``shared_rows``.
+BoTorch's values are those of the same acquisition with the direct path turned off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from botorch.models import ModelListGP, SingleTaskGP
+
+import tuner.designer.candidate_samples as candidate_samples_module
+from tuner.designer.acquisition import build_acquisition
+from tuner.designer.candidate_samples import LogNEI
+from tuner.designer.model import fit_models, outcome_data
+from tuner.designer.shared_rows import shared_rows
+from tuner.encoding import UnitBoxEncoder
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+TOLERANCE = 1e-9
+
+
+def _spec(case: str, d: int) -> StudySpec:
+    return StudySpec.from_dict(
+        {
+            "name": "candidate-samples",
+            "knobs": [
+                {"name": f"x{i}", "kind": "float", "low": 0.0, "high": 1.0} for i in range(d)
+            ],
+            "objectives": [{"name": "y", "goal": "minimize"}],
+            "outcome_constraints": [] if case == "plain" else ["c <= 0.4"],
+        }
+    )
+
+
+def _acquisition(case: str, pending: bool, margin: float) -> tuple[LogNEI, Any, int]:
+    spec = _spec(case, 4)
+    encoder = UnitBoxEncoder(spec.space)
+    generator = torch.Generator().manual_seed(7)
+    X = torch.rand(25, encoder.d, generator=generator, dtype=torch.float64)
+    trials = []
+    for i, row in enumerate(X):
+        status, metrics = (
+            TrialStatus.COMPLETED,
+            {
+                "y": float((row - 0.3).square().sum() + 0.1 * torch.sin(9 * row).sum()),
+                "c": float(row[:2].mean()),
+            },
+        )
+        if case == "feasibility" and i % 6 == 2:
+            status, metrics = TrialStatus.INFEASIBLE, {}
+        trials.append(
+            Trial(id=i + 1, config=encoder.decode(row.tolist()), status=status, metrics=metrics)
+        )
+    data = outcome_data(spec, encoder, tuple(trials))
+    model = fit_models(data, encoder)
+    expected_type = {"plain": SingleTaskGP, "constrained": SingleTaskGP, "feasibility": ModelListGP}
+    assert type(model) is expected_type[case]
+    X_pending = torch.rand(2, encoder.d, generator=generator).double() if pending else None
+    acquisition = build_acquisition(
+        spec, model, data, data[0].X, X_pending, True, seed=3, margin=margin
+    )
+    assert isinstance(acquisition, LogNEI) and acquisition._cache_root
+    return acquisition, model, encoder.d
+
+
+def _value_and_gradient(
+    acquisition: LogNEI, X: torch.Tensor, shared: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    inputs = X.clone().requires_grad_(True)
+    if shared:
+        with shared_rows(acquisition):
+            value = acquisition(inputs)
+    else:
+        value = acquisition(inputs)
+    (gradient,) = torch.autograd.grad(value.sum(), inputs)
+    return value.detach(), gradient
+
+
+@pytest.mark.parametrize(
+    ("case", "pending", "margin"),
+    [
+        ("plain", False, 0.0),
+        ("plain", True, 0.1),
+        ("constrained", False, 0.1),
+        ("constrained", True, 0.0),
+        ("feasibility", False, 0.0),
+        ("feasibility", True, 0.0),
+    ],
+)
+def test_values_and_gradients_equal_botorch(
+    case: str, pending: bool, margin: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acquisition, _, d = _acquisition(case, pending, margin)
+    X = torch.rand(6, 1, d, generator=torch.Generator().manual_seed(2)).double()
+    original = candidate_samples_module.candidate_samples
+    taken: list[bool] = []
+
+    def spy(*args: Any) -> Any:
+        result = original(*args)
+        taken.append(result is not None)
+        return result
+
+    monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+    expected, expected_gradient = _value_and_gradient(acquisition, X, shared=False)
+    monkeypatch.setattr(candidate_samples_module, "candidate_samples", spy)
+    for shared in (False, True):
+        got, gradient = _value_and_gradient(acquisition, X, shared)
+        assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
+        assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
+    assert taken == [True, True]  # both calls sampled directly
+    assert expected_gradient.abs().max() > 0
+    assert not torch.equal(expected[0], expected[1])  # the candidates differ in value
+
+
+def test_a_new_q_is_first_set_up_by_botorch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BoTorch fits its sampler's base samples to a new ``q`` in its own first call (the
+    baseline's samples must stay the cached ones); only later calls are direct. Inputs
+    with several candidates per batch always take BoTorch's path."""
+    acquisition, _, d = _acquisition("plain", pending=False, margin=0.0)
+    original = candidate_samples_module.candidate_samples
+    taken: list[bool] = []
+
+    def spy(*args: Any) -> Any:
+        result = original(*args)
+        taken.append(result is not None)
+        return result
+
+    monkeypatch.setattr(candidate_samples_module, "candidate_samples", spy)
+    generator = torch.Generator().manual_seed(4)
+    one = torch.rand(5, 1, d, generator=generator).double()
+    two = torch.rand(5, 2, d, generator=generator).double()
+    with torch.no_grad():
+        first = acquisition(one)
+        again = acquisition(one)
+        pairs = acquisition(two)
+    assert taken == [False, True, False]
+    assert torch.allclose(first, again, rtol=1e-12, atol=0)
+    assert torch.isfinite(pairs).all()
+
+
+def test_the_pick_of_a_suggestion_is_botorch_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole L-BFGS-B maximization picks the same candidate either way (rounding can
+    move the optimizer's path: 1e-6 in the unit box is far below a knob's resolution)."""
+    from tuner.designer.acquisition import OptimizerSettings, optimize_continuous
+
+    picks = []
+    for direct in (True, False):
+        acquisition, _, d = _acquisition("constrained", pending=True, margin=0.0)
+        if not direct:
+            monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+        picks.append(optimize_continuous(acquisition, d, 1, [], OptimizerSettings(), seed=5))
+    assert torch.allclose(picks[0], picks[1], atol=1e-5)
