@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import random
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from server.sweep import cells_in_order
 from targets.nvgpu import NvidiaGpuTarget
 from targets.signals import terminate_on_sigterm
 from tuner.errors import ConfigRejected, TargetError
@@ -115,13 +115,6 @@ def default_cell(target: NvidiaGpuTarget, names: Sequence[str]) -> dict[str, int
     return {n: (DEFAULT_BATCH if n == "batch" else int(knobs[n].default)) for n in names}  # type: ignore[arg-type]
 
 
-def grid(levels: dict[str, list[int]]) -> list[dict[str, int]]:
-    cells: list[dict[str, int]] = [{}]
-    for name, values in levels.items():
-        cells = [{**cell, name: v} for cell in cells for v in values]
-    return cells
-
-
 def measured(
     target: NvidiaGpuTarget,
     cell: dict[str, int],
@@ -157,26 +150,28 @@ def measured(
 
 
 def passes(
-    cells: list[dict[str, int]],
+    levels: dict[str, list[int]],
     default: dict[str, int],
     control_every: int,
     max_passes: int,
 ) -> Iterator[tuple[int, dict[str, int]]]:
-    """(pass, cell) in measuring order; the caller stops when its time budget is spent."""
-    rest = [c for c in cells if c != default]
+    """(pass, cell) in measuring order: in each pass the default cell, then the grid's other
+    cells in the pass's seeded order (``server.sweep.cells_in_order``), the default again
+    after every ``control_every``. The caller stops when its time budget is spent."""
     for number in range(max_passes):
-        order = list(rest)
-        random.Random(number).shuffle(order)
+        order = cells_in_order(levels, default, seed=number)  # type: ignore[arg-type]
+        if order[0] != default:
+            raise ValueError(f"the default cell {default} is not a cell of the grid {levels}")
         yield number, default
-        for i, cell in enumerate(order, start=1):
-            yield number, cell
+        for i, cell in enumerate(order[1:], start=1):
+            yield number, cell  # type: ignore[misc]
             if control_every and i % control_every == 0:
                 yield number, default
 
 
 def run_grid(
     target: NvidiaGpuTarget,
-    cells: list[dict[str, int]],
+    levels: dict[str, list[int]],
     default: dict[str, int],
     columns: Sequence[str],
     out: Path,
@@ -196,7 +191,7 @@ def run_grid(
     ):
         writer = csv.DictWriter(table, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
-        for number, cell in passes(cells, default, args.control_every, 50):
+        for number, cell in passes(levels, default, args.control_every, 50):
             elapsed = time.monotonic() - start
             if elapsed > args.budget_s:
                 break
@@ -213,7 +208,8 @@ def run_grid(
             if count % 10 == 0 or row["status"] != "COMPLETED":
                 shown = {k: row.get(k) for k in (*columns[1:3], "gpu_power_w")}
                 say(f"{count} rows, pass {number}, {elapsed:.0f} s: {cell} {row['status']} {shown}")
-    say(f"wrote {out}: {count} measurements of {len(cells)} cells")
+    cells = len(cells_in_order(levels, default, seed=0))  # type: ignore[arg-type]
+    say(f"wrote {out}: {count} measurements of {cells} cells")
     return count
 
 
@@ -239,7 +235,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_grid(
         target,
-        grid(levels),
+        levels,
         default,
         METRICS,
         args.out / "gpu-inference.csv",
@@ -273,7 +269,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_grid(
         target,
-        grid(levels),
+        levels,
         {"sm_mhz": sm[-1]},
         ("requests", *PIPELINE_METRICS),
         args.out / "pipeline.csv",
