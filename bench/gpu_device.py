@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from server.sweep import cells_in_order
+from targets.device import metered
 from targets.nvgpu import NvidiaGpuTarget
 from targets.signals import terminate_on_sigterm
 from tuner.errors import ConfigRejected, TargetError
@@ -127,18 +128,7 @@ def measured(
     try:
         target.set_device({k: v for k, v in cell.items() if k != "batch"})
         time.sleep(settle_s)
-        meter = target.energy_meter()
-        meter.start()
-        began = time.monotonic()
-        try:
-            metrics = run(cell)
-        finally:
-            joules = meter.stop()
-        seconds = time.monotonic() - began
-        row.update(metrics)
-        row["gpu_energy_j"] = joules
-        row["gpu_power_w"] = joules / seconds
-        row["gpu_energy_j_per_request"] = joules / metrics["requests"]
+        row.update(metered(target.energy_meter(), lambda: run(cell), target.energy_prefix))
         row.update(target.device_measurements())
         row["status"], row["reason"] = "COMPLETED", ""
     except ConfigRejected as exc:

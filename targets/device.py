@@ -177,30 +177,42 @@ class DeviceTarget(Target):
         meter = self.energy_meter()
         if meter is None:
             return {**self.workload.measure(), **self.device_measurements()}
-        meter.start()
-        started = time.monotonic()
-        try:
-            metrics = self.workload.measure()
-        finally:
-            joules = meter.stop()
-            seconds = time.monotonic() - started
-        window = _window(metrics)
-        between = getattr(meter, "between", None)
-        if window is not None and between is not None:
-            timed = between(*window)
-            if timed is not None:
-                joules, seconds = timed, window[1] - window[0]
-        p = self.energy_prefix
-        out = {**metrics, f"{p}energy_j": joules, f"{p}power_w": joules / max(seconds, 1e-9)}
-        if out.get("requests", 0) > 0:
-            out[f"{p}energy_j_per_request"] = joules / out["requests"]
-        return {**out, **self.device_measurements()}
+        return {
+            **metered(meter, self.workload.measure, self.energy_prefix),
+            **self.device_measurements(),
+        }
 
     def restore(self) -> None:
         try:
             self.reset_device()
         finally:
             self.workload.restore()
+
+
+def metered(
+    meter: EnergyMeter, run: Callable[[], dict[str, float]], prefix: str = ""
+) -> dict[str, float]:
+    """``run()``'s metrics with the energy ``meter`` read around it: ``<prefix>energy_j``,
+    ``<prefix>power_w`` and, when the metrics count ``requests``,
+    ``<prefix>energy_j_per_request``. Where the run reports its timed window and the meter
+    can read energy between two instants, the energy and power are the window's."""
+    meter.start()
+    started = time.monotonic()
+    try:
+        metrics = run()
+    finally:
+        joules = meter.stop()
+        seconds = time.monotonic() - started
+    window = _window(metrics)
+    between = getattr(meter, "between", None)
+    if window is not None and between is not None:
+        timed = between(*window)
+        if timed is not None:
+            joules, seconds = timed, window[1] - window[0]
+    out = {**metrics, f"{prefix}energy_j": joules, f"{prefix}power_w": joules / max(seconds, 1e-9)}
+    if out.get("requests", 0) > 0:
+        out[f"{prefix}energy_j_per_request"] = joules / out["requests"]
+    return out
 
 
 def _window(metrics: dict[str, float]) -> tuple[float, float] | None:
