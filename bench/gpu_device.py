@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from server.sweep import cells_in_order
 from targets.device import metered
 from targets.nvgpu import NvidiaGpuTarget
 from targets.signals import terminate_on_sigterm
@@ -116,6 +116,13 @@ def default_cell(target: NvidiaGpuTarget, names: Sequence[str]) -> dict[str, int
     return {n: (DEFAULT_BATCH if n == "batch" else int(knobs[n].default)) for n in names}  # type: ignore[arg-type]
 
 
+def grid(levels: dict[str, list[int]]) -> list[dict[str, int]]:
+    cells: list[dict[str, int]] = [{}]
+    for name, values in levels.items():
+        cells = [{**cell, name: v} for cell in cells for v in values]
+    return cells
+
+
 def measured(
     target: NvidiaGpuTarget,
     cell: dict[str, int],
@@ -140,28 +147,26 @@ def measured(
 
 
 def passes(
-    levels: dict[str, list[int]],
+    cells: list[dict[str, int]],
     default: dict[str, int],
     control_every: int,
     max_passes: int,
 ) -> Iterator[tuple[int, dict[str, int]]]:
-    """(pass, cell) in measuring order: in each pass the default cell, then the grid's other
-    cells in the pass's seeded order (``server.sweep.cells_in_order``), the default again
-    after every ``control_every``. The caller stops when its time budget is spent."""
+    """(pass, cell) in measuring order; the caller stops when its time budget is spent."""
+    rest = [c for c in cells if c != default]
     for number in range(max_passes):
-        order = cells_in_order(levels, default, seed=number)  # type: ignore[arg-type]
-        if order[0] != default:
-            raise ValueError(f"the default cell {default} is not a cell of the grid {levels}")
+        order = list(rest)
+        random.Random(number).shuffle(order)
         yield number, default
-        for i, cell in enumerate(order[1:], start=1):
-            yield number, cell  # type: ignore[misc]
+        for i, cell in enumerate(order, start=1):
+            yield number, cell
             if control_every and i % control_every == 0:
                 yield number, default
 
 
 def run_grid(
     target: NvidiaGpuTarget,
-    levels: dict[str, list[int]],
+    cells: list[dict[str, int]],
     default: dict[str, int],
     columns: Sequence[str],
     out: Path,
@@ -181,7 +186,7 @@ def run_grid(
     ):
         writer = csv.DictWriter(table, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
-        for number, cell in passes(levels, default, args.control_every, 50):
+        for number, cell in passes(cells, default, args.control_every, 50):
             elapsed = time.monotonic() - start
             if elapsed > args.budget_s:
                 break
@@ -198,8 +203,7 @@ def run_grid(
             if count % 10 == 0 or row["status"] != "COMPLETED":
                 shown = {k: row.get(k) for k in (*columns[1:3], "gpu_power_w")}
                 say(f"{count} rows, pass {number}, {elapsed:.0f} s: {cell} {row['status']} {shown}")
-    cells = len(cells_in_order(levels, default, seed=0))  # type: ignore[arg-type]
-    say(f"wrote {out}: {count} measurements of {cells} cells")
+    say(f"wrote {out}: {count} measurements of {len(cells)} cells")
     return count
 
 
@@ -225,7 +229,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_grid(
         target,
-        levels,
+        grid(levels),
         default,
         METRICS,
         args.out / "gpu-inference.csv",
@@ -259,7 +263,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_grid(
         target,
-        levels,
+        grid(levels),
         {"sm_mhz": sm[-1]},
         ("requests", *PIPELINE_METRICS),
         args.out / "pipeline.csv",
