@@ -39,15 +39,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import random
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from targets import grid
 from targets.device import metered
 from targets.nvgpu import NvidiaGpuTarget
 from targets.signals import terminate_on_sigterm
@@ -116,13 +116,6 @@ def default_cell(target: NvidiaGpuTarget, names: Sequence[str]) -> dict[str, int
     return {n: (DEFAULT_BATCH if n == "batch" else int(knobs[n].default)) for n in names}  # type: ignore[arg-type]
 
 
-def grid(levels: dict[str, list[int]]) -> list[dict[str, int]]:
-    cells: list[dict[str, int]] = [{}]
-    for name, values in levels.items():
-        cells = [{**cell, name: v} for cell in cells for v in values]
-    return cells
-
-
 def measured(
     target: NvidiaGpuTarget,
     cell: dict[str, int],
@@ -144,24 +137,6 @@ def measured(
         row["status"], row["reason"] = "FAILED", str(exc)[:200]
     row["trial_s"] = round(time.monotonic() - started, 3)
     return row
-
-
-def passes(
-    cells: list[dict[str, int]],
-    default: dict[str, int],
-    control_every: int,
-    max_passes: int,
-) -> Iterator[tuple[int, dict[str, int]]]:
-    """(pass, cell) in measuring order; the caller stops when its time budget is spent."""
-    rest = [c for c in cells if c != default]
-    for number in range(max_passes):
-        order = list(rest)
-        random.Random(number).shuffle(order)
-        yield number, default
-        for i, cell in enumerate(order, start=1):
-            yield number, cell
-            if control_every and i % control_every == 0:
-                yield number, default
 
 
 def run_grid(
@@ -186,7 +161,12 @@ def run_grid(
     ):
         writer = csv.DictWriter(table, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
-        for number, cell in passes(cells, default, args.control_every, 50):
+        order = (  # at most 50 passes; the time budget ends it first
+            (n, cell)
+            for n in range(50)
+            for cell in grid.measuring_order(cells, default, n, args.control_every)
+        )
+        for number, cell in order:
             elapsed = time.monotonic() - start
             if elapsed > args.budget_s:
                 break
@@ -229,7 +209,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_grid(
         target,
-        grid(levels),
+        grid.cells(levels),
         default,
         METRICS,
         args.out / "gpu-inference.csv",
@@ -263,7 +243,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_grid(
         target,
-        grid(levels),
+        grid.cells(levels),
         {"sm_mhz": sm[-1]},
         ("requests", *PIPELINE_METRICS),
         args.out / "pipeline.csv",

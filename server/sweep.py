@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import itertools
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from server.config import load_config
+from targets import grid
 from targets.signals import terminate_on_sigterm
 from tuner.errors import TunerError, ValidationError
 from tuner.space import BoolKnob, CategoricalKnob, Knob, OrdinalKnob, Scalar, SearchSpace
@@ -74,18 +73,6 @@ def grid_levels(
     return swept, held
 
 
-def cells_in_order(
-    swept: dict[str, list[Scalar]], default: dict[str, Scalar], seed: int
-) -> list[dict[str, Scalar]]:
-    """Every cell, the default one first, the rest in a seeded random order."""
-    names = list(swept)
-    cells = [dict(zip(names, values, strict=True)) for values in itertools.product(*swept.values())]
-    first = {n: default[n] for n in names if n in default}
-    rest = [c for c in cells if c != first]
-    random.Random(seed).shuffle(rest)
-    return ([first] if first in cells else []) + rest
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -113,6 +100,9 @@ def _sweep(args: argparse.Namespace) -> int:
         count *= len(values)
     if count > args.max_cells:
         raise ValidationError("--max-cells", f"the grid has {count} cells", f"<= {args.max_cells}")
+    cells = grid.cells(swept)
+    first = {n: default[n] for n in swept if n in default}
+    control = first if first in cells else None  # first in every pass, when it is a cell
     if held:
         console.print(f"held at: {', '.join(f'{k}={v}' for k, v in held.items())}")
     metrics = list(config.target.describe_metrics())
@@ -129,7 +119,7 @@ def _sweep(args: argparse.Namespace) -> int:
         writer.writeheader()
         task = progress.add_task("sweep", total=count * args.repeats)
         for repeat in range(args.repeats):
-            for cell in cells_in_order(swept, default, args.seed + repeat):
+            for cell in grid.measuring_order(cells, control, args.seed + repeat):
                 started = time.monotonic()
                 outcome = target.run_trial({**held, **cell})
                 row: dict[str, Any] = {**cell, "status": outcome.status.value}

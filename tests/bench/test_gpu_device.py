@@ -1,0 +1,64 @@
+"""bench.gpu_device's sweep on the simulated GPU: the order it measures in, and the reset."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import gpu_device
+from targets import fake_nvml, grid
+from targets.fake_nvml import FakeDevice
+
+
+@pytest.fixture
+def gpu() -> Iterator[FakeDevice]:
+    (device,) = fake_nvml.configure([FakeDevice()])
+    yield device
+    fake_nvml.configure([])
+
+
+def test_the_sweep_measures_controls_between_cells_and_leaves_the_clocks_reset(
+    gpu: FakeDevice, tmp_path: Path
+) -> None:
+    target = gpu_device.gpu_target("targets.fake_nvml")
+    levels = {name: values[:2] for name, values in gpu_device.sweep_levels(target).items()}
+    default = gpu_device.default_cell(target, list(levels))
+    seen: list[tuple[int, int]] = []
+
+    def run(cell: dict[str, int]) -> dict[str, float]:
+        assert gpu.locked_sm is not None
+        seen.append((gpu.locked_sm[1], gpu.limit_mw // 1000))  # as the device is set
+        return {"requests": float(cell["batch"])}
+
+    args = argparse.Namespace(budget_s=60.0, settle_s=0.0, control_every=3)
+    cells = grid.cells(levels)
+    table, log = tmp_path / "sweep.csv", tmp_path / "sweep.jsonl"
+    # Stop after two passes: the budget is spent by the 2 x (cells + controls) measurements.
+    per_pass = len(grid.measuring_order(cells, default, 0, args.control_every))
+    calls = 0
+
+    def two_passes(cell: dict[str, int]) -> dict[str, float]:
+        nonlocal calls
+        calls += 1
+        if calls == 2 * per_pass:
+            args.budget_s = 0.0
+        return run(cell)
+
+    gpu_device.run_grid(target, cells, default, ["requests"], table, log, args, two_passes)
+
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) == 2 * per_pass
+    for number in (0, 1):
+        got = [{k: r[k] for k in levels} for r in rows if r["pass"] == number]
+        assert got == grid.measuring_order(cells, default, number, args.control_every)
+    assert all(r["status"] == "COMPLETED" for r in rows)
+    with table.open() as handle:
+        assert [float(r["requests"]) for r in csv.DictReader(handle)] == [r["batch"] for r in rows]
+    # every measurement ran with its cell's clock and limit; the device is back at its defaults
+    assert seen == [(r["sm_mhz"], r["power_w"]) for r in rows]
+    assert gpu.locked_sm is None and gpu.limit_mw == gpu.default_limit_mw
