@@ -10,6 +10,7 @@ BoTorch's values are those of the same acquisition with the direct path turned o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,12 +21,14 @@ import tuner.designer.candidate_samples as candidate_samples_module
 from tuner.designer.acquisition import build_acquisition
 from tuner.designer.candidate_samples import LogNEI
 from tuner.designer.model import fit_models, outcome_data
-from tuner.designer.shared_rows import shared_rows
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
 TOLERANCE = 1e-9
+# the fixtures of tests/tuner/conftest.py
+ValueAndGradient = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+PathTaken = Callable[..., list[bool]]
 
 
 def _spec(case: str, d: int) -> StudySpec:
@@ -72,19 +75,6 @@ def _acquisition(case: str, pending: bool, margin: float) -> tuple[LogNEI, Any, 
     return acquisition, model, encoder.d
 
 
-def _value_and_gradient(
-    acquisition: LogNEI, X: torch.Tensor, shared: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    inputs = X.clone().requires_grad_(True)
-    if shared:
-        with shared_rows(acquisition):
-            value = acquisition(inputs)
-    else:
-        value = acquisition(inputs)
-    (gradient,) = torch.autograd.grad(value.sum(), inputs)
-    return value.detach(), gradient
-
-
 @pytest.mark.parametrize(
     ("case", "pending", "margin"),
     [
@@ -97,23 +87,21 @@ def _value_and_gradient(
     ],
 )
 def test_values_and_gradients_equal_botorch(
-    case: str, pending: bool, margin: float, monkeypatch: pytest.MonkeyPatch
+    case: str,
+    pending: bool,
+    margin: float,
+    monkeypatch: pytest.MonkeyPatch,
+    value_and_gradient: ValueAndGradient,
+    path_taken: PathTaken,
 ) -> None:
     acquisition, _, d = _acquisition(case, pending, margin)
     X = torch.rand(6, 1, d, generator=torch.Generator().manual_seed(2)).double()
-    original = candidate_samples_module.candidate_samples
-    taken: list[bool] = []
-
-    def spy(*args: Any) -> Any:
-        result = original(*args)
-        taken.append(result is not None)
-        return result
-
-    monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
-    expected, expected_gradient = _value_and_gradient(acquisition, X, shared=False)
-    monkeypatch.setattr(candidate_samples_module, "candidate_samples", spy)
+    with monkeypatch.context() as botorch_only:
+        botorch_only.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+        expected, expected_gradient = value_and_gradient(acquisition, X, False)
+    taken = path_taken(candidate_samples_module, "candidate_samples")
     for shared in (False, True):
-        got, gradient = _value_and_gradient(acquisition, X, shared)
+        got, gradient = value_and_gradient(acquisition, X, shared)
         assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
         assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
     assert taken == [True, True]  # both calls sampled directly
@@ -121,20 +109,12 @@ def test_values_and_gradients_equal_botorch(
     assert not torch.equal(expected[0], expected[1])  # the candidates differ in value
 
 
-def test_a_new_q_is_first_set_up_by_botorch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_q_is_first_set_up_by_botorch(path_taken: PathTaken) -> None:
     """BoTorch fits its sampler's base samples to a new ``q`` in its own first call (the
     baseline's samples must stay the cached ones); only later calls are direct. Inputs
     with several candidates per batch always take BoTorch's path."""
     acquisition, _, d = _acquisition("plain", pending=False, margin=0.0)
-    original = candidate_samples_module.candidate_samples
-    taken: list[bool] = []
-
-    def spy(*args: Any) -> Any:
-        result = original(*args)
-        taken.append(result is not None)
-        return result
-
-    monkeypatch.setattr(candidate_samples_module, "candidate_samples", spy)
+    taken = path_taken(candidate_samples_module, "candidate_samples")
     generator = torch.Generator().manual_seed(4)
     one = torch.rand(5, 1, d, generator=generator).double()
     two = torch.rand(5, 2, d, generator=generator).double()

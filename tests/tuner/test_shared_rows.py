@@ -11,6 +11,7 @@ that its batches reach the posterior this module gathers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -208,7 +209,11 @@ def test_gathered_covariance_equals_the_batched_one() -> None:
 
 
 @pytest.mark.parametrize("case", ["plain", "constrained"])
-def test_gradients_equal_the_plain_call(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gradients_equal_the_plain_call(
+    case: str,
+    value_and_gradient: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    path_taken: Callable[..., list[bool]],
+) -> None:
     """L-BFGS-B on a continuous space differentiates the acquisition through the gathered
     posterior: values and gradients of its restart batches are the plain call's."""
     spec = StudySpec.from_dict(
@@ -228,27 +233,9 @@ def test_gradients_equal_the_plain_call(case: str, monkeypatch: pytest.MonkeyPat
     acquisition = build_acquisition(spec, model, data, data[0].X, None, True, seed=3)
     X = torch.rand(4, 1, encoder.d, generator=torch.Generator().manual_seed(2)).double()
 
-    def value_and_gradient(shared: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = X.clone().requires_grad_(True)
-        if shared:
-            with shared_rows(acquisition):
-                value = acquisition(inputs)
-        else:
-            value = acquisition(inputs)
-        (gradient,) = torch.autograd.grad(value.sum(), inputs)
-        return value.detach(), gradient
-
-    taken: list[bool] = []
-    original = shared_rows_module._direct
-
-    def direct(*args: Any) -> Any:
-        result = original(*args)
-        taken.append(result is not None)
-        return result
-
-    monkeypatch.setattr(shared_rows_module, "_direct", direct)
-    expected, expected_gradient = value_and_gradient(False)
-    got, gradient = value_and_gradient(True)
+    taken = path_taken(shared_rows_module, "_direct")
+    expected, expected_gradient = value_and_gradient(acquisition, X, False)
+    got, gradient = value_and_gradient(acquisition, X, True)
     assert taken == [True]  # the restarts' batch went through the GP's caches
     assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
     assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)

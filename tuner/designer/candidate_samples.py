@@ -57,8 +57,8 @@ class LogNEI(qLogNoisyExpectedImprovement):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        # (base samples, q) -> base samples reshaped as BoTorch's sampling reshapes them
-        self._reshaped: tuple[Tensor, int, Tensor] | None = None
+        # the sampler's base samples, and them reshaped as BoTorch's sampling reshapes them
+        self._reshaped: tuple[Tensor, Tensor] | None = None
 
     def _get_samples_and_objectives(self, X: Tensor) -> tuple[Tensor, Tensor]:
         samples = candidate_samples(self, X)
@@ -79,7 +79,7 @@ def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
     baseline = acquisition.X_baseline
     if baseline.dim() != 2 or q != 1 or acquisition.X_pending is not None:
         return None
-    if acquisition.q_in != q:
+    if acquisition.q_in != 1:
         return None
     model = acquisition.model
     if isinstance(model, SharedRowsModel):
@@ -96,7 +96,7 @@ def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
     new_mean = mean[nb:].unsqueeze(-2)  # b x 1 x m
     if m == 1 and type(model) is SingleTaskGP:
         bottom = bottom.squeeze(1)  # one output: b x 1 x (nb + 1)
-    left, right = bottom.split([nb, q], dim=-1)
+    left, right = bottom.split([nb, 1], dim=-1)
     left_root = torch.linalg.solve_triangular(
         acquisition._baseline_L, left.transpose(-2, -1), upper=False
     ).transpose(-2, -1)
@@ -106,7 +106,7 @@ def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
     rows_root = torch.cat([left_root, right_root], dim=-1)
     if rows_root.dim() == 3:
         rows_root = rows_root.unsqueeze(-3)  # b x 1 x 1 x (nb + 1)
-    base = _base_samples(acquisition, q, m, type(model) is SingleTaskGP, X)
+    base = _base_samples(acquisition, m, type(model) is SingleTaskGP, X.dtype)
     samples = (
         rows_root.matmul(base.expand(b, *base.shape[1:]))
         .add(new_mean.transpose(-1, -2).unsqueeze(-1))
@@ -117,25 +117,25 @@ def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
     return samples.contiguous()
 
 
-def _base_samples(acquisition: LogNEI, q: int, m: int, single: bool, X: Tensor) -> Tensor:
-    """The sampler's base samples, ``1 x m x (nb + q) x samples``, reshaped by BoTorch's
+def _base_samples(acquisition: LogNEI, m: int, single: bool, dtype: torch.dtype) -> Tensor:
+    """The sampler's base samples, ``1 x m x (nb + 1) x samples``, reshaped by BoTorch's
     ``_reshape_base_samples`` for a posterior of the structure BoTorch's path sees (one
     batch: the values do not depend on the batch); computed once per sampler state."""
     sampler = acquisition.sampler
-    assert sampler is not None  # BoTorch set it up for this q
+    assert sampler is not None  # BoTorch set it up for q = 1
     base: Tensor = sampler.base_samples  # type: ignore[assignment]  # a registered buffer
     cached = acquisition._reshaped
-    if cached is not None and cached[0] is base and cached[1] == q:
-        return cached[2]
-    rows = acquisition.X_baseline.shape[-2] + q
-    eye = torch.eye(rows, dtype=X.dtype)
+    if cached is not None and cached[0] is base:
+        return cached[1]
+    rows = acquisition.X_baseline.shape[-2] + 1
+    eye = torch.eye(rows, dtype=dtype)
     if m == 1 and single:
-        posterior = batched_posterior(torch.zeros(1, rows, dtype=X.dtype), eye.unsqueeze(0))
+        posterior = batched_posterior(torch.zeros(1, rows, dtype=dtype), eye.unsqueeze(0))
     else:
-        mean = torch.zeros(1, rows, m, dtype=X.dtype)
+        mean = torch.zeros(1, rows, m, dtype=dtype)
         posterior = batched_posterior(mean, eye.expand(1, m, rows, rows))
     reshaped = _reshape_base_samples(
         base_samples=base, sample_shape=sampler.sample_shape, posterior=posterior
     )
-    acquisition._reshaped = (base, q, reshaped)
+    acquisition._reshaped = (base, reshaped)
     return reshaped
