@@ -43,6 +43,7 @@ that scale factor, or linearly extrapolated from the largest measured one below 
 from __future__ import annotations
 
 import ast
+import bisect
 import csv
 import json
 import math
@@ -56,7 +57,8 @@ _EPS = 1e-9  # relative: times reach 1e7 s, where an absolute 1e-9 is below a fl
 
 def _tol(value: float) -> float:
     """Comparison slack at ``value``: ``_EPS`` relative, at least ``_EPS`` absolute."""
-    return _EPS * max(1.0, abs(value))
+    size = abs(value)
+    return _EPS * (size if size > 1.0 else 1.0)  # max(1.0, size), without the call
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,10 @@ class Policy:
     starvation: float = 0.0
     interval_s: float = 0.0
     restart_s: float = 0.0
+    # the attained GPU time below which a job is in queue i: thresholds[i] less the slack
+    limits: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    # the shortest wait before a promotion: one interval (and more than nothing)
+    least_wait: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in POLICIES:
@@ -86,6 +92,8 @@ class Policy:
             raise ValueError("thresholds must be positive")
         if self.starvation < 0 or self.interval_s < 0 or self.restart_s < 0:
             raise ValueError("starvation, interval_s and restart_s must be >= 0")
+        object.__setattr__(self, "limits", tuple(t - _tol(t) for t in self.thresholds))
+        object.__setattr__(self, "least_wait", max(self.interval_s, _EPS))
 
 
 @dataclass
@@ -100,6 +108,10 @@ class _State:
     last_stop: float = 0.0  # when it last stopped running (or arrived)
     finish: float | None = None
     preemptions: int = 0
+    slack: float = field(init=False)  # progress left below which the job is done
+
+    def __post_init__(self) -> None:
+        self.slack = _tol(self.job.duration)
 
     @property
     def attained(self) -> float:
@@ -195,10 +207,9 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
         now = horizon
         if ticking and now >= next_tick - _tol(now):
             next_tick = now + policy.interval_s
-        for state in list(active):
-            if state.left <= _tol(state.job.duration):
-                state.finish, state.running = now, False
-                active.remove(state)
+        for state in [s for s in active if s.left <= s.slack]:
+            state.finish, state.running = now, False
+            active.remove(state)
     out = Simulation()
     for job in jobs:
         s = states[job.id]
@@ -211,29 +222,32 @@ def simulate(jobs: Sequence[Job], gpus: int, policy: Policy) -> Simulation:
 def _next_promotion(active: list[_State], policy: Policy, origin: float, now: float) -> float:
     """When the first waiting job becomes due for promotion: at the tick (every
     ``interval_s`` from ``origin``) at or after it has waited ``starvation x`` its run time."""
-    soonest = math.inf
+    due = math.inf
     for state in active:
         if state.running or not state.started or _queue(state, policy) == 0:
             continue
-        due = _promotion_due(state, policy)
-        if policy.interval_s > 0:
-            due = origin + math.ceil((due - origin) / policy.interval_s - _EPS) * policy.interval_s
-        # a job due by now was promoted by the _schedule that just ran, so this is ahead
-        soonest = min(soonest, max(due, now + _tol(now)))
-    return soonest
+        promotion = _promotion_due(state, policy)
+        if promotion < due:
+            due = promotion
+    if math.isinf(due):
+        return due
+    # the rounding up to a tick is monotone, so it is applied to the soonest job alone
+    if policy.interval_s > 0:
+        due = origin + math.ceil((due - origin) / policy.interval_s - _EPS) * policy.interval_s
+    # a job due by now was promoted by the _schedule that just ran, so this is ahead
+    return max(due, now + _tol(now))
 
 
 def _promotion_due(state: _State, policy: Policy) -> float:
     """When a waiting job has waited ``starvation x`` its run time (and one interval)."""
-    return state.last_stop + max(policy.starvation * state.ran, policy.interval_s, _EPS)
+    wait = policy.starvation * state.ran
+    return state.last_stop + (wait if wait > policy.least_wait else policy.least_wait)
 
 
 def _queue(state: _State, policy: Policy) -> int:
-    service = state.attained - state.base
-    for i, threshold in enumerate(policy.thresholds):
-        if service < threshold - _tol(threshold):
-            return i
-    return len(policy.thresholds)
+    """The job's queue: the first ``i`` with attained service (since its last promotion)
+    below ``thresholds[i]``, else the last queue (``len(thresholds)``)."""
+    return bisect.bisect_right(policy.limits, state.job.gpus * state.ran - state.base)
 
 
 def _to_threshold(state: _State, policy: Policy) -> float | None:
@@ -258,11 +272,12 @@ def _schedule(active: list[_State], gpus: int, policy: Policy, now: float) -> No
             free -= state.job.gpus
         return
     if policy.kind == "dlas" and policy.starvation > 0:
+        slack = _tol(now)
         for state in active:
             if (
                 not state.running
                 and state.started
-                and now >= _promotion_due(state, policy) - _tol(now)
+                and now >= _promotion_due(state, policy) - slack
                 and _queue(state, policy) > 0
             ):
                 state.base = state.attained  # promoted to the top queue
