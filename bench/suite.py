@@ -2,7 +2,7 @@
 
 ``python -m bench.suite --half develop|report [--seeds N] [--first-seed S] [--methods a,b]
 [--problems db,hdbo:branin-d100,...] [--budget B] [--resume] [--redo METHOD] [--jobs K]
-[--out DIR] [--markdown] [--logged-only]``
+[--out DIR] [--markdown] [--logged-only] [--also DIR,...]``
 
 * **Problems** (``bench/suite_problems.py``): the half's problems, read from
   ``../shared/benchdata`` at run time (``--data``); ``--problems`` keeps the names equal to,
@@ -22,7 +22,10 @@
   every other method's logged runs of the selected problems and seeds in the tables. Peer
   results do not change when our designer does, so ``--methods ours --resume`` reruns only
   ours, after ``--redo ours`` dropped its logged runs of the selected problems.
-  ``--logged-only``: the tables of the logged runs, running nothing. ``--jobs K`` runs in K
+  ``--logged-only``: the tables of the logged runs, running nothing. ``--also DIR,...``
+  takes the scored runs of other results folders as well (runs made beside this one by
+  other processes, e.g. one per family; a run logged in ``--out`` wins) and runs none of
+  them again. ``--jobs K`` runs in K
   worker processes (each builds the problems it needs; torch/BLAS get one thread each
   unless ``--threads``).
 * **Scoring** (``bench/suite_score.py``) on the true value of each run's reported best, and
@@ -187,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         if added:
             console.print(f"scored {added} runs of {out / RUNS_LOG} into {log}")
         done = logged_curves(log, budgets)
+    for folder in args.also.split(",") if args.also else ():
+        beside = Path(folder) / CURVES_LOG
+        if not beside.is_file():
+            raise SystemExit(f"--also {folder}: no {CURVES_LOG} there")
+        taken = {k: r for k, r in logged_curves(beside, budgets).items() if k not in done}
+        done.update(taken)
+        console.print(f"--also: {len(taken)} runs taken from {beside}")
     done = {k: r for k, r in done.items() if k[0] in budgets and k[1] in seeds}
     plan = [(p.name, s, m, budgets[p.name]) for p in problems for s in seeds for m in methods]
     plan = [t for t in plan if t[:3] not in done]
@@ -333,6 +343,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--resume", action="store_true", help=f"take runs already in <out>/{CURVES_LOG}")
     add("--redo", help="drop these methods' logged runs of the selected problems first")
     add("--logged-only", action="store_true", help="tables from the logged runs, running none")
+    add(
+        "--also",
+        help="comma-separated results folders whose scored runs count too (runs written "
+        "beside this one by other processes); a run logged in --out wins",
+    )
     add("--jobs", type=int, default=1, help="worker processes")
     add("--threads", type=int, help="torch/BLAS threads per process (default: 1 with --jobs)")
     add("--data", type=Path, default=suite_problems.DATA, help="the shared/benchdata folder")

@@ -101,3 +101,15 @@ def test_unknown_methods_and_empty_filters_stop_with_a_message(tmp_path: Path) -
         suite.main(["--half", "develop", "--methods", "nope", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="matches no develop problem"):
         suite.main(["--half", "develop", "--problems", "db:tpcc-100", "--out", str(tmp_path)])
+
+
+def test_also_takes_the_runs_logged_in_another_folder(tmp_path: Path) -> None:
+    here, beside = tmp_path / "here", tmp_path / "beside"
+    assert _main(here) == 0  # seed 0
+    assert _main(beside, "--first-seed", "1") == 0  # seed 1, by "another process"
+    assert _main(here, "--seeds", "2", "--logged-only", "--also", str(beside)) == 0
+    data = json.loads((here / "suite.json").read_text())
+    assert data["summary"]["hdbo:hartmann6-d20"]["methods"][_method()]["seeds"] == [0, 1]
+    assert len(_log(here, suite.CURVES_LOG)) == 2  # nothing was copied or run
+    with pytest.raises(SystemExit, match=r"--also .*no suite-curves\.jsonl"):
+        _main(here, "--logged-only", "--also", str(tmp_path / "nowhere"))
