@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,42 @@ def test_starvation_at_large_clock_values_terminates() -> None:
         assert len(result.jobs) == 40
         assert all(j.finish >= j.arrival + j.duration - 1e-6 for j in result.jobs)
         assert result.summary()["preemptions"] > 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (
+            Policy("dlas", thresholds=(500.0, 4000.0), starvation=0.05, interval_s=7.0,
+                   restart_s=3.0),
+            (6527.2231927026705, 35439.772699101624, 43483.578755739734, 1352),
+        ),
+        (
+            Policy("dlas", thresholds=(200.0,), starvation=2.0, restart_s=10.0),
+            (9011.931574711434, 31185.209230586253, 46827.61126005179, 1316),
+        ),
+        (
+            Policy("las", interval_s=30.0, restart_s=5.0),
+            (5821.367132345829, 39648.50791315427, 47692.31396979238, 1109),
+        ),
+        (Policy("fifo"), (18518.761837791222, 40408.78559032967, 58559.00263801068, 0)),
+    ],
+)  # fmt: skip
+def test_a_random_trace_gives_the_schedules_of_the_reference_simulator(
+    policy: Policy, expected: tuple[float, float, float, int]
+) -> None:
+    """Stored benchmark runs (``bench/results/``) were scored with this simulator, so a
+    faster one must give the same schedules. The expected values are those of the simulator
+    before its speed-up (commit a8d5f0e): 60 seeded jobs on 8 GPUs, with starvation
+    promotions on ticks and without, threshold crossings, restarts and LAS's ticks."""
+    rng = random.Random(11)
+    jobs, arrival = [], 0.0
+    for i in range(60):
+        arrival += rng.expovariate(1 / 300)
+        jobs.append(Job(i, arrival, rng.choice([1, 1, 2, 4, 8]), rng.lognormvariate(7, 1.5)))
+    got = simulate(jobs, 8, policy).summary()
+    average, p99, makespan, preemptions = expected
+    assert got["preemptions"] == preemptions
+    assert (got["avg_jct_s"], got["p99_jct_s"], got["makespan_s"]) == pytest.approx(
+        (average, p99, makespan), rel=1e-12
+    )
