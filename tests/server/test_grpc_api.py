@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -436,9 +437,13 @@ def test_client_keeps_transport_errors_as_rpc_errors(tmp_path: Path) -> None:
     gone.stop()
     service.close()
     storage.close()
-    with TunerClient(gone.target, timeout=2.0) as client:
+    # an UNAVAILABLE call is retried for retry_for seconds, then raised as gRPC raised it
+    with TunerClient(gone.target, timeout=2.0, retry_for=1.0) as client:
+        start = time.monotonic()
         with pytest.raises(grpc.RpcError) as info:
             client.get_study("x")
+        assert time.monotonic() - start >= 1.0
+        assert info.value.code() is StatusCode.UNAVAILABLE
         assert not isinstance(info.value, TunerError)
         with pytest.raises(TimeoutError, match="not ready"):
             client.wait_ready(0.5)
