@@ -1,12 +1,14 @@
 """Tables and the plot of ``bench.suite`` (from the summaries of ``bench/suite_score.py``).
 
-* one table per problem: each method's mean (std) of the true value of its reported best at
-  the checkpoints, its time to the best peer's target (mean ratio; ``>=`` when a seed never
-  got there, with how many did), its mean rank at each checkpoint and its seconds per run;
+* one table per problem: each method's seeds, its mean (std) of the true value of its
+  reported best at the checkpoints, its time to the best peer's target (mean ratio; ``>=``
+  when a seed never got there, with how many did), its mean rank at each checkpoint (over the
+  seeds every method ran, counted in the title) and its seconds per run;
 * the summary over problems: for each ``ours*`` method the fraction of problems where it
   reaches the best peer's target and its median time-to-target ratio; every method's mean
-  rank at 25/50/100 evaluations; on the noisy twins, whether ours' true value beats every
-  peer at 50 and 100;
+  rank at 25/50/100 evaluations (with the number of problems it ran); when some method did
+  not run on every problem, both again over the problems every method ran; on the noisy
+  twins, whether ours' true value beats every peer at 50 and 100;
 * a PNG of small multiples, one panel per problem, the mean normalized curve of each method:
   ``(value - best) / (worst - best)``, where best is the known optimum when there is one
   (else the best mean any method reached) and worst the problem's worst reported value.
@@ -35,8 +37,9 @@ def problem_table(name: str, summary: Mapping[str, Any]) -> Table:
         title += f", optimum {_num(summary['optimum'])}"
     if target is not None:
         title += f"; target {_num(target['value'])} = {target['by']}'s mean @{target['ref']}"
-    table = Table(title=title)
+    table = Table(title=title + f"; ranks over {summary.get('rank_seeds', '?')} common seeds")
     table.add_column("method")
+    table.add_column("seeds", justify="right")
     for mark in marks:
         table.add_column(f"@{mark}", justify="right")
     table.add_column("to target / ref (reached)", justify="right")
@@ -52,35 +55,32 @@ def problem_table(name: str, summary: Mapping[str, Any]) -> Table:
             cells.append(text + (f" [{none} none]" if none else ""))
         ranks = "/".join(f"{summary['ranks'][str(m)].get(method, math.nan):.2f}" for m in marks)
         table.add_row(
-            method, *cells, _ratio(ttt.get(method)), ranks, f"{stats['seconds_per_run']:.1f}"
+            method,
+            _seeds(stats["seeds"]),
+            *cells,
+            _ratio(ttt.get(method)),
+            ranks,
+            f"{stats['seconds_per_run']:.1f}",
         )
     return table
 
 
 def summary_tables(suite: Mapping[str, Any]) -> list[Table]:
     """The tables over problems (module doc)."""
-    reach = Table(title="Ours against the best peer, over problems")
-    reach.add_column("method")
-    reach.add_column("problems", justify="right")
-    reach.add_column("reaches the best peer's target", justify="right")
-    reach.add_column("median trials to target / ref", justify="right")
-    for method, row in suite["ours"].items():
-        fraction, ratio = row["reach_fraction"], row["median_ratio"]
-        reach.add_row(
-            method,
-            str(row["problems"]),
-            "-" if fraction is None else f"{fraction:.2f}",
-            "-" if ratio is None else f"{ratio:.2f}",
-        )
-    ranks = Table(title="Mean rank over problems (at the budget where it is smaller)")
-    ranks.add_column("method")
-    for at in SUMMARY_AT:
-        ranks.add_column(f"@{at}", justify="right")
-    methods = sorted({m for by in suite["ranks"].values() for m in by})
-    for method in methods:
-        cells = [suite["ranks"][str(at)].get(method) for at in SUMMARY_AT]
-        ranks.add_row(method, *("-" if c is None else f"{c:.2f}" for c in cells))
-    out = [reach, ranks]
+    out = [
+        _reach_table(suite["ours"], "Ours against the best peer, over problems"),
+        _rank_table(
+            suite["ranks"],
+            "Mean rank over problems (at the budget where it is smaller)",
+            suite.get("rank_problems"),
+        ),
+    ]
+    complete = suite.get("complete", [])
+    scored = suite.get("rank_problems", {})
+    if complete and any(count != len(complete) for count in scored.values()):
+        where = f"the {len(complete)} problems every method ran"
+        out.append(_reach_table(suite["ours_complete"], f"Ours against the best peer, {where}"))
+        out.append(_rank_table(suite["ranks_complete"], f"Mean rank over {where}"))
     if suite["twins"]:
         twins = Table(title="Noisy twins: ours' mean true value beats every peer")
         twins.add_column("problem")
@@ -92,6 +92,39 @@ def summary_tables(suite: Mapping[str, Any]) -> list[Table]:
                 twins.add_row(name, method, *(_yes(cells[str(at)]) for at in TWIN_AT))
         out.append(twins)
     return out
+
+
+def _reach_table(rows: Mapping[str, Any], title: str) -> Table:
+    reach = Table(title=title)
+    reach.add_column("method")
+    reach.add_column("problems", justify="right")
+    reach.add_column("reaches the best peer's target", justify="right")
+    reach.add_column("median trials to target / ref", justify="right")
+    for method, row in rows.items():
+        fraction, ratio = row["reach_fraction"], row["median_ratio"]
+        reach.add_row(
+            method,
+            str(row["problems"]),
+            "-" if fraction is None else f"{fraction:.2f}",
+            "-" if ratio is None else f"{ratio:.2f}",
+        )
+    return reach
+
+
+def _rank_table(
+    ranks: Mapping[str, Mapping[str, float]], title: str, problems: Mapping[str, int] | None = None
+) -> Table:
+    table = Table(title=title)
+    table.add_column("method")
+    if problems is not None:
+        table.add_column("problems", justify="right")
+    for at in SUMMARY_AT:
+        table.add_column(f"@{at}", justify="right")
+    for method in sorted({m for by in ranks.values() for m in by}):
+        cells = [ranks[str(at)].get(method) for at in SUMMARY_AT]
+        count = [] if problems is None else [str(problems.get(method, 0))]
+        table.add_row(method, *count, *("-" if c is None else f"{c:.2f}" for c in cells))
+    return table
 
 
 def print_report(
@@ -146,6 +179,13 @@ def _ratio(result: Mapping[str, Any] | None) -> str:
         return "-"
     sign = ">=" if result["reached"] < result["seeds"] else ""
     return f"{sign}{result['mean_ratio']:.2f} ({result['reached']}/{result['seeds']})"
+
+
+def _seeds(seeds: list[int]) -> str:
+    """``0-4`` for a run of consecutive seeds, else the list."""
+    if seeds and seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
 
 
 def _yes(value: bool | None) -> str:

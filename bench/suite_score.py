@@ -23,7 +23,10 @@ Over problems (``summarize_suite``), for each ``ours*`` method: the fraction of 
 where its mean at ``ref`` reaches the target; the median over problems of its mean
 time-to-target ratio; every method's mean rank at 25/50/100 evaluations (at the budget on
 problems whose budget is smaller); and on each noisy twin whether its mean true value beats
-every peer's (strictly) at 50 and 100 evaluations (or the budget).
+every peer's (strictly) at 50 and 100 evaluations (or the budget). Methods that did not run
+on every problem (a slow peer on part of the suite) make those averages cover different
+problems, and ranks among fewer methods: the reach and the ranks are also given over the
+``complete`` problems, those every method ran, where every rank is among all methods.
 """
 
 from __future__ import annotations
@@ -184,6 +187,8 @@ def summarize_problem(
             "mean_curve": [statistics.fmean(col) for col in zip(*by.values(), strict=True)],
             "seconds_per_run": statistics.fmean(seconds[method]),
         }
+    common = set.intersection(*(set(by) for by in curves.values()))
+    out["rank_seeds"] = len(common)
     out["ranks"] = {
         str(c): mean_ranks(
             {m: {s: v[c - 1] for s, v in by.items()} for m, by in curves.items()}, sign
@@ -203,11 +208,36 @@ def summarize_problem(
 
 
 def summarize_suite(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Over problems: ours' reach fraction and median ratio, mean ranks, noisy twins."""
+    """Over problems: ours' reach fraction and median ratio, mean ranks, noisy twins; the
+    same reach and ranks again over the problems every method ran (``complete``)."""
     methods = sorted({m for s in summaries.values() for m in s["methods"]})
-    ours = [m for m in methods if not is_peer(m)]
-    out: dict[str, Any] = {"ours": {}, "ranks": {}, "twins": {}}
-    for method in ours:
+    complete = [
+        n for n, s in summaries.items() if s["methods"] and set(s["methods"]) == set(methods)
+    ]
+    out: dict[str, Any] = {
+        "ours": _reach(summaries, methods),
+        "ranks": _suite_ranks(summaries),
+        "rank_problems": {
+            m: sum(m in s["ranks"].get(str(s["budget"]), {}) for s in summaries.values())
+            for m in methods
+        },
+        "complete": complete,
+        "twins": {},
+    }
+    chosen = {n: summaries[n] for n in complete}
+    out["ours_complete"] = _reach(chosen, methods)
+    out["ranks_complete"] = _suite_ranks(chosen)
+    for name, summary in summaries.items():
+        if "~" in name and summary["methods"]:
+            out["twins"][name] = _twin(summary, [m for m in methods if not is_peer(m)])
+    return out
+
+
+def _reach(summaries: Mapping[str, Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    """For each ``ours*`` method: problems with a target it ran, the fraction where its mean
+    at ``ref`` reaches the target, the median of its mean time-to-target ratios."""
+    out: dict[str, Any] = {}
+    for method in (m for m in methods if not is_peer(m)):
         reached, ratios = [], []
         for summary in summaries.values():
             target = summary.get("target")
@@ -216,21 +246,24 @@ def summarize_suite(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
             mean = summary["methods"][method]["at"][str(target["ref"])]["mean"]
             reached.append(reaches(mean, target["value"], _sign(summary)))
             ratios.append(summary["time_to_target"][method]["mean_ratio"])
-        out["ours"][method] = {
+        out[method] = {
             "problems": len(reached),
             "reach_fraction": statistics.fmean(reached) if reached else None,
             "median_ratio": statistics.median(ratios) if ratios else None,
         }
+    return out
+
+
+def _suite_ranks(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each method's mean over problems of its rank at 25/50/100 (or the budget)."""
+    out: dict[str, dict[str, float]] = {}
     for at in SUMMARY_AT:
         ranks: dict[str, list[float]] = {}
         for summary in summaries.values():
             mark = str(min(at, summary["budget"]))
             for method, rank in summary["ranks"].get(mark, {}).items():
                 ranks.setdefault(method, []).append(rank)
-        out["ranks"][str(at)] = {m: statistics.fmean(r) for m, r in ranks.items()}
-    for name, summary in summaries.items():
-        if "~" in name and summary["methods"]:
-            out["twins"][name] = _twin(summary, ours)
+        out[str(at)] = {m: statistics.fmean(r) for m, r in ranks.items()}
     return out
 
 

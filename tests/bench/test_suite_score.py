@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import random
 
 import pytest
+from rich.console import Console
 
 from bench import suite_score as ss
 from bench.contract import Measurement, MethodRun, SuiteProblem
+from bench.suite_report import problem_table, summary_tables
 
 
 def _problem(goal: str = "minimize", optimum: float | None = None) -> SuiteProblem:
@@ -136,3 +139,46 @@ def test_suite_summary_reach_fraction_ranks_and_noisy_twins() -> None:
     assert suite["twins"] == {"hdbo:b~cov05": {"ours": {"50": False, "100": False}}}
     assert "hdbo:a" not in suite["twins"]
     assert ss.is_peer("random") and not ss.is_peer("ours-full") and not ss.is_peer("ours")
+
+
+def test_a_method_missing_on_some_problems_gets_a_summary_over_the_complete_ones() -> None:
+    """A slow peer ran one problem of two: the summary says how many problems each method's
+    mean rank covers, and gives reach and ranks again over the problem every method ran."""
+    problem = _problem(goal="maximize")
+    ours = [_scored("ours", s, [1.0, 5.0, 9.0, 9.0]) for s in (0, 1, 2)]
+    rand = [_scored("random", s, [2.0, 4.0, 6.0, 8.0]) for s in (0, 1, 2)]
+    slow = [_scored("slow", s, [9.0, 9.0, 9.0, 9.5]) for s in (0, 1)]  # seeds 0-1 only
+    summaries = {
+        "hdbo:all": ss.summarize_problem(problem, ours + rand + slow, (2,)),
+        "hdbo:two": ss.summarize_problem(problem, ours + rand, (2,)),
+    }
+    assert summaries["hdbo:all"]["rank_seeds"] == 2 and summaries["hdbo:two"]["rank_seeds"] == 3
+    suite = ss.summarize_suite(summaries)
+    assert suite["complete"] == ["hdbo:all"]
+    assert suite["rank_problems"] == {"ours": 2, "random": 2, "slow": 1}
+    # over both problems ours' rank mixes a rank among three and one among two
+    assert suite["ranks"]["100"] == {"ours": 1.5, "random": 2.5, "slow": 1.0}
+    assert suite["ranks_complete"]["100"] == {"ours": 2.0, "random": 3.0, "slow": 1.0}
+    assert suite["ours"]["ours"]["reach_fraction"] == 0.5  # reaches random's 8, not slow's 9.5
+    assert suite["ours_complete"]["ours"] == {
+        "problems": 1,
+        "reach_fraction": 0.0,
+        "median_ratio": pytest.approx(1.0),
+    }
+    titles = [t.title for t in summary_tables(suite)]
+    assert "Mean rank over the 1 problems every method ran" in titles
+    table = problem_table("hdbo:all", summaries["hdbo:all"])
+    assert "ranks over 2 common seeds" in str(table.title)
+    console = Console(width=300, record=True, file=io.StringIO())
+    console.print(table)
+    rows = {line.split()[1]: line.split()[3] for line in console.export_text().splitlines()
+            if line.startswith("│ ")}  # fmt: skip
+    assert rows == {"ours": "0-2", "random": "0-2", "slow": "0-1"}
+
+
+def test_a_suite_where_every_method_ran_everywhere_has_no_second_summary() -> None:
+    problem = _problem(goal="maximize")
+    runs = [_scored(m, s, [1.0, 2.0, 3.0, 4.0]) for m in ("ours", "random") for s in (0, 1)]
+    suite = ss.summarize_suite({"hdbo:a": ss.summarize_problem(problem, runs, (2,))})
+    assert suite["complete"] == ["hdbo:a"] and suite["ranks_complete"] == suite["ranks"]
+    assert not any("every method ran" in str(t.title) for t in summary_tables(suite))
