@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from botorch.models import ModelListGP, SingleTaskGP
+from linear_operator.utils.errors import NotPSDError
 
 import tuner.designer.candidate_samples as candidate_samples_module
 from tuner.designer.acquisition import build_acquisition
@@ -125,6 +126,27 @@ def test_a_new_q_is_first_set_up_by_botorch(path_taken: PathTaken) -> None:
     assert taken == [False, True, False]
     assert torch.allclose(first, again, rtol=1e-12, atol=0)
     assert torch.isfinite(pairs).all()
+
+
+def test_a_candidate_covariance_that_does_not_factor_leaves_it_to_botorch(
+    monkeypatch: pytest.MonkeyPatch, value_and_gradient: ValueAndGradient, path_taken: PathTaken
+) -> None:
+    """Where the candidate's conditional covariance is not positive definite even with
+    jitter (a candidate on top of a baseline point of a nearly noise-free GP), the direct
+    path gives None and BoTorch's path answers (it warns and samples the plain way there)."""
+    acquisition, _, d = _acquisition("constrained", pending=False, margin=0.0)
+    X = torch.rand(4, 1, d, generator=torch.Generator().manual_seed(5)).double()
+    expected, expected_gradient = value_and_gradient(acquisition, X, False)
+
+    def not_psd(*args: Any, **kwargs: Any) -> torch.Tensor:
+        raise NotPSDError("Matrix not positive definite after repeatedly adding jitter")
+
+    monkeypatch.setattr(candidate_samples_module, "psd_safe_cholesky", not_psd)
+    taken = path_taken(candidate_samples_module, "candidate_samples")
+    got, gradient = value_and_gradient(acquisition, X, False)
+    assert taken == [False]
+    assert torch.allclose(got, expected, rtol=1e-9, atol=0)
+    assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
 
 
 def test_the_pick_of_a_suggestion_is_botorch_s(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.kernels.categorical import CategoricalKernel
 from gpytorch.means import LinearMean
 
+from tuner.designer import model as model_module
 from tuner.designer.acquisition import (
     CONTENDERS_FROM,
     _contenders,
@@ -210,6 +211,57 @@ def test_outcomes_observed_together_share_one_batched_gp() -> None:
     assert model.posterior(torch.rand(4, 2, dtype=torch.float64)).mean.shape == (4, 3)
 
 
+@pytest.mark.parametrize("trend", [False, True], ids=["constant", "trend"])
+def test_a_batched_gps_outputs_are_their_own_gps(trend: bool) -> None:
+    """The batched GP of outcomes observed together predicts each output exactly as that
+    outcome's GP fitted alone (its hyperparameters are that GP's, stacked)."""
+    spec = _spec([{"name": "x", "kind": "float"}, {"name": "c", "kind": "categorical",
+                                                     "choices": ["a", "b", "c"]}])  # fmt: skip
+    encoder = UnitBoxEncoder(spec.space)
+    trials = tuple(
+        Trial(i + 1, {"x": i / 11, "c": "abc"[i % 3]}, S.COMPLETED,
+              {"tps": 100.0 + 10 * math.sin(4 * i), "p95": 10.0 + i % 4, "hit": 0.5 + i / 30})
+        for i in range(12)
+    )  # fmt: skip
+    data = outcome_data(spec, encoder, trials)
+    batched: Any = fit_models(data, encoder, trend=trend)
+    assert not isinstance(batched, ModelListGP) and batched.num_outputs == 3
+    X = encoder.snap(torch.rand(7, encoder.d, generator=torch.Generator().manual_seed(1),
+                                dtype=torch.float64))  # fmt: skip
+    together = batched.posterior(X)
+    for i, outcome in enumerate(data):
+        alone: Any = fit_models([outcome], encoder, trend=trend)
+        posterior = alone.posterior(X)
+        assert torch.allclose(together.mean[:, i], posterior.mean[:, 0], rtol=1e-9)
+        assert torch.allclose(together.variance[:, i], posterior.variance[:, 0], rtol=1e-9)
+
+
+def test_a_batched_gp_is_warm_started_output_by_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each output of a batched GP keeps its own cached hyperparameters, and the next fit
+    starts from them: a few L-BFGS-B steps each, no refit from the priors. (BoTorch 0.18's
+    batched fit reported every warm fit that used its 25 steps as a failure, so each
+    constrained study's step refitted from the priors.)"""
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    trials = [
+        _trial(i + 1, (i * 0.37) % 1, tps=100.0 + 20 * math.sin(5 * i), p95=10.0 + i % 3,
+               hit=0.5 + (i % 4) / 10)
+        for i in range(22)
+    ]  # fmt: skip
+    cache = FitCache()
+    fit_models(outcome_data(spec, encoder, tuple(trials[:21])), encoder, cache, "warm")
+    assert all(cache.get(("warm", n), 2) is not None for n in ("tps", "p95", "hit"))
+    assert cache.get(("warm", "tps,p95,hit"), 2) is None  # no entry for the batch
+    steps: list[int] = []
+    real = model_module._optimize
+    monkeypatch.setattr(model_module, "_optimize", lambda m, maxiter: steps.append(maxiter)
+                        or real(m, maxiter))  # fmt: skip
+    batched: Any = fit_models(outcome_data(spec, encoder, tuple(trials)), encoder, cache, "warm")
+    assert batched.num_outputs == 3
+    assert steps == [model_module._WARM_MAXITER] * 3  # 22 rows: not a full fit's turn
+    assert all(cache.fitted_rows(("warm", n), 2) == 22 for n in ("tps", "p95", "hit"))
+
+
 def test_categorical_knobs_get_a_categorical_kernel() -> None:
     knobs: list[dict[str, Any]] = [
         {"name": "x", "kind": "float"},
@@ -369,6 +421,29 @@ def test_a_trend_works_for_batched_outcomes_and_next_to_a_feasibility_classifier
     assert isinstance(listed, ModelListGP) and len(listed.models) == 4
     assert all(isinstance(m.mean_module, LinearMean) for m in listed.models)
     assert listed.posterior(face).mean.shape == (1, 4)
+
+
+def test_a_trend_starts_at_zero_and_leaves_torchs_global_generator_alone() -> None:
+    """GPyTorch's LinearMean draws its start from torch's global generator; the trend's
+    mean starts at zero, so a trend fit is the same whatever else drew from it."""
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    trials = tuple(
+        _trial(i + 1, i / 6, tps=100.0 + 10 * i, p95=10.0 + i, hit=0.6) for i in range(6)
+    )
+    data = outcome_data(spec, encoder, trials)
+    state = torch.get_rng_state()
+    model: Any = build_model(data, encoder, trend=True)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert isinstance(model.mean_module, LinearMean)
+    assert not model.mean_module.weights.any() and not model.mean_module.bias.any()
+    fits = []
+    with torch.random.fork_rng():  # the test's own draws stay in the test
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            fitted: Any = fit_models(data[:1], encoder, trend=True)
+            fits.append(fitted.mean_module.weights.detach().clone())
+    assert torch.equal(fits[0], fits[1])
 
 
 def _box_data(n: int) -> tuple[UnitBoxEncoder, list[Any]]:

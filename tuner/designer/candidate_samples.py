@@ -31,8 +31,10 @@ The path is taken only where that holds, and BoTorch's is taken otherwise: BoTor
 baseline factor is cached (``cache_root``), no posterior transform, inputs ``b x 1 x d``
 (one candidate per batch: L-BFGS-B's restarts, the local search's candidates), the sampler
 already set up for ``q = 1`` (BoTorch's first call at a ``q`` does that), a model
-``model_moments`` covers, and finite samples (BoTorch's path then raises, warns and falls
-back as before).
+``model_moments`` covers, a candidate's conditional covariance that factors (one that does
+not, with a candidate on top of a baseline point, is where BoTorch's low-rank update fails
+too: its path warns and samples the plain way), and finite samples (BoTorch's path then
+raises, warns and falls back as before).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from botorch.acquisition.logei import qLogNoisyExpectedImprovement
 from botorch.models import SingleTaskGP
 from botorch.utils.low_rank import _reshape_base_samples
 from linear_operator.utils.cholesky import psd_safe_cholesky
+from linear_operator.utils.errors import NanError, NotPSDError
 from torch import Tensor
 
 from tuner.designer.shared_rows import SharedRowsModel, batched_posterior, model_moments
@@ -100,9 +103,12 @@ def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
     left_root = torch.linalg.solve_triangular(
         acquisition._baseline_L, left.transpose(-2, -1), upper=False
     ).transpose(-2, -1)
-    right_root = psd_safe_cholesky(
-        right - left_root @ left_root.transpose(-2, -1), max_tries=_MAX_TRIES
-    )
+    try:
+        right_root = psd_safe_cholesky(
+            right - left_root @ left_root.transpose(-2, -1), max_tries=_MAX_TRIES
+        )
+    except (NanError, NotPSDError):
+        return None  # as BoTorch's path: it warns and samples the plain way
     rows_root = torch.cat([left_root, right_root], dim=-1)
     if rows_root.dim() == 3:
         rows_root = rows_root.unsqueeze(-3)  # b x 1 x 1 x (nb + 1)

@@ -32,7 +32,17 @@ Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
 The cache only saves time: without it the same model is fitted from the priors. The
 likelihood L-BFGS-B evaluates is computed in plain torch (``likelihood.py``: GPyTorch's
-value to rounding, at under half the cost) for every single-output GP.
+value to rounding, at under half the cost).
+
+Outcomes observed on the same trials (a constrained or multi-objective study) share one
+batched GP, whose posterior the acquisition evaluates in one computation; its outputs are
+fitted one by one, each as its own single-output GP warm-started from its own cache entry,
+and their hyperparameters stacked into it, so it predicts each output exactly as that
+output's GP alone. (BoTorch's batched fit solves the same independent problems through
+GPyTorch's likelihood, and BoTorch 0.18 reads its L-BFGS-B results under a key they do not
+have, so a fit that used up its steps reads as FAILURE: every warm fit of 25 steps "failed"
+and was redone from the priors. A constrained study's step at n = 100, d = 16 took a median
+7.5 CPU-s that way and 1.3 CPU-s this way, on the loaded VM; ``bench/NOTES.md``.)
 
 A fit is deterministic and touches no process-wide state: L-BFGS-B from the warm start (or
 the priors' initial values); when it ends abnormally from a warm start, once more from the
@@ -64,8 +74,9 @@ from botorch.optim.core import OptimizationStatus
 from botorch.optim.fit import fit_gpytorch_mll_scipy
 from gpytorch.constraints import Interval
 from gpytorch.kernels import Kernel
-from gpytorch.means import LinearMean
+from gpytorch.means import LinearMean, Mean
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from torch.nn import Parameter
 
 from tuner.designer.kernels import OneHotCategoricalKernel
 from tuner.designer.likelihood import fit_plain
@@ -220,7 +231,8 @@ def fit_models(
 
     When every outcome was observed on the same trials (the usual case: all metrics of every
     COMPLETED trial) they share one batched multi-output GP, which makes each posterior
-    evaluation of the acquisition one batched computation. Otherwise (a feasibility outcome
+    evaluation of the acquisition one batched computation (its outputs fitted one by one:
+    module doc). Otherwise (a feasibility outcome
     also covers INFEASIBLE trials) each outcome gets its own GP in a ``ModelListGP``.
     A batched multi-output GP is never put inside a ``ModelListGP``: BoTorch 0.18 then lays
     out the joint posterior's covariance wrongly (the variances of the second output show up
@@ -240,10 +252,35 @@ def _fit(
     scope: str,
     trend: bool = False,
 ) -> GPyTorchModel:
-    key = (scope, ",".join(o.name for o in group))
-    state = cache.get(key, encoder.d) if cache is not None else None
-    rows = group[0].X.shape[0]
+    """One outcome's GP, or a batched GP over outcomes sharing inputs whose hyperparameters
+    are each outcome's own GP's (module doc: the outputs are fitted one by one)."""
+    if len(group) == 1:
+        return _fit_one(group[0], encoder, cache, scope, trend)
+    singles = [_fit_one(o, encoder, cache, scope, trend) for o in group]
     model = build_model(group, encoder, trend)
+    for name, parameter in model.named_parameters():
+        own = torch.stack([dict(s.named_parameters())[name].detach() for s in singles])
+        if own.numel() != parameter.numel():  # a layout this code does not know
+            raise RuntimeError(
+                f"cannot batch {name}: {tuple(own.shape)} -> {tuple(parameter.shape)}"
+            )
+        with torch.no_grad():
+            parameter.copy_(own.reshape(parameter.shape))
+    model.eval()
+    return model
+
+
+def _fit_one(
+    outcome: OutcomeData,
+    encoder: Encoder,
+    cache: FitCache | None,
+    scope: str,
+    trend: bool = False,
+) -> GPyTorchModel:
+    key = (scope, outcome.name)
+    state = cache.get(key, encoder.d) if cache is not None else None
+    rows = outcome.X.shape[0]
+    model = build_model([outcome], encoder, trend)
     if state is not None:
         model.load_state_dict(state, strict=False)
         fitted = cache.fitted_rows(key, encoder.d) if cache is not None else None
@@ -252,7 +289,7 @@ def _fit(
             return model  # the cached hyperparameters still describe the data
         full = rows % _FULL_FIT_EVERY == 0
         if not _optimize(model, _FIT_MAXITER if full else _WARM_MAXITER):
-            model = build_model(group, encoder, trend)  # the warm start misled it
+            model = build_model([outcome], encoder, trend)  # the warm start misled it
             _optimize(model, _FIT_MAXITER)
     else:
         _optimize(model, _FIT_MAXITER)
@@ -268,12 +305,12 @@ def _keeps(fitted: int, rows: int) -> bool:
 
 
 def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
-    """Maximize the marginal likelihood with L-BFGS-B; whether it ended normally (converged
-    or ran its ``maxiter`` steps)."""
+    """Maximize a single-output GP's marginal likelihood with L-BFGS-B; whether it ended
+    normally (converged or ran its ``maxiter`` steps)."""
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     mll.train()
     result = fit_plain(mll, maxiter)  # the same fit with a plain-torch objective
-    if result is None:  # a batched multi-output GP: BoTorch fits its outputs one by one
+    if result is None:  # a structure the plain objective does not cover
         result = fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
     return result.status in (OptimizationStatus.SUCCESS, OptimizationStatus.STOPPED)
 
@@ -293,9 +330,22 @@ def build_model(group: list[OutcomeData], encoder: Encoder, trend: bool = False)
         X,  # already normalized: the unit-box encoding of the knobs' ranges
         Y,
         covar_module=_kernel(other, cat_dims, [encoder.cat_dims[i] for i in cat_dims], batch),
-        mean_module=LinearMean(d, batch_shape=batch or torch.Size([])) if trend else None,
+        mean_module=ZeroLinearMean(d, batch or torch.Size([])) if trend else None,
         outcome_transform=Standardize(m=len(group)),
     )
+
+
+class ZeroLinearMean(LinearMean):
+    """GPyTorch's ``LinearMean`` with its slopes and intercept starting at zero (where a
+    constant mean starts). ``LinearMean`` draws them with ``torch.randn`` from torch's global
+    generator: a trend fit from the priors then depended on whatever else had drawn from
+    it, in this thread or another study's, and moved it for them (``bo.py``: a suggestion
+    touches no process-wide state)."""
+
+    def __init__(self, input_size: int, batch_shape: torch.Size) -> None:
+        Mean.__init__(self)  # LinearMean's own __init__ would draw the random values
+        self.register_parameter("weights", Parameter(torch.zeros(*batch_shape, input_size, 1)))
+        self.register_parameter("bias", Parameter(torch.zeros(*batch_shape, 1)))
 
 
 def _kernel(
