@@ -49,7 +49,15 @@ from bench.common import (
     show,
     write_json,
 )
-from bench.latency_peers import PEERS, PeerCapped, PeerError, PeerProcess, PeerUnavailable, probe
+from bench.latency_peers import (
+    CONSTRAINED_PEERS,
+    PEERS,
+    PeerCapped,
+    PeerError,
+    PeerProcess,
+    PeerUnavailable,
+    probe,
+)
 from bench.latency_report import (
     Cell,
     PeerTimes,
@@ -119,9 +127,14 @@ def time_cell(
     ``skip``: peer -> the reason it is not run in this cell.
     """
     configs, values = latency_spaces.history(kind, d, n + reps - 1, seed)
+    bounded = latency_spaces.constrained(kind)
+    bound = latency_spaces.constraint_values(kind, d, configs, seed) if bounded else None
     spec = latency_spaces.spec(kind, d, seed)
-    pairs = enumerate(zip(configs, values, strict=True))
-    trials = [completed_trial(i + 1, c, {"f": v}, "") for i, (c, v) in pairs]
+    metrics = [{"f": v} for v in values]
+    for row, c in zip(metrics, bound or [], strict=False):  # none without the constraint
+        row[latency_spaces.CONSTRAINT_METRIC] = c
+    pairs = enumerate(zip(configs, metrics, strict=True))
+    trials = [completed_trial(i + 1, config, row, "") for i, (config, row) in pairs]
     cell = Cell(kind, d, n)
     if cold:  # a fresh cache: the first suggestion after a server restart
         start = time.perf_counter()
@@ -135,10 +148,20 @@ def time_cell(
         "values": values[: n - 1],
         "seed": seed,
     }
+    skip = dict(skip or {})
+    if bound is not None:
+        setup["constraint"] = {
+            "metric": latency_spaces.CONSTRAINT_METRIC,
+            "bound": latency_spaces.CONSTRAINT_BOUND,
+            "values": bound[: n - 1],
+        }
+        for name in peers.names:
+            if name not in CONSTRAINED_PEERS:
+                skip.setdefault(name, "n/a: no outcome constraints")
     running: dict[str, PeerProcess] = {}
     try:
         for name in peers.names:
-            cell.peers[name], process = _start_peer(name, peers, setup, (skip or {}).get(name))
+            cell.peers[name], process = _start_peer(name, peers, setup, skip.get(name))
             if process is not None:
                 running[name] = process
         for m in range(n, n + reps):
@@ -146,9 +169,9 @@ def time_cell(
             cell.ours.append(seconds)
             cell.ours_sources.append(source)
             for name in list(running):
-                if not _step_peer(
-                    running[name], cell.peers[name], configs[m - 1], values[m - 1], peers.cap
-                ):
+                told = None if bound is None else bound[m - 1]
+                point = (configs[m - 1], values[m - 1], told)
+                if not _step_peer(running[name], cell.peers[name], point, peers.cap):
                     running.pop(name).close()
     finally:
         for process in running.values():
@@ -272,11 +295,16 @@ def _start_peer(
 
 
 def _step_peer(
-    process: PeerProcess, times: PeerTimes, config: dict[str, Any], value: float, cap: float
+    process: PeerProcess,
+    times: PeerTimes,
+    point: tuple[dict[str, Any], float, float | None],
+    cap: float,
 ) -> bool:
-    """Time one peer step into ``times``; False when the peer must stop in this cell."""
+    """Time one peer step into ``times`` after telling it ``point`` (configuration, value,
+    constraint metric or None); False when the peer must stop in this cell."""
+    config, value, constraint = point
     try:
-        seconds, kind = process.step(config, value, cap)
+        seconds, kind = process.step(config, value, cap, constraint)
     except PeerCapped:
         times.capped = cap
         times.note = f"capped: a step ran past {cap:.0f} s"

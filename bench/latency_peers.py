@@ -12,10 +12,13 @@ This file is both halves of a JSON-lines bridge over the child's stdin/stdout (t
 ``bench/mlos_peer.py``):
 
 * ``init`` (peer name, knobs, the first ``n - 1`` configurations and values, seed,
-  threads) -> versions and setup seconds: the child tells the peer those points, untimed;
+  threads, and for a constrained space the ``constraint``: metric, bound and the first
+  ``n - 1`` values) -> versions and setup seconds: the child tells the peer those points,
+  untimed;
 * ``warmup`` -> seconds: one untimed suggestion at ``n - 1`` where the peer keeps state
   between steps, as our side's ``FitCache`` is warmed;
-* ``step`` (configuration ``m`` and its value) -> seconds and the kind of suggestion;
+* ``step`` (configuration ``m``, its value and its constraint metric) -> seconds and the kind
+  of suggestion;
 * ``close``.
 
 What a step times, per peer (each with its library defaults otherwise):
@@ -34,6 +37,12 @@ What a step times, per peer (each with its library defaults otherwise):
   trial is marked failed (Ax neither trains on a failed trial nor counts it as pending).
   Warm-up: suggestions at ``n - 1`` until one comes from ``MBM`` (the first is the center
   of the box, which Ax always proposes first).
+
+On a constrained space (``c <= bound``) Optuna's trials carry ``constraints={"c": c - bound}``
+(GPSampler then fits a GP to the constraint and uses constrained logEI) and Ax's experiment has
+the outcome constraint ``c <= bound`` with ``c`` in every trial's data (its default strategy
+then uses qLogNEI with the constraint, as ours does). scikit-optimize has no outcome
+constraints, so it does not run there (``CONSTRAINED_PEERS``).
 
 Every child imports only the standard library at module level; the peer's library is
 imported inside, so a peer can live in another environment (``--ax-python``).
@@ -64,6 +73,7 @@ INSTALL = {
     "optuna": "pip install -e '.[dev]' (optuna>=4 with torch)",
     "ax": "pip install -e '.[dev]' (ax-platform 1.3.1, which pins botorch 0.18.1)",
 }
+CONSTRAINED_PEERS = ("optuna", "ax")  # peers that take an outcome constraint
 SKOPT_INITIAL = 10
 _STDERR_TAIL = 2000
 
@@ -126,13 +136,21 @@ class PeerProcess:
         """The untimed suggestion at ``n - 1`` (its seconds; 0 for a stateless peer)."""
         return float(self._call({"op": "warmup"}, limit)["seconds"])
 
-    def step(self, config: dict[str, Any], value: float, limit: float) -> tuple[float, str]:
-        """Tell the peer one more point and time its next suggestion: ``(seconds, kind)``.
+    def step(
+        self,
+        config: dict[str, Any],
+        value: float,
+        limit: float,
+        constraint: float | None = None,
+    ) -> tuple[float, str]:
+        """Tell the peer one more point (with its constraint metric on a constrained space)
+        and time its next suggestion: ``(seconds, kind)``.
 
         Raises:
             PeerCapped: the step ran past ``limit`` (the child is gone afterwards).
         """
-        reply = self._call({"op": "step", "config": config, "value": value}, limit)
+        message = {"op": "step", "config": config, "value": value, "constraint": constraint}
+        reply = self._call(message, limit)
         return float(reply["seconds"]), str(reply["kind"])
 
     def close(self) -> None:
@@ -233,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             elif op == "warmup":
                 reply = {"seconds": peer.warm_up()}
             elif op == "step":
-                seconds, kind = peer.step(message["config"], float(message["value"]))
+                seconds, kind = peer.step(
+                    message["config"], float(message["value"]), message.get("constraint")
+                )
                 reply = {"seconds": seconds, "kind": kind}
             elif op == "close":
                 reply = {"ok": True}
@@ -280,9 +300,13 @@ class _Skopt:
     def warm_up(self) -> float:
         return 0.0  # refits from scratch on every tell: nothing to warm
 
-    def step(self, config: dict[str, Any], value: float) -> tuple[float, str]:
+    def step(
+        self, config: dict[str, Any], value: float, constraint: float | None
+    ) -> tuple[float, str]:
         import warnings
 
+        if constraint is not None:
+            raise ValueError("scikit-optimize has no outcome constraints")
         point = self._point(config)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -319,15 +343,18 @@ class _Optuna:
                 self.distributions[name] = CategoricalDistribution(knob["choices"])
         sampler = optuna.samplers.GPSampler(seed=message["seed"])
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
-        self.study.add_trials(
-            [self._trial(c, v) for c, v in zip(message["configs"], message["values"], strict=True)]
-        )
+        self.constraint = message.get("constraint")
+        bound = self.constraint["values"] if self.constraint else [None] * len(message["values"])
+        points = zip(message["configs"], message["values"], bound, strict=True)
+        self.study.add_trials([self._trial(c, v, b) for c, v, b in points])
 
     def warm_up(self) -> float:
         return self._suggest()  # GPSampler keeps its last kernel parameters
 
-    def step(self, config: dict[str, Any], value: float) -> tuple[float, str]:
-        self.study.add_trial(self._trial(config, value))
+    def step(
+        self, config: dict[str, Any], value: float, constraint: float | None
+    ) -> tuple[float, str]:
+        self.study.add_trial(self._trial(config, value, constraint))
         return self._suggest(), "gp"
 
     def _suggest(self) -> float:
@@ -337,9 +364,16 @@ class _Optuna:
         self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
         return seconds
 
-    def _trial(self, config: dict[str, Any], value: float) -> Any:
+    def _trial(self, config: dict[str, Any], value: float, constraint: float | None) -> Any:
+        constraints = None
+        if self.constraint is not None:  # Optuna: feasible when <= 0
+            assert constraint is not None
+            constraints = {self.constraint["metric"]: constraint - self.constraint["bound"]}
         return self.optuna.trial.create_trial(
-            params=dict(config), distributions=self.distributions, value=value
+            params=dict(config),
+            distributions=self.distributions,
+            value=value,
+            constraints=constraints,
         )
 
 
@@ -375,9 +409,16 @@ class _Ax:
                 )
         self.client = Client(random_seed=message["seed"])
         self.client.configure_experiment(parameters=parameters)
-        self.client.configure_optimization(objective="-f")
-        for config, value in zip(message["configs"], message["values"], strict=True):
-            self._add(config, value)
+        self.constraint = message.get("constraint")
+        if self.constraint is None:
+            self.client.configure_optimization(objective="-f")
+        else:
+            bound = f"{self.constraint['metric']} <= {self.constraint['bound']}"
+            self.client.configure_optimization(objective="-f", outcome_constraints=[bound])
+        values = self.constraint["values"] if self.constraint else [None] * len(message["values"])
+        points = zip(message["configs"], message["values"], values, strict=True)
+        for config, value, constraint in points:
+            self._add(config, value, constraint)
 
     def warm_up(self) -> float:
         start = time.perf_counter()
@@ -386,13 +427,19 @@ class _Ax:
                 break
         return time.perf_counter() - start
 
-    def step(self, config: dict[str, Any], value: float) -> tuple[float, str]:
-        self._add(config, value)
+    def step(
+        self, config: dict[str, Any], value: float, constraint: float | None
+    ) -> tuple[float, str]:
+        self._add(config, value, constraint)
         return self._suggest()
 
-    def _add(self, config: dict[str, Any], value: float) -> None:
+    def _add(self, config: dict[str, Any], value: float, constraint: float | None) -> None:
         index = self.client.attach_trial(parameters=dict(config))
-        self.client.complete_trial(index, raw_data={"f": value})
+        data = {"f": value}
+        if self.constraint is not None:
+            assert constraint is not None
+            data[self.constraint["metric"]] = constraint
+        self.client.complete_trial(index, raw_data=data)
 
     def _suggest(self) -> tuple[float, str]:
         start = time.perf_counter()

@@ -23,6 +23,13 @@
   an integer; floats are included so that each peer's float path is measured too, and to
   our encoder a wide int and a float are the same continuous coordinate.
 
+``box+c`` and ``mixed+c`` are the same spaces and histories under one outcome constraint,
+``c <= 0.45``, where ``c`` is the mean of the numeric knobs' unit coordinates plus the same
+noise (about half of a uniform history is feasible, and the unconstrained minimum of
+``smooth``, whose coordinates average 0.5, is not). A constrained study is what a database
+study with a latency or resource bound is; it fits one more GP per step (the step found in
+``41670e4`` that had refitted every GP from the priors).
+
 So ``d = 6``: 1 categorical (2 choices), 1 small int, 1 float, 3 wide int; ``d = 16``: 2
 categorical (2, 3), 4 small int, 3 float, 7 wide int; ``d = 100``: 54 categorical (44 x 2,
 9 x 3, 1 x 6), 12 small int, 11 float, 23 wide int. Ranges cycle through values seen in the
@@ -48,7 +55,10 @@ from bench.problems import smooth
 from tuner.space import Config, Scalar
 from tuner.study import StudySpec
 
-KINDS = ("box", "mixed")
+KINDS = ("box", "mixed", "box+c", "mixed+c")
+CONSTRAINED_SUFFIX = "+c"
+CONSTRAINT_METRIC = "c"
+CONSTRAINT_BOUND = 0.45  # c <= CONSTRAINT_BOUND (module doc)
 NOISE_STD = 0.05
 CATEGORICAL_EFFECT = 0.1
 # (low, high) of the int knobs, cycled; read off the MySQL knob JSON's ranges
@@ -97,12 +107,23 @@ def mixed_shape(d: int) -> Shape:
     return Shape(choices, small, numeric - small - floats, floats)
 
 
+def base_kind(kind: str) -> str:
+    """The space of ``kind`` without its constraint (``box+c`` -> ``box``)."""
+    if kind not in KINDS:
+        raise ValueError(f"space kind must be one of {KINDS}, got {kind!r}")
+    return kind.removesuffix(CONSTRAINED_SUFFIX)
+
+
+def constrained(kind: str) -> bool:
+    """Whether a ``kind`` study has the outcome constraint ``c <= CONSTRAINT_BOUND``."""
+    return base_kind(kind) != kind
+
+
 def knobs(kind: str, d: int) -> list[dict[str, Any]]:
     """Knob dictionaries (``tuner.space.knob_from_dict`` form) of a ``kind`` space of ``d``."""
+    kind = base_kind(kind)
     if kind == "box":
         return [{"name": f"x{i + 1}", "kind": "float", "low": 0.0, "high": 1.0} for i in range(d)]
-    if kind != "mixed":
-        raise ValueError(f"space kind must be one of {KINDS}, got {kind!r}")
     shape = mixed_shape(d)
     out: list[dict[str, Any]] = []
     for i in range(shape.floats):
@@ -121,19 +142,23 @@ def knobs(kind: str, d: int) -> list[dict[str, Any]]:
 
 
 def spec(kind: str, d: int, seed: int = 0) -> StudySpec:
-    """The space as a study minimizing ``f`` with the product's designer defaults."""
-    return StudySpec.from_dict(
-        {
-            "name": f"latency-{kind}-d{d}",
-            "knobs": knobs(kind, d),
-            "objectives": [{"name": "f", "goal": "minimize"}],
-            "designer": {"algorithm": "bo", "seed": seed},
-        }
-    )
+    """The space as a study minimizing ``f`` with the product's designer defaults (under
+    ``c <= CONSTRAINT_BOUND`` for a constrained kind)."""
+    study: dict[str, Any] = {
+        "name": f"latency-{kind.replace('+', '-')}-d{d}",
+        "knobs": knobs(kind, d),
+        "objectives": [{"name": "f", "goal": "minimize"}],
+        "designer": {"algorithm": "bo", "seed": seed},
+    }
+    if constrained(kind):
+        study["outcome_constraints"] = [f"{CONSTRAINT_METRIC} <= {CONSTRAINT_BOUND}"]
+    return StudySpec.from_dict(study)
 
 
 def history(kind: str, d: int, size: int, seed: int) -> tuple[list[Config], list[float]]:
-    """``size`` seeded configurations and their noisy values (module doc)."""
+    """``size`` seeded configurations and their noisy values of ``f`` (module doc); the same
+    for a kind with and without the constraint."""
+    kind = base_kind(kind)
     if kind == "box":  # as the benchmark always drew them: one ``size x d`` matrix
         rng = np.random.default_rng([seed, d])
         X = rng.random((size, d))
@@ -144,6 +169,22 @@ def history(kind: str, d: int, size: int, seed: int) -> tuple[list[Config], list
     configs = [{k["name"]: _draw(rng, k) for k in space} for _ in range(size)]
     values = [value(space, c) + NOISE_STD * float(rng.standard_normal()) for c in configs]
     return configs, values
+
+
+def constraint_values(kind: str, d: int, configs: list[Config], seed: int) -> list[float]:
+    """The noisy constraint metric ``c`` of ``configs`` (module doc), seeded apart from
+    ``history``'s draws so that ``f`` is the same with and without the constraint."""
+    space = knobs(kind, d)
+    rng = np.random.default_rng([seed, d, 2])
+    out = []
+    for config in configs:
+        unit = [
+            (float(config[k["name"]]) - k["low"]) / (k["high"] - k["low"])
+            for k in space
+            if k["kind"] != "categorical"
+        ]
+        out.append(float(np.mean(unit)) + NOISE_STD * float(rng.standard_normal()))
+    return out
 
 
 def value(space: list[dict[str, Any]], config: Config) -> float:
@@ -161,14 +202,15 @@ def value(space: list[dict[str, Any]], config: Config) -> float:
 
 def describe(kind: str, d: int) -> str:
     """A short description of the space, for tables."""
-    if kind == "box":
-        return f"{d} float"
+    bound = f", c <= {CONSTRAINT_BOUND}" if constrained(kind) else ""
+    if base_kind(kind) == "box":
+        return f"{d} float{bound}"
     shape = mixed_shape(d)
     counts = {n: shape.choices.count(n) for n in sorted(set(shape.choices))}
     cats = "+".join(f"{c}x{n}" for n, c in counts.items()) or "0"
     return (
         f"{len(shape.choices)} cat ({cats} choices), {shape.small_int} small int, "
-        f"{shape.wide_int} wide int, {shape.floats} float"
+        f"{shape.wide_int} wide int, {shape.floats} float{bound}"
     )
 
 

@@ -47,10 +47,31 @@ def test_history_is_valid_and_seeded(kind: str) -> None:
     assert (configs, values) == latency_spaces.history(kind, 16, 5, seed=3)
     assert all(math.isfinite(v) for v in values)
     encoder = UnitBoxEncoder(spec.space)
-    if kind == "mixed":  # the categorical kernel and the local search, as for MySQL
+    # the categorical kernel and the local search on a mixed space, as for MySQL
+    if latency_spaces.base_kind(kind) == "mixed":
         assert len(encoder.cat_dims) == 2 and len(encoder.discrete_dims) == 4
     else:
         assert not encoder.cat_dims and not encoder.discrete_dims
+
+
+@pytest.mark.parametrize("base", ["box", "mixed"])
+def test_a_constrained_space_is_the_same_space_and_history_under_one_bound(base: str) -> None:
+    kind = base + latency_spaces.CONSTRAINED_SUFFIX
+    assert latency_spaces.constrained(kind) and not latency_spaces.constrained(base)
+    spec = latency_spaces.spec(kind, 16)
+    assert spec.space == latency_spaces.spec(base, 16).space
+    (constraint,) = spec.outcome_constraints
+    assert str(constraint) == f"c <= {latency_spaces.CONSTRAINT_BOUND}"
+    assert not latency_spaces.spec(base, 16).outcome_constraints
+    configs, values = latency_spaces.history(kind, 16, 200, seed=3)
+    assert (configs, values) == latency_spaces.history(base, 16, 200, seed=3)
+    bound = latency_spaces.constraint_values(kind, 16, configs, seed=3)
+    assert bound == latency_spaces.constraint_values(kind, 16, configs, seed=3)
+    feasible = sum(c <= latency_spaces.CONSTRAINT_BOUND for c in bound) / len(bound)
+    assert 0.2 < feasible < 0.6  # the bound is active: neither every point nor none
+    assert latency_spaces.describe(kind, 16).endswith(", c <= 0.45")
+    with pytest.raises(ValueError, match="space kind must be one of"):
+        latency_spaces.spec("box+x", 16)
 
 
 def test_goals_count_a_capped_peer_as_slower_only_below_the_cap() -> None:
@@ -76,10 +97,13 @@ def test_goals_count_a_capped_peer_as_slower_only_below_the_cap() -> None:
 @pytest.mark.slow
 def test_tiny_run_is_well_formed(tmp_path) -> None:
     peers = [p for p in latency_peers.PEERS if _available(p)]
-    args = ["--cells", "box:2:8,mixed:3:8", "--reps", "2", "--peers", ",".join(peers)]
+    args = ["--cells", "box:2:8,mixed+c:3:8", "--reps", "2", "--peers", ",".join(peers)]
     assert latency.main([*args, "--out", str(tmp_path), "--tag", "t"]) == 0
     data = json.loads((tmp_path / "latency-t.json").read_text())
-    assert [(c["kind"], c["d"], c["n"]) for c in data["cells"]] == [("box", 2, 8), ("mixed", 3, 8)]
+    cells = [(c["kind"], c["d"], c["n"]) for c in data["cells"]]
+    assert cells == [("box", 2, 8), ("mixed+c", 3, 8)]
+    if "skopt" in peers:  # scikit-optimize takes no outcome constraint: a reason, no number
+        assert data["cells"][1]["peers"]["skopt"]["note"] == "n/a: no outcome constraints"
     for cell in data["cells"]:
         assert len(cell["ours"]) == 2 and cell["ours_median_s"] > 0
         assert set(cell["ours_sources"]) <= {"global", "fill-in", "fallback"}
@@ -88,9 +112,38 @@ def test_tiny_run_is_well_formed(tmp_path) -> None:
             assert len(peer["seconds"]) == 2 or peer["note"], name  # a number or a reason
             if name == "ax":
                 assert set(peer["kinds"]) == {"MBM"}  # the model's step, not the center
-    assert data["meta"]["spaces"]["mixed-d3"].startswith("1 cat")
+    assert data["meta"]["spaces"]["mixed+c-d3"].startswith("1 cat")
     assert {g["passed"] for g in data["goals"] if "kind" in g} == {None}  # sizes not run
     assert latency.main(["--report", str(tmp_path / "latency-t.json"), "--markdown"]) == 0
+
+
+@pytest.mark.parametrize("peer", latency_peers.CONSTRAINED_PEERS)
+def test_constrained_peers_are_told_the_same_bound(peer: str) -> None:
+    if not _available(peer):
+        pytest.skip(f"{peer} is not installed")
+    kind, d, n = "box+c", 3, 6
+    configs, values = latency_spaces.history(kind, d, n, seed=0)
+    bound = latency_spaces.constraint_values(kind, d, configs, seed=0)
+    metric, limit = latency_spaces.CONSTRAINT_METRIC, latency_spaces.CONSTRAINT_BOUND
+    message = {
+        "knobs": latency_spaces.knobs(kind, d),
+        "configs": configs[:-1],
+        "values": values[:-1],
+        "seed": 0,
+        "constraint": {"metric": metric, "bound": limit, "values": bound[:-1]},
+    }
+    child = latency_peers._PEER_CLASSES[peer](message)
+    child.step(configs[-1], values[-1], bound[-1])
+    if peer == "optuna":  # Optuna's convention: feasible when <= 0
+        told = [t.constraints[metric] for t in child.study.trials if t.constraints]
+        assert told == pytest.approx([c - limit for c in bound])
+    else:
+        (constraint,) = child.client._experiment.optimization_config.outcome_constraints
+        assert constraint.metric_names == [metric] and constraint.bound == limit
+        assert constraint.op.name == "LEQ"
+        data = child.client._experiment.lookup_data().df
+        told = data[data["metric_name"] == metric].sort_values("trial_index")["mean"]
+        assert list(told) == pytest.approx(bound)
 
 
 @pytest.mark.slow

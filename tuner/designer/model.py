@@ -258,8 +258,9 @@ def _fit(
         return _fit_one(group[0], encoder, cache, scope, trend)
     singles = [_fit_one(o, encoder, cache, scope, trend) for o in group]
     model = build_model(group, encoder, trend)
+    fitted = [dict(s.named_parameters()) for s in singles]
     for name, parameter in model.named_parameters():
-        own = torch.stack([dict(s.named_parameters())[name].detach() for s in singles])
+        own = torch.stack([f[name].detach() for f in fitted])
         if own.numel() != parameter.numel():  # a layout this code does not know
             raise RuntimeError(
                 f"cannot batch {name}: {tuple(own.shape)} -> {tuple(parameter.shape)}"
