@@ -11,6 +11,7 @@ import torch
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement, qLogProbabilityOfFeasibility
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.kernels.categorical import CategoricalKernel
+from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.means import LinearMean
 
 from tuner.designer import model as model_module
@@ -463,6 +464,52 @@ def _box_data(n: int) -> tuple[UnitBoxEncoder, list[Any]]:
         for i, ((a, b), v) in enumerate(zip(X.tolist(), f.tolist(), strict=True))
     )
     return encoder, outcome_data(spec, encoder, trials)
+
+
+def test_large_constrained_baselines_drop_sure_losers_and_surely_infeasible_points() -> None:
+    spec = StudySpec.from_dict(
+        {
+            "name": "big-c",
+            "knobs": [{"name": "x", "kind": "float"}, {"name": "y", "kind": "float"}],
+            "objectives": [{"name": "f", "goal": "minimize"}],
+            "outcome_constraints": ["c <= 0.5"],
+        }
+    )
+    encoder = UnitBoxEncoder(spec.space)
+    rng = torch.Generator().manual_seed(5)
+    n = CONTENDERS_FROM + 60
+    X = torch.rand(n, 2, generator=rng, dtype=torch.float64)
+    f = ((X - 0.3) ** 2).sum(-1) + 0.01 * torch.randn(n, generator=rng, dtype=torch.float64)
+    c = X[:, 0] + 0.02 * torch.randn(n, generator=rng, dtype=torch.float64)  # x <= 0.5
+    trials = tuple(
+        Trial(i + 1, {"x": float(a), "y": float(b)}, S.COMPLETED, {"f": float(u), "c": float(v)})
+        for i, ((a, b), u, v) in enumerate(zip(X.tolist(), f.tolist(), c.tolist(), strict=True))
+    )
+    data = outcome_data(spec, encoder, trials)
+    model = fit_models(data, encoder)
+    constraints = outcome_constraints(spec, data)
+    x_obs = data[0].X
+    assert torch.equal(data[1].X, x_obs)  # both outputs observed on the same trials
+    kept = _contenders(model, x_obs, sign=-1.0, constraints=constraints)
+    with torch.no_grad():
+        posterior = model.posterior(x_obs)
+    mean, std = posterior.mean, posterior.variance.sqrt()
+    low, high = mean - 6 * std, mean + 6 * std
+    bound = data[1].transform(0.5)  # the constraint's output, in the model's units
+    surely_feasible, surely_infeasible = high[:, 1] <= bound, low[:, 1] > bound
+    best_lower = (-high[surely_feasible, 0]).max()  # minimized: the upper end is the worst
+    expected = x_obs[~surely_infeasible & (-low[:, 0] >= best_lower)]
+    assert torch.equal(kept, expected)
+    assert surely_infeasible.any() and 0 < kept.shape[0] < int((~surely_infeasible).sum())
+    # every point that is the best in some of 4096 posterior samples is kept
+    samples = SobolQMCNormalSampler(sample_shape=torch.Size([4096]), seed=0)(posterior)
+    signed = torch.where(samples[..., 1] <= bound, -samples[..., 0], -math.inf)
+    winners = x_obs[torch.unique(signed.argmax(dim=-1))]
+    assert all(any(torch.equal(w, k) for k in kept) for w in winners)
+    hopeless = outcome_constraints(
+        StudySpec.from_dict({**spec.to_dict(), "outcome_constraints": ["c <= -5"]}), data
+    )
+    assert torch.equal(_contenders(model, x_obs, -1.0, hopeless), x_obs)  # none feasible: all
 
 
 def test_large_studies_keep_fitted_hyperparameters_until_the_data_grew_by_two_percent() -> None:

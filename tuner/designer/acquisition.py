@@ -126,8 +126,7 @@ def build_acquisition(
     # BoTorch's own pruning (prune_baseline=True) draws its sampler's seed from torch's
     # global generator: prune here with the call's seed instead
     pruner = SobolQMCNormalSampler(sample_shape=torch.Size([PRUNE_SAMPLES]), seed=seed)
-    if not constraints:
-        X_baseline = _contenders(model, X_baseline, sign)
+    X_baseline = _contenders(model, X_baseline, sign, constraints)
     X_baseline = prune_inferior_points(
         model, X_baseline, objective=objective, constraints=constraints or None, sampler=pruner
     )
@@ -143,15 +142,32 @@ def build_acquisition(
     )
 
 
-def _contenders(model: Model, X_baseline: torch.Tensor, sign: float) -> torch.Tensor:
+def _contenders(
+    model: Model,
+    X_baseline: torch.Tensor,
+    sign: float,
+    constraints: list[Callable[[torch.Tensor], torch.Tensor]] | None = None,
+) -> torch.Tensor:
     """The baseline points that can be the best in a posterior sample, before pruning.
 
     Pruning samples the joint posterior of the whole baseline (``PRUNE_SAMPLES`` draws of a
-    Sobol sequence in as many dimensions as points): 0.8 s at 1,000 points. From
-    ``CONTENDERS_FROM`` points on, points whose upper bound (mean + ``CONTENDER_SIGMAS``
-    standard deviations, in the objective's direction) is below some point's lower bound are
-    dropped first; in a sample they beat that point with a probability under 1e-9. Below
-    ``CONTENDERS_FROM`` (every suite problem: budgets <= 100) nothing changes.
+    Sobol sequence in as many dimensions as points): 0.8 s at 1,000 points, 1.4 s with a
+    constraint's output. From ``CONTENDERS_FROM`` points on, sure losers are dropped first.
+    Each output of a point lies within ``CONTENDER_SIGMAS`` standard deviations of its mean
+    in a sample but with a probability under 1e-9; within those bounds
+
+    * a point that breaks some outcome constraint at both ends is *surely infeasible*: in a
+      sample it can only be the best where every point is infeasible (pruning then keeps an
+      arbitrary one), so it goes;
+    * a point that meets every constraint at both ends is *surely feasible*, and a point whose
+      objective's upper bound (in the objective's direction) is below a surely feasible
+      point's lower bound never beats it, so it goes.
+
+    Without constraints every point is surely feasible. Each constraint reads one output,
+    monotonically (``_bound``, ``_constant``), so its extremes over the bounds are its values
+    at the two corners. When every point is surely infeasible they all stay (pruning then
+    keeps the one closest to feasible). Below ``CONTENDERS_FROM`` (every suite problem:
+    budgets <= 100) nothing changes.
     """
     if X_baseline.shape[0] < CONTENDERS_FROM:
         return X_baseline
@@ -159,9 +175,22 @@ def _contenders(model: Model, X_baseline: torch.Tensor, sign: float) -> torch.Te
         posterior = model.posterior(X_baseline)
         if not isinstance(posterior, GPyTorchPosterior):
             return X_baseline  # no Gaussian marginals to bound the points by
-        mean = sign * posterior.mean[..., 0]
-        spread = CONTENDER_SIGMAS * posterior.variance[..., 0].clamp_min(0).sqrt()
-    keep = mean + spread >= (mean - spread).max()
+        mean = posterior.mean.reshape(X_baseline.shape[0], -1)
+        spread = CONTENDER_SIGMAS * posterior.variance.reshape(mean.shape).clamp_min(0).sqrt()
+        low, high = mean - spread, mean + spread
+        feasible = torch.ones(mean.shape[0], dtype=torch.bool)
+        infeasible = torch.zeros(mean.shape[0], dtype=torch.bool)
+        for constraint in constraints or []:
+            at_low, at_high = constraint(low), constraint(high)
+            feasible &= torch.maximum(at_low, at_high) <= 0
+            infeasible |= torch.minimum(at_low, at_high) > 0
+    if bool(infeasible.all()):
+        return X_baseline
+    ends = torch.stack([sign * low[:, 0], sign * high[:, 0]])  # the objective, larger better
+    worst, best = ends.min(dim=0).values, ends.max(dim=0).values
+    keep = ~infeasible
+    if bool(feasible.any()):
+        keep &= best >= worst[feasible].max()
     return X_baseline[keep]
 
 
