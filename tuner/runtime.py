@@ -19,6 +19,18 @@ few settings torch keeps per process are made here, by whoever starts the proces
 * strict mode (``strict=True``, or the environment variable ``TUNER_STRICT=1``): numerical
   errors in a model-based step propagate instead of falling back to quasi-random points
   (``tuner/designer/bo.py``). The test suite runs strict.
+* BoTorch's fused C++ kernel for qLogNEHVI (several objectives). BoTorch 0.18 compiles it
+  with the system's C++ compiler (``-O3 -march=native``) the first time a process builds
+  such an acquisition, inside that suggestion: 45-100 s on this project's 2-core VM, again
+  for every virtual environment (the build directory is shared, its hash is not), and a
+  warning plus the plain-torch path where no compiler exists. A two-objective study's first
+  suggestion then took a minute, long past a client's deadline. So the plain-torch path is
+  the default and nothing is compiled; ``fused_kernels=True`` (``tuner --fused-kernels``)
+  builds or loads the kernel here, at start-up, where the wait is visible and happens once.
+  Both paths compute the same criterion; measured with the kernel loaded, a two-objective
+  step at n = 40 took 0.70 s against 1.1-1.2 s without (``bench/NOTES.md``, "BoTorch's
+  fused hypervolume kernel"). The choice is made once per process, so a study's suggestions
+  never change path half-way.
 * where the numerical libraries' warnings go (jitter added to a covariance, a fit that
   stopped early): into the ``py.warnings`` logger, not the terminal. They are expected in
   normal operation; what matters reaches the trial as its warning.
@@ -43,10 +55,14 @@ _blas_limit: Any = None  # kept alive for the process: the limit lasts while it 
 
 
 def configure(
-    threads: int | None = DEFAULT_THREADS, warnings_to_log: bool = True, strict: bool = False
+    threads: int | None = DEFAULT_THREADS,
+    warnings_to_log: bool = True,
+    strict: bool = False,
+    fused_kernels: bool = False,
 ) -> None:
-    """Set torch's intra-op threads (None: leave torch's choice) and route warnings to
-    logging (a test runner keeps its own). Call once, before any suggestion.
+    """Set torch's intra-op threads (None: leave torch's choice), route warnings to logging
+    (a test runner keeps its own) and choose the qLogNEHVI path (``fused_kernels``: build
+    or load BoTorch's C++ kernel now; module doc). Call once, before any suggestion.
 
     Results depend on the thread count in the last digits (reductions split differently),
     and with more than one thread also on what runs beside a suggestion: with one thread a
@@ -65,3 +81,25 @@ def configure(
     linear_operator.settings._fast_covar_root_decomposition._set_state(False)
     if warnings_to_log:
         logging.captureWarnings(True)
+    _hypervolume_kernel(fused_kernels)
+
+
+def _hypervolume_kernel(fused: bool) -> None:
+    """Load (compiling if needed) BoTorch's fused qLogNEHVI kernel, or make sure BoTorch
+    never tries: it attempts the load once per process and keeps the outcome in two module
+    globals (``_load_attempted``, ``_C``), which is all this sets."""
+    from botorch.acquisition.multi_objective import logei
+
+    if not hasattr(logei, "_try_load_fused_kernel"):
+        return  # a BoTorch without the kernel: nothing to choose
+    if fused:
+        if logei._C is None:
+            logging.getLogger(__name__).warning(
+                "loading BoTorch's fused qLogNEHVI kernel (the first time: a C++ build of "
+                "about a minute)"
+            )
+            logei._load_attempted = False
+            logei._try_load_fused_kernel()
+    else:
+        logei._C = None
+        logei._load_attempted = True
