@@ -3,6 +3,10 @@ and Ax, on continuous boxes and on mixed spaces shaped like MySQL's knobs.
 
 Run as ``python -m bench.latency [--quick] [--reps R] [--kinds box,mixed] [--dims 6,16,100]
 [--sizes 50,100,200,1000] [--cells KIND:D:N,...] [--peers skopt,optuna,ax] [--cap S]``.
+The kinds ``box+c`` and ``mixed+c`` (not in the default grid) are the same spaces and
+histories under one outcome constraint; GPSampler and Ax are given the same bound, and
+scikit-optimize, which has no outcome constraints, does not run there
+(``bench/latency_spaces.py``, ``bench/latency_peers.py``).
 
 Every method sees the same history: ``n`` configurations drawn uniformly from the space
 (seeded) with noisy values (``bench/latency_spaces.py``: the ``box`` of float knobs and the
@@ -365,7 +369,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="reps 2, n 20, d 6, both kinds")
     parser.add_argument("--reps", type=int, help="steps timed per cell (default 5)")
-    parser.add_argument("--kinds", help="space kinds, comma-separated (box,mixed)")
+    parser.add_argument(
+        "--kinds", help="space kinds, comma-separated (default box,mixed; also box+c, mixed+c)"
+    )
     parser.add_argument("--sizes", help="completed trials n, comma-separated (50,100,200,1000)")
     parser.add_argument("--dims", help="dimensions d, comma-separated (6,16,100)")
     parser.add_argument("--cells", help="only these cells, KIND:D:N comma-separated")
