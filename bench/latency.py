@@ -131,8 +131,9 @@ def time_cell(
     ``skip``: peer -> the reason it is not run in this cell.
     """
     configs, values = latency_spaces.history(kind, d, n + reps - 1, seed)
-    bounded = latency_spaces.constrained(kind)
-    bound = latency_spaces.constraint_values(kind, d, configs, seed) if bounded else None
+    bound = None
+    if latency_spaces.constrained(kind):
+        bound = latency_spaces.constraint_values(kind, d, configs, seed)
     spec = latency_spaces.spec(kind, d, seed)
     metrics = [{"f": v} for v in values]
     for row, c in zip(metrics, bound or [], strict=False):  # none without the constraint

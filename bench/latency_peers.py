@@ -344,9 +344,7 @@ class _Optuna:
         sampler = optuna.samplers.GPSampler(seed=message["seed"])
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
         self.constraint = message.get("constraint")
-        bound = self.constraint["values"] if self.constraint else [None] * len(message["values"])
-        points = zip(message["configs"], message["values"], bound, strict=True)
-        self.study.add_trials([self._trial(c, v, b) for c, v, b in points])
+        self.study.add_trials([self._trial(c, v, b) for c, v, b in _told(message)])
 
     def warm_up(self) -> float:
         return self._suggest()  # GPSampler keeps its last kernel parameters
@@ -415,9 +413,7 @@ class _Ax:
         else:
             bound = f"{self.constraint['metric']} <= {self.constraint['bound']}"
             self.client.configure_optimization(objective="-f", outcome_constraints=[bound])
-        values = self.constraint["values"] if self.constraint else [None] * len(message["values"])
-        points = zip(message["configs"], message["values"], values, strict=True)
-        for config, value, constraint in points:
+        for config, value, constraint in _told(message):
             self._add(config, value, constraint)
 
     def warm_up(self) -> float:
@@ -450,6 +446,13 @@ class _Ax:
         node = str(getattr(trial.generator_runs[0], "_generation_node_name", "?"))
         self.client.mark_trial_failed(index)
         return seconds, node
+
+
+def _told(message: dict[str, Any]) -> Any:
+    """The ``init`` message's points: ``(configuration, value, constraint metric or None)``."""
+    constraint = message.get("constraint")
+    told = constraint["values"] if constraint else [None] * len(message["values"])
+    return zip(message["configs"], message["values"], told, strict=True)
 
 
 _PEER_CLASSES: dict[str, Any] = {"skopt": _Skopt, "optuna": _Optuna, "ax": _Ax}
