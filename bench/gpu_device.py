@@ -366,9 +366,11 @@ plot = "{args.results / "live.png"}"
 
 
 def cmd_restore_check(args: argparse.Namespace) -> int:
-    """Reset the GPU and print its power limit and SM clock under load (the last check)."""
+    """Reset the GPU and print its power limit and SM clock under load (the last check);
+    with ``--no-reset`` read them as something else left them (the daemon's check)."""
     target = gpu_target(args.nvml)
-    target.reset_device()
+    if not args.no_reset:
+        target.reset_device()
     from targets.nvgpu_probe import sm_clock_under_load
 
     clock = sm_clock_under_load(target.nvml, target.handle)
@@ -398,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--results", type=Path, required=True, help="folder for the db and PNG")
     p.add_argument("--confirm", type=int, default=3, help="re-measurements of the top few")
     p = sub.add_parser("restore-check")
+    p.add_argument("--no-reset", action="store_true", help="read the state without resetting")
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=Path("."))
         p.add_argument("--nvml", default="pynvml")

@@ -10,7 +10,9 @@ The daemon cycles through two phases and keeps its place in a state file:
    daemon *rolls back*: the last good configuration is applied again before anything else
    runs, within the measurement window that saw the breach. A configuration the system
    rejects, or a workload that fails or times out, ends the trial the same way.
-2. **Watching**: the best feasible configuration of the round is applied and stays applied;
+2. **Watching**: the best feasible configuration of the round is applied and stays applied
+   (when no trial met the SLO: the last good configuration, else the knobs' defaults, which
+   a workload with knob placeholders needs to run at all);
    the daemon measures window after window (``interval_s`` apart). The first
    ``baseline_windows`` windows set a baseline of the ``watch`` metrics (the objective and
    the workload's rate, say). When ``drift_windows`` windows in a row move some watched
@@ -289,14 +291,15 @@ class Daemon:
                 "applied", round=state.round, trial=best.id, config=state.applied,
                 **{spec.objective.name: value},
             )  # fmt: skip
-        else:  # nothing met the SLO: keep what was good before (or the default)
-            state.applied = state.last_good
+        else:  # nothing met the SLO: keep what was good before, else the knobs' defaults
+            state.applied = state.last_good or self.spec.space.default_config()
             self.target.restore()
             if state.applied is not None:
                 self.target.apply(state.applied)
+            kept = "the last good configuration" if state.last_good else "the default configuration"
             self.events.emit(
                 "applied", round=state.round, trial=None, config=state.applied,
-                note="no feasible trial this round; kept the last good configuration",
+                note=f"no feasible trial this round; kept {kept}",
             )  # fmt: skip
         state.phase, state.baseline, state.samples, state.drifting = WATCHING, None, [], 0
         state.save(self.settings.state)

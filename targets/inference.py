@@ -17,6 +17,16 @@ window as ``window_start_s`` / ``window_end_s`` (``time.monotonic()``), which a 
 target uses to leave start-up and warm-up out of the energy. ``--device``
 ``auto`` (default) uses CUDA when torch sees a GPU, else the CPU.
 
+**Open loop** (``--rate R`` requests per second, or ``--rate-file PATH`` holding that number,
+read at start: a daemon's load that another process changes): requests arrive as a seeded
+Poisson process instead of back to back. The server takes every request that has arrived,
+up to ``--batch`` of them, as one batch, and idles until the next arrival when none is
+waiting; a request's latency runs from its arrival to its batch's end, so it includes
+queueing. At a rate the device serves, ``requests_per_s`` is about the rate and the clocks
+decide latency and energy; above it the queue grows and p99 with it (PolyThrottle's
+setting: the least energy per request that still meets the SLO at the current load).
+``offered_per_s`` is the rate asked for (in closed loop: absent).
+
 Energy per request is added by the target that meters the run: ``energy_j / requests``.
 """
 
@@ -32,6 +42,7 @@ import torch
 from torch import nn
 
 MODELS = ("encoder", "cnn")
+MAX_ARRIVALS = 10_000_000  # requests in one open-loop window (their times are held in memory)
 
 
 def build_model(name: str, seed: int = 0) -> tuple[nn.Module, tuple[int, ...]]:
@@ -114,6 +125,89 @@ def serve(
     }
 
 
+def serve_open_loop(
+    model: nn.Module,
+    shape: tuple[int, ...],
+    batch: int,
+    rate: float,
+    seconds: float,
+    warmup_s: float,
+    device: torch.device,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Serve Poisson arrivals at ``rate`` per second for ``seconds`` after ``warmup_s`` of
+    untimed full batches; batches of up to ``batch`` waiting requests (module doc). Requests
+    are timed from arrival to their batch's end. No batch starts after the window; a request
+    still waiting then counts with the time it has waited (a lower bound: over capacity,
+    p99 grows with the window) and as ``unserved``."""
+    model = model.to(device).eval()
+    inputs = torch.randn(batch, *shape, device=device)
+
+    def run(size: int) -> None:
+        with torch.inference_mode():
+            model(inputs[:size])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        for size in {1, batch}:  # both ends of the batch sizes the window will see
+            run(size)
+    generator = torch.Generator().manual_seed(seed)
+    count = int(rate * seconds) + 1
+    gaps = torch.empty(4 * count + 64, dtype=torch.float64).exponential_(rate, generator=generator)
+    offsets = [t for t in torch.cumsum(gaps, 0).tolist() if t < seconds] or [0.0]
+    window_start = time.monotonic()
+    started = time.perf_counter()
+    latencies: list[float] = []
+    batches = 0
+    next_request = 0
+    while next_request < len(offsets):
+        now = time.perf_counter() - started
+        if now >= seconds:
+            break
+        if offsets[next_request] > now:
+            time.sleep(offsets[next_request] - now)  # idle until the next arrival
+            now = time.perf_counter() - started
+        waiting = next_request
+        while waiting < len(offsets) and offsets[waiting] <= now and waiting - next_request < batch:
+            waiting += 1
+        run(waiting - next_request)
+        done = time.perf_counter() - started
+        latencies.extend(done - offsets[i] for i in range(next_request, waiting))
+        batches += 1
+        next_request = waiting
+    elapsed = max(time.perf_counter() - started, seconds)
+    window_end = time.monotonic()
+    served = len(latencies)
+    latencies.extend(elapsed - offsets[i] for i in range(next_request, len(offsets)))
+    return {
+        "window_start_s": window_start,
+        "window_end_s": window_end,
+        "requests": float(served),
+        "requests_per_s": served / elapsed,
+        "offered_per_s": rate,
+        "unserved": float(len(offsets) - served),
+        "p50_ms": 1000 * percentile(latencies, 50),
+        "p99_ms": 1000 * percentile(latencies, 99),
+        "batches": float(batches),
+        "seconds": elapsed,
+    }
+
+
+def read_rate(path: str) -> float:
+    """The request rate in ``path`` (one positive number)."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read().strip()
+    try:
+        rate = float(text)
+    except ValueError:
+        raise ValueError(f"{path}: expected a request rate (a number), got {text!r}") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise ValueError(f"{path}: the request rate must be a positive number, got {text!r}")
+    return rate
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m targets.inference", description=__doc__)
     parser.add_argument("--model", choices=MODELS, default="encoder")
@@ -123,16 +217,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=1.0)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--seed", type=int, default=0)
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--rate", type=float, help="open loop: requests per second")
+    load.add_argument("--rate-file", help="open loop: a file holding requests per second")
     args = parser.parse_args(argv)
     if args.batch < 1 or args.threads < 1 or args.seconds <= 0 or args.warmup_s < 0:
         print("batch and threads must be >= 1, seconds > 0, warmup-s >= 0", file=sys.stderr)
+        return 2
+    rate = args.rate
+    if args.rate_file is not None:
+        try:
+            rate = read_rate(args.rate_file)
+        except (OSError, ValueError) as error:
+            print(f"rate-file: {error}", file=sys.stderr)
+            return 2
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        print(f"rate must be a positive number of requests per second, got {rate}", file=sys.stderr)
+        return 2
+    if rate is not None and rate * args.seconds > MAX_ARRIVALS:
+        print(f"rate x seconds must be at most {MAX_ARRIVALS:.0e} requests", file=sys.stderr)
         return 2
     name = args.device
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     torch.set_num_threads(args.threads)
     model, shape = build_model(args.model, args.seed)
-    metrics = serve(model, shape, args.batch, args.seconds, args.warmup_s, torch.device(name))
+    device = torch.device(name)
+    if rate is None:
+        metrics = serve(model, shape, args.batch, args.seconds, args.warmup_s, device)
+    else:
+        metrics = serve_open_loop(
+            model, shape, args.batch, rate, args.seconds, args.warmup_s, device, args.seed
+        )
     print(json.dumps({**metrics, "device": name}))
     return 0
 

@@ -136,6 +136,24 @@ def test_tunes_applies_watches_and_retunes_when_the_load_drifts(tmp_path: Path) 
 
 
 @pytest.mark.slow
+def test_a_round_without_a_feasible_trial_watches_the_default_configuration(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, trials=2, max_windows=1)
+    text = config.read_text(encoding="utf-8").replace('"p99_ms <= 20"', '"p99_ms <= 0.001"')
+    config.write_text(text, encoding="utf-8")
+    code, _, err = finish(start(config))
+    assert code == 0, err  # the watch window ran: the workload got the knobs' values
+    seen = events(tmp_path)
+    applied = next(e for e in seen if e["event"] == "applied")
+    assert applied["config"] == {"workers": 4, "cache_mb": 64}
+    assert "kept the default configuration" in applied["note"]
+    window = names(seen).index("window")  # measured on it, and it breaks the SLO too
+    assert names(seen)[window + 1 : window + 3] == ["slo_breach", "rollback"]
+    assert seen[-1]["event"] == "stop" and seen[-1]["reason"] == "limit reached"
+
+
+@pytest.mark.slow
 def test_a_trial_that_breaks_the_slo_stops_after_one_window_and_rolls_back(
     tmp_path: Path,
 ) -> None:
@@ -249,3 +267,52 @@ def test_the_example_config_and_service_unit_are_valid() -> None:
     unit = (ROOT / "examples" / "tuner-daemon.service").read_text()
     assert "ExecStart=/opt/tuner/.venv/bin/tuner daemon examples/daemon.toml" in unit
     assert "KillSignal=SIGTERM" in unit and "Restart=on-failure" in unit
+
+
+@pytest.mark.slow
+def test_the_gpu_example_tunes_applies_and_restores_a_simulated_gpu(tmp_path: Path) -> None:
+    """examples/daemon_gpu.toml end to end on the fake NVML, the workload on the CPU in open
+    loop at the rate in its load file; the GPU's clocks and power limit are back after."""
+    from server.cli import main
+    from targets import fake_nvml
+    from targets.fake_nvml import FakeDevice
+
+    text = (ROOT / "examples" / "daemon_gpu.toml").read_text(encoding="utf-8")
+    replacements = {
+        '"python3"': json.dumps(PY),
+        '"encoder"': '"cnn"',
+        '"runs/gpu-load.txt"': json.dumps(str(tmp_path / "load.txt")),
+        '"--seconds", "3", "--warmup-s", "0.5"': '"--seconds", "0.3", "--warmup-s", "0"',
+        '"--device", "cuda"': '"--device", "cpu"',
+        "device = 0\n": f'device = 0\nnvml = "targets.fake_nvml"\nworkdir = {json.dumps(str(ROOT))}'
+        + "\n",
+        "settle_s = 0.5": "settle_s = 0",
+        "trials = 8 ": "trials = 3 ",
+        "initial_trials = 4": "initial_trials = 2",
+        'db = "runs/tuner.db"': f"db = {json.dumps(str(tmp_path / 'tuner.db'))}",
+        '"runs/daemon-gpu.daemon.json"': json.dumps(str(tmp_path / "state.json")),
+        '"runs/daemon-gpu.log"': json.dumps(str(tmp_path / "events.log")),
+        "baseline_windows = 3": "baseline_windows = 1",
+        "interval_s = 1.0": "interval_s = 0",
+        '"p99_ms <= 10"': '"p99_ms <= 1000"',  # a CPU serves the small model within it
+    }
+    for old, new in replacements.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    config = tmp_path / "daemon_gpu.toml"
+    config.write_text(text, encoding="utf-8")
+    (tmp_path / "load.txt").write_text("20\n")
+    (device,) = fake_nvml.configure([FakeDevice()])
+    try:
+        assert main(["daemon", str(config), "--max-windows", "2"]) == 0
+    finally:
+        fake_nvml.configure([])
+    assert device.locked_sm is None and device.limit_mw == device.default_limit_mw
+    events = [json.loads(line) for line in (tmp_path / "events.log").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds.count("trial") == 3 and "applied" in kinds and kinds[-1] == "stop"
+    with SQLiteStorage(tmp_path / "tuner.db", read_only=True) as storage:
+        trials = storage.list_trials("daemon-gpu.r1")
+    assert [t.status for t in trials] == [TrialStatus.COMPLETED] * 3, [t.reason for t in trials]
+    assert all(t.metrics["offered_per_s"] == 20.0 for t in trials)  # the load file's rate
+    assert all(t.metrics["gpu_energy_j_per_request"] > 0 for t in trials)

@@ -65,3 +65,57 @@ def test_cpufreq_target_adds_energy_per_request(tmp_path: Path) -> None:
         outcome = target.run_trial({"cpu_khz": 1_600_000, "batch": 2})
     assert outcome.status is TrialStatus.COMPLETED, outcome.reason
     assert outcome.metrics["energy_j_per_request"] == 0.0 and outcome.metrics["requests"] >= 2
+
+
+def _open_loop(*args: str) -> dict[str, float]:
+    done = subprocess.run(
+        [*RUN, "--model", "cnn", "--batch", "8", "--device", "cpu", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_open_loop_serves_poisson_arrivals_at_the_rate_asked(tmp_path: Path) -> None:
+    rate_file = tmp_path / "rate.txt"
+    rate_file.write_text("40\n")
+    metrics = _open_loop("--rate-file", str(rate_file), "--seconds", "1.5")
+    assert metrics["offered_per_s"] == 40.0
+    arrivals = metrics["requests"] + metrics["unserved"]
+    assert 30 <= arrivals <= 90  # Poisson with mean 60 (sd 7.7)
+    assert metrics["requests"] >= 0.9 * arrivals  # about 5 ms a batch: the device keeps up
+    assert metrics["requests_per_s"] == pytest.approx(metrics["requests"] / metrics["seconds"])
+    assert metrics["batches"] <= metrics["requests"]  # a batch takes what has arrived
+    assert 0 < metrics["p50_ms"] <= metrics["p99_ms"]
+
+
+def test_over_capacity_the_queue_shows_in_p99_and_unserved_requests() -> None:
+    metrics = _open_loop("--rate", "100000", "--seconds", "0.5")
+    assert metrics["unserved"] > metrics["requests"] > 0
+    assert metrics["requests_per_s"] < 0.1 * metrics["offered_per_s"]
+    assert metrics["p99_ms"] >= 0.4 * 1000 * 0.5  # the requests waiting at the window's end
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--rate", "-3"], "rate"),
+        (["--rate", "1e9", "--seconds", "1"], "rate x seconds"),
+        (["--rate-file", "/nonexistent/rate.txt"], "rate-file"),
+    ],
+)
+def test_bad_open_loop_arguments_exit_2_naming_them(args: list[str], named: str) -> None:
+    done = subprocess.run([*RUN, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and named in done.stderr
+
+
+def test_a_rate_file_without_a_number_is_named(tmp_path: Path) -> None:
+    rate_file = tmp_path / "rate.txt"
+    rate_file.write_text("fast\n")
+    done = subprocess.run(
+        [*RUN, "--rate-file", str(rate_file)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "expected a request rate" in done.stderr
