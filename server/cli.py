@@ -227,6 +227,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         settings = replace(settings, state=args.state)
     if args.max_windows is not None:
         settings = replace(settings, max_windows=args.max_windows)
+    if not args.server:
+        runtime.warm_up()  # this process suggests; its first suggestion would pay it
     events = EventLog(settings.log)
     try:
         with (
@@ -246,6 +248,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from server.service import LeasePolicy
 
     logging.getLogger().setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    runtime.warm_up()  # the first suggestion would pay it (tuner/runtime.py)
     leases = None if args.lease_ttl == 0 else LeasePolicy(args.lease_ttl, args.on_lease_expiry)
     security = ServerSecurity.from_files(args.tls_cert, args.tls_key, args.token_file)
     if args.log_format == "json":

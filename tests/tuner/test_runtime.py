@@ -78,3 +78,52 @@ def test_fused_kernels_are_loaded_at_start_up_only_when_asked(
     assert loads == [False]  # already loaded: not again
     runtime.configure(warnings_to_log=False)
     assert logei._C is None and logei._load_attempted  # off: BoTorch never tries
+
+
+WARM_UP = """
+import sys, torch
+from tuner import runtime
+before = set(sys.modules)
+runtime.warm_up()
+warmed = set(sys.modules) - before
+torch.broadcast_shapes((3, 1), (1, 4))  # what GPyTorch's means call in a first suggestion
+print(len(warmed), "sympy" in warmed, len(set(sys.modules) - before - warmed))
+"""
+
+
+def test_warm_up_imports_what_a_first_suggestion_would() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WARM_UP],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    warmed, sympy, later = done.stdout.split()
+    assert int(warmed) > 100 and sympy == "True" and later == "0"
+
+
+def test_serve_and_a_local_daemon_warm_up_and_short_commands_do_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import server.app
+    import server.daemon
+    from server import cli
+
+    monkeypatch.chdir(tmp_path)  # the example's relative paths (its events log) land here
+    calls: list[str] = []
+    monkeypatch.setattr(runtime, "warm_up", lambda: calls.append("warm_up"))
+    monkeypatch.setattr(server.app, "serve", lambda *a, **k: calls.append("serve"))
+    assert cli.main(["serve", "--db", str(tmp_path / "s.db"), "--port", "0"]) == 0
+    assert calls == ["warm_up", "serve"]
+    calls.clear()
+    monkeypatch.setattr(server.daemon.Daemon, "run", lambda self: calls.append("run") or 0)
+    config = ROOT / "examples" / "daemon.toml"
+    state = tmp_path / "state.json"
+    args = ["daemon", str(config), "--db", str(tmp_path / "d.db"), "--state", str(state)]
+    assert cli.main(args) == 0
+    assert calls == ["warm_up", "run"]
+    calls.clear()
+    assert cli.main(["studies", "--db", str(tmp_path / "d.db")]) == 0
+    assert calls == []
