@@ -56,9 +56,12 @@ PY
     echo "$low" > "$run/low" && echo "$high" > "$run/high"
     setsid nohup bash bench/gpu_daemon.sh drive "$run" > "$run/driver.log" 2>&1 < /dev/null &
     say "driver started; events as they come"
-    for _ in $(seq "${WATCH_S:-270}"); do
+    for second in $(seq "${WATCH_S:-270}"); do
         sleep 1
         [ -f "$run/done" ] && break
+        if [ $((second % 15)) -eq 0 ]; then  # what is under OUT comes back even if killed
+            cp "$run"/events.log "$run"/driver.log "$out"/ 2>/dev/null
+        fi
     done
     tail -n 5 "$run/driver.log"
     [ -f "$run/events.log" ] && python3 -m bench.gpu_daemon_summary "$run/events.log" | tail -n 25
