@@ -9,9 +9,11 @@
 # measures the encoder's closed-loop capacity C at the default clocks (batch 64), then starts
 # a detached driver (this script's `drive`) that writes the load 0.15 C requests/s, runs
 # `tuner daemon` on a copy of the example whose files live in /tmp/gpu-daemon, raises the
-# load to 0.6 C at CHANGE_S (300 s), sends SIGTERM at TOTAL_S (620 s), reads the power limit
-# and the SM clock under load without resetting anything (the daemon must have restored
-# them), and writes summary.txt. `finish` waits for the driver and copies its files to
+# load to 0.6 C at CHANGE_S (300 s: the clocks tuned for the low load break the SLO, so the
+# daemon rolls back and re-tunes), lowers it to 0.15 C again at BACK_S (470 s: the served
+# rate falls by three quarters, a drift, so it re-tunes again), sends SIGTERM at TOTAL_S
+# (620 s), reads the power limit and the SM clock under load without resetting anything
+# (the daemon must have restored them), and writes summary.txt. `finish` waits for the driver and copies its files to
 # OUTDIR: events.log, driver.log, summary.txt, daemon.toml, state.json, tuner.db.
 set -u
 cmd=${1:?usage: bash bench/gpu_daemon.sh start|finish|drive OUTDIR}
@@ -37,7 +39,7 @@ start)
         --warmup-s 1 --device cuda | python3 -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["requests_per_s"])') || exit 1
     low=$(python3 -c "print(round(0.15 * $capacity))")
     high=$(python3 -c "print(round(0.6 * $capacity))")
-    say "capacity $capacity requests/s: load $low, then $high at ${CHANGE_S:-300} s"
+    say "capacity $capacity requests/s: load $low, $high at ${CHANGE_S:-300} s, $low at ${BACK_S:-470} s"
     python3 - "$run" <<'PY' || exit 1
 import json, sys
 from pathlib import Path
@@ -77,6 +79,11 @@ drive)
     daemon=$!
     sleep "${CHANGE_S:-300}"
     cp "$out/high" "$out/load.txt"
+    say "load $(cat "$out/load.txt")"
+    while [ $(( $(date +%s) - begin )) -lt "${BACK_S:-470}" ] && kill -0 "$daemon" 2>/dev/null; do
+        sleep 1
+    done
+    cp "$out/low" "$out/load.txt"
     say "load $(cat "$out/load.txt")"
     while [ $(( $(date +%s) - begin )) -lt "${TOTAL_S:-620}" ] && kill -0 "$daemon" 2>/dev/null; do
         sleep 1
