@@ -113,14 +113,21 @@ def serve(
     elapsed = time.perf_counter() - started
     window_end = time.monotonic()
     requests = batch * len(latencies)
+    return _window(window_start, window_end, requests, elapsed, latencies, len(latencies))
+
+
+def _window(
+    start: float, end: float, requests: int, elapsed: float, latencies: list[float], batches: int
+) -> dict[str, float]:
+    """The metrics of a timed window (module doc), latencies in seconds."""
     return {
-        "window_start_s": window_start,
-        "window_end_s": window_end,
+        "window_start_s": start,
+        "window_end_s": end,
         "requests": float(requests),
         "requests_per_s": requests / elapsed,
         "p50_ms": 1000 * percentile(latencies, 50),
         "p99_ms": 1000 * percentile(latencies, 99),
-        "batches": float(len(latencies)),
+        "batches": float(batches),
         "seconds": elapsed,
     }
 
@@ -181,18 +188,8 @@ def serve_open_loop(
     window_end = time.monotonic()
     served = len(latencies)
     latencies.extend(elapsed - offsets[i] for i in range(next_request, len(offsets)))
-    return {
-        "window_start_s": window_start,
-        "window_end_s": window_end,
-        "requests": float(served),
-        "requests_per_s": served / elapsed,
-        "offered_per_s": rate,
-        "unserved": float(len(offsets) - served),
-        "p50_ms": 1000 * percentile(latencies, 50),
-        "p99_ms": 1000 * percentile(latencies, 99),
-        "batches": float(batches),
-        "seconds": elapsed,
-    }
+    metrics = _window(window_start, window_end, served, elapsed, latencies, batches)
+    return {**metrics, "offered_per_s": rate, "unserved": float(len(offsets) - served)}
 
 
 def read_rate(path: str) -> float:
