@@ -6,8 +6,9 @@
 
 * **Problems** (``bench/suite_problems.py``): the half's problems, read from
   ``../shared/benchdata`` at run time (``--data``); ``--problems`` keeps the names equal to,
-  or starting with, the given names or family prefixes. Choose constants on the develop
-  half; run the report half only for the final tables.
+  or starting with, the given names or family prefixes (``=NAME``: that name only, not its
+  noisy twins). Choose constants on the develop half; run the report half only for the final
+  tables.
 * **Methods**: the runners of ``bench/peers/`` (``bench.peers.RUNNERS`` when the package
   defines it, else one module per method, ``_`` read as ``-``), each ``run(problem, seed,
   budget, on_eval=None) -> MethodRun``; a runner whose ``available()`` gives a reason is
@@ -338,7 +339,10 @@ def _parser() -> argparse.ArgumentParser:
     add("--seeds", type=int, help="runs per method and problem (default: suite.toml's)")
     add("--first-seed", type=int, default=0, help="seeds FIRST .. FIRST+N-1")
     add("--methods", help="comma-separated runners of bench/peers/ (default: all)")
-    add("--problems", help="comma-separated names or prefixes (db, cloud:spark_lr, ...)")
+    add(
+        "--problems",
+        help="comma-separated names or prefixes (db, cloud:spark_lr, ...); =NAME: that name only",
+    )
     add("--budget", type=int, help="override every problem's budget (for smoke tests)")
     add("--resume", action="store_true", help=f"take runs already in <out>/{CURVES_LOG}")
     add("--redo", help="drop these methods' logged runs of the selected problems first")

@@ -98,12 +98,14 @@ def suite_names(half: str, suite: dict[str, Any]) -> list[str]:
 
 
 def select(names: Iterable[str], filters: Iterable[str]) -> list[str]:
-    """The names equal to a filter or starting with it followed by ``: ~ _ -``."""
-    wanted = [f for f in filters if f]
+    """The names equal to a filter or starting with it followed by ``: ~ _ -``; a filter
+    written ``=name`` keeps that name only (``=db:ycsb-100``: not its noisy twins)."""
+    wanted = [f for f in filters if f and not f.startswith("=")]
+    exact = {f[1:] for f in filters if f.startswith("=")}
     return [
         n
         for n in names
-        if any(n == f or any(n.startswith(f + s) for s in SEPARATORS) for f in wanted)
+        if n in exact or any(n == f or any(n.startswith(f + s) for s in SEPARATORS) for f in wanted)
     ]
 
 

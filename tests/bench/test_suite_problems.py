@@ -82,6 +82,12 @@ def test_select_takes_names_and_prefixes() -> None:
     assert sp.select(names, ["hdbo:hartmann6-d100"]) == ["hdbo:hartmann6-d100"]
     assert len(sp.select(names, ["cloud:spark_lr"])) == 4
     assert sp.select(names, ["nothing"]) == []
+    assert sp.select(names, ["=db:job-5"]) == ["db:job-5"]
+    assert sp.select(names, ["=db:job-5", "hdbo:hartmann6-d20"]) == [
+        "db:job-5",
+        "hdbo:hartmann6-d20",
+    ]
+    assert sp.select(names, ["=hdbo"]) == []
 
 
 def test_a_report_problem_is_refused_for_the_develop_half() -> None:
