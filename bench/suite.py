@@ -2,7 +2,7 @@
 
 ``python -m bench.suite --half develop|report [--seeds N] [--first-seed S] [--methods a,b]
 [--problems db,hdbo:branin-d100,...] [--budget B] [--resume] [--redo METHOD] [--jobs K]
-[--out DIR] [--markdown] [--logged-only] [--also DIR,...]``
+[--out DIR] [--markdown] [--logged-only] [--missing] [--also DIR,...]``
 
 * **Problems** (``bench/suite_problems.py``): the half's problems, read from
   ``../shared/benchdata`` at run time (``--data``); ``--problems`` keeps the names equal to,
@@ -41,7 +41,7 @@ import json
 import pkgutil
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from multiprocessing import get_context
@@ -49,8 +49,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
+from rich.table import Table
+
 from bench import suite_problems, yahpo_bridge
-from bench.common import RESULTS_DIR, console, limit_threads, load_note, machine_info, write_json
+from bench.common import (
+    RESULTS_DIR,
+    console,
+    limit_threads,
+    load_note,
+    machine_info,
+    show,
+    write_json,
+)
 from bench.contract import HALVES, Measurement, MethodRun, SuiteProblem
 from bench.suite_report import plot, print_report
 from bench.suite_score import ScoredRun, score_run, summarize_problem, summarize_suite
@@ -186,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.first_seed, args.first_seed + (args.seeds or suite["suite"]["seeds"]))
     budgets = {p.name: args.budget or p.budget for p in problems}
     done: dict[Key, ScoredRun] = {}
-    if args.resume or args.logged_only:
+    if args.resume or args.logged_only or args.missing:
         added = backfill_curves(out, by_name)
         if added:
             console.print(f"scored {added} runs of {out / RUNS_LOG} into {log}")
@@ -203,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = [t for t in plan if t[:3] not in done]
     if done:
         console.print(f"resuming: {len(done)} runs taken from {log}")
+    if args.missing:
+        print_missing(plan, args.markdown)
+        return 0
     if args.logged_only:
         console.print(f"--logged-only: not running {len(plan)} missing runs")
         plan = []
@@ -235,6 +248,20 @@ def main(argv: list[str] | None = None) -> int:
     if picture is not None:
         console.print(f"wrote {picture}")
     return 1 if meta["failed"] else 0
+
+
+def print_missing(plan: Sequence[tuple[str, int, str, int]], markdown: bool = False) -> None:
+    """The runs a plan still lacks, per method and problem (seeds), with no score shown: where
+    the runs stand, readable before the report half's tables may be."""
+    table = Table(title=f"{len(plan)} runs missing")
+    for column in ("method", "problem", "seeds"):
+        table.add_column(column)
+    seeds: dict[tuple[str, str], list[int]] = {}
+    for problem, seed, method, _ in plan:
+        seeds.setdefault((method, problem), []).append(seed)
+    for (method, problem), missing in sorted(seeds.items()):
+        table.add_row(method, problem, ",".join(map(str, missing)))
+    show(table, markdown)
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -347,6 +374,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--resume", action="store_true", help=f"take runs already in <out>/{CURVES_LOG}")
     add("--redo", help="drop these methods' logged runs of the selected problems first")
     add("--logged-only", action="store_true", help="tables from the logged runs, running none")
+    add("--missing", action="store_true", help="list the runs not logged yet (no scores), run none")
     add(
         "--also",
         help="comma-separated results folders whose scored runs count too (runs written "

@@ -113,3 +113,19 @@ def test_also_takes_the_runs_logged_in_another_folder(tmp_path: Path) -> None:
     assert len(_log(here, suite.CURVES_LOG)) == 2  # nothing was copied or run
     with pytest.raises(SystemExit, match=r"--also .*no suite-curves\.jsonl"):
         _main(here, "--logged-only", "--also", str(tmp_path / "nowhere"))
+
+
+def test_missing_lists_the_runs_not_logged_without_running_or_scoring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _main(tmp_path) == 0  # seed 0 of both problems
+    (tmp_path / "suite.json").unlink()
+    capsys.readouterr()
+    assert _main(tmp_path, "--seeds", "2", "--missing", "--markdown") == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[1:] == [
+        f"| {_method()} | cloud:spark_lr_huge:cost_usd | 1 |",
+        f"| {_method()} | hdbo:hartmann6-d20 | 1 |",
+    ]
+    assert len(_log(tmp_path)) == 2  # nothing ran
+    assert not (tmp_path / "suite.json").exists()  # nothing was scored into tables
