@@ -196,10 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.first_seed, args.first_seed + (args.seeds or suite["suite"]["seeds"]))
     budgets = {p.name: args.budget or p.budget for p in problems}
     done: dict[Key, ScoredRun] = {}
-    if args.resume or args.logged_only or args.missing:
+    if args.resume or args.logged_only:
         added = backfill_curves(out, by_name)
         if added:
             console.print(f"scored {added} runs of {out / RUNS_LOG} into {log}")
+    if args.resume or args.logged_only or args.missing:  # --missing only reads
         done = logged_curves(log, budgets)
     for folder in args.also.split(",") if args.also else ():
         beside = Path(folder) / CURVES_LOG
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if meta["failed"] else 0
 
 
-def print_missing(plan: Sequence[tuple[str, int, str, int]], markdown: bool = False) -> None:
+def print_missing(plan: Sequence[Task], markdown: bool = False) -> None:
     """The runs a plan still lacks, per method and problem (seeds), with no score shown: where
     the runs stand, readable before the report half's tables may be."""
     table = Table(title=f"{len(plan)} runs missing")

@@ -100,8 +100,9 @@ def suite_names(half: str, suite: dict[str, Any]) -> list[str]:
 def select(names: Iterable[str], filters: Iterable[str]) -> list[str]:
     """The names equal to a filter or starting with it followed by ``: ~ _ -``; a filter
     written ``=name`` keeps that name only (``=db:ycsb-100``: not its noisy twins)."""
-    wanted = [f for f in filters if f and not f.startswith("=")]
-    exact = {f[1:] for f in filters if f.startswith("=")}
+    given = [f for f in filters if f]
+    wanted = [f for f in given if not f.startswith("=")]
+    exact = {f[1:] for f in given if f.startswith("=")}
     return [
         n
         for n in names

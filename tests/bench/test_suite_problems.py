@@ -88,6 +88,10 @@ def test_select_takes_names_and_prefixes() -> None:
         "hdbo:hartmann6-d20",
     ]
     assert sp.select(names, ["=hdbo"]) == []
+    assert sp.select(names, iter(["=db:job-5", "hdbo:hartmann6-d20"])) == [  # read once
+        "db:job-5",
+        "hdbo:hartmann6-d20",
+    ]
 
 
 def test_a_report_problem_is_refused_for_the_develop_half() -> None:
