@@ -70,10 +70,21 @@ class Cell:
     ours_sources: list[str] = field(default_factory=list)
     ours_cold: float | None = None
     peers: dict[str, PeerTimes] = field(default_factory=dict)
+    ours_refit: float | None = None
+    refit_every: int = 1
 
     @property
     def ours_median(self) -> float:
         return median(self.ours)
+
+    @property
+    def ours_mean(self) -> float | None:
+        """Our step averaged over a refit cycle: ``refit_every - 1`` steps at the median and
+        one step that fits the GP again (None when the refit step was not timed)."""
+        if self.ours_refit is None:
+            return None
+        every = self.refit_every
+        return ((every - 1) * self.ours_median + self.ours_refit) / every
 
     def ratio(self, peer: str) -> float | None:
         """peer / ours: how many times faster our step is (inf when the peer was capped)."""
@@ -129,6 +140,9 @@ def results_table(cells: list[Cell], peers: tuple[str, ...], title: str) -> Tabl
     headers = ["space", "d", "n", "ours s"]
     for peer in peers:
         headers += [f"{peer} s", f"{peer}/ours"]
+    refits = any(c.ours_refit is not None for c in cells)
+    if refits:
+        headers += ["ours refit s", "every", "ours mean s"]
     if any(c.ours_cold is not None for c in cells):
         headers.append("ours cold s")
     for name in headers:
@@ -137,6 +151,13 @@ def results_table(cells: list[Cell], peers: tuple[str, ...], title: str) -> Tabl
         row = [cell.kind, str(cell.d), str(cell.n), f"{cell.ours_median:.2f}"]
         for peer in peers:
             row += _peer_cells(cell, peer)
+        if refits:
+            mean = cell.ours_mean
+            row += [
+                f"{cell.ours_refit:.2f}" if cell.ours_refit is not None else "-",
+                str(cell.refit_every),
+                f"{mean:.2f}" if mean is not None else "-",
+            ]
         if len(headers) > len(row):
             row.append(f"{cell.ours_cold:.2f}" if cell.ours_cold is not None else "-")
         table.add_row(*row)
@@ -169,6 +190,7 @@ def to_json(cells: list[Cell], meta: dict[str, Any]) -> dict[str, Any]:
     for cell in cells:
         row = asdict(cell)
         row["ours_median_s"] = cell.ours_median
+        row["ours_mean_s"] = cell.ours_mean
         for peer, times in cell.peers.items():
             value = times.median
             row["peers"][peer]["median_s"] = None if value is None or math.isinf(value) else value
@@ -204,6 +226,8 @@ def cells_from_json(data: dict[str, Any]) -> list[Cell]:
                 ours_sources=list(row["ours_sources"]),
                 ours_cold=row["ours_cold"],
                 peers=peers,
+                ours_refit=row.get("ours_refit"),
+                refit_every=row.get("refit_every", 1),
             )
         )
     return cells

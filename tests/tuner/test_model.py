@@ -249,8 +249,8 @@ def test_a_batched_gp_is_warm_started_output_by_output(monkeypatch: pytest.Monke
                hit=0.5 + (i % 4) / 10)
         for i in range(22)
     ]  # fmt: skip
-    cache = FitCache()
-    fit_models(outcome_data(spec, encoder, tuple(trials[:21])), encoder, cache, "warm")
+    cache = FitCache()  # fitted on 20 rows, then 22: grown by refit_interval(22) = 2
+    fit_models(outcome_data(spec, encoder, tuple(trials[:20])), encoder, cache, "warm")
     assert all(cache.get(("warm", n), 2) is not None for n in ("tps", "p95", "hit"))
     assert cache.get(("warm", "tps,p95,hit"), 2) is None  # no entry for the batch
     steps: list[int] = []
@@ -261,6 +261,30 @@ def test_a_batched_gp_is_warm_started_output_by_output(monkeypatch: pytest.Monke
     assert batched.num_outputs == 3
     assert steps == [model_module._WARM_MAXITER] * 3  # 22 rows: not a full fit's turn
     assert all(cache.fitted_rows(("warm", n), 2) == 22 for n in ("tps", "p95", "hit"))
+
+
+def test_hyperparameters_are_kept_until_the_data_grew_by_a_tenth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between fits the GP keeps its hyperparameters but is conditioned on all the data."""
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    trials = [_trial(i + 1, (i * 0.37) % 1, tps=100.0 + 20 * math.sin(5 * i)) for i in range(34)]
+    cache = FitCache()
+    fit_models(outcome_data(spec, encoder, tuple(trials[:30])), encoder, cache, "keep")
+    steps: list[int] = []
+    real = model_module._optimize
+    monkeypatch.setattr(model_module, "_optimize", lambda m, maxiter: steps.append(maxiter)
+                        or real(m, maxiter))  # fmt: skip
+    assert model_module.refit_interval(30) == 3 and model_module.refit_interval(9) == 1
+    for rows in (31, 32):
+        (data,) = outcome_data(spec, encoder, tuple(trials[:rows]))[:1]
+        model: Any = fit_models([data], encoder, cache, "keep")
+        assert model.train_inputs[0].shape[-2] == rows  # conditioned on every observation
+        assert steps == [] and cache.fitted_rows(("keep", "tps"), 2) == 30
+    fit_models(outcome_data(spec, encoder, tuple(trials[:33]))[:1], encoder, cache, "keep")
+    assert steps == [model_module._WARM_MAXITER]  # 33 - 30 = refit_interval(33): a warm fit
+    assert cache.fitted_rows(("keep", "tps"), 2) == 33
 
 
 def test_categorical_knobs_get_a_categorical_kernel() -> None:
@@ -512,8 +536,8 @@ def test_large_constrained_baselines_drop_sure_losers_and_surely_infeasible_poin
     assert torch.equal(_contenders(model, x_obs, -1.0, hopeless), x_obs)  # none feasible: all
 
 
-def test_large_studies_keep_fitted_hyperparameters_until_the_data_grew_by_two_percent() -> None:
-    encoder, data = _box_data(260)
+def test_studies_keep_fitted_hyperparameters_until_the_data_grew_by_a_tenth() -> None:
+    encoder, data = _box_data(280)
     cache = FitCache()
     key = ("big", "f")
 
@@ -523,13 +547,13 @@ def test_large_studies_keep_fitted_hyperparameters_until_the_data_grew_by_two_pe
         fit_models([part], encoder, cache, "big")
         return cache.get(key, 2)  # type: ignore[return-value]
 
-    small = fit(150)
-    assert fit(151) is not small  # under 200 observations every suggestion fits
+    small = fit(8)
+    assert fit(9) is not small  # under 20 observations every suggestion fits
     first = fit(250)
     assert cache.fitted_rows(key, 2) == 250
-    assert fit(254) is first and cache.fitted_rows(key, 2) == 250  # 4 < 254 // 50
-    refitted = fit(255)  # 5 = 255 // 50: fitted again
-    assert refitted is not first and cache.fitted_rows(key, 2) == 255
+    assert fit(276) is first and cache.fitted_rows(key, 2) == 250  # 26 < 276 // 10
+    refitted = fit(277)  # 27 = 277 // 10: fitted again
+    assert refitted is not first and cache.fitted_rows(key, 2) == 277
 
 
 def test_large_baselines_drop_only_sure_losers_before_pruning() -> None:

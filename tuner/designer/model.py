@@ -95,14 +95,14 @@ _FIT_MAXITER = 200  # L-BFGS-B steps of a fit from the priors
 # start), so the hyperparameters cannot lag behind the data for long.
 _WARM_MAXITER = 25
 _FULL_FIT_EVERY = 5
-# From _KEEP_FROM observations on, the cached hyperparameters are used without a fit until
-# the data has grown by n // _KEEP_SHARE observations (2 %) since they were fitted: one
-# likelihood evaluation costs 0.5 s at n = 1000 on one core, and a few new points among a
-# thousand move the hyperparameters of a GP by nothing an acquisition notices. Below
-# _KEEP_FROM every suggestion fits (the suite's problems, budgets <= 100, never get here;
-# nothing was tuned on them).
-_KEEP_FROM = 200
-_KEEP_SHARE = 50
+# The cached hyperparameters are used without a fit until the data has grown by
+# n // _KEEP_SHARE observations (10 %) since they were fitted: below 20 observations every
+# suggestion fits, at 100 every tenth, at 1000 every hundredth. The GP is always conditioned
+# on all the data; only its lengthscales and noise lag, and a tenth more data moves them by
+# little an acquisition notices. Chosen for latency (a warm fit was half of a step at
+# n = 100), and checked on the develop half for no loss (bench/NOTES.md, "Policy v2"). Until
+# 2026-11-27 it was 2 % from 200 observations on.
+_KEEP_SHARE = 10
 
 
 class Encoder(Protocol):
@@ -300,9 +300,15 @@ def _fit_one(
     return model
 
 
+def refit_interval(rows: int) -> int:
+    """New observations after which a study of ``rows`` observations fits its GP again (1:
+    every suggestion fits)."""
+    return max(1, rows // _KEEP_SHARE)
+
+
 def _keeps(fitted: int, rows: int) -> bool:
     """Whether hyperparameters fitted on ``fitted`` observations serve ``rows`` unfitted."""
-    return rows >= _KEEP_FROM and 0 <= rows - fitted < rows // _KEEP_SHARE
+    return 0 <= rows - fitted < rows // _KEEP_SHARE
 
 
 def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
