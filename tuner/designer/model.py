@@ -89,10 +89,10 @@ _LOG_SPAN = 10.0  # model positive metrics in log space when max/min exceeds thi
 _WARM_KEYS = ("covar_module", "likelihood", "mean_module")
 _CAT_LENGTHSCALE = (0.01, 20.0)
 _FIT_MAXITER = 200  # L-BFGS-B steps of a fit from the priors
-# A warm-started fit continues from the last step's hyperparameters, which one new
-# observation moves only a little; its remaining steps are amortized over the next fits,
-# and every _FULL_FIT_EVERY-th observation gets a fit run to convergence (from the warm
-# start), so the hyperparameters cannot lag behind the data for long.
+# A warm-started fit continues from the last fit's hyperparameters, which a few new
+# observations move only a little; its remaining steps are amortized over the next fits,
+# and a fit at a multiple of _FULL_FIT_EVERY observations runs to convergence (from the
+# warm start), so the hyperparameters cannot lag behind the data for long.
 _WARM_MAXITER = 25
 _FULL_FIT_EVERY = 5
 # The cached hyperparameters are used without a fit until the data has grown by
