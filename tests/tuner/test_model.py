@@ -263,7 +263,7 @@ def test_a_batched_gp_is_warm_started_output_by_output(monkeypatch: pytest.Monke
     assert all(cache.fitted_rows(("warm", n), 2) == 22 for n in ("tps", "p95", "hit"))
 
 
-def test_hyperparameters_are_kept_until_the_data_grew_by_a_tenth(
+def test_a_gp_between_fits_is_conditioned_on_every_observation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Between fits the GP keeps its hyperparameters but is conditioned on all the data."""
