@@ -128,3 +128,20 @@ def test_exhausted_space_gives_no_points() -> None:
     none_left = LocalSearch(encoder, lambda config: True, {encoder.key(c) for c in every})
     empty = none_left.optimize(acquisition, 2, encoder.encode_many([]), 16, 2, seed=0)
     assert empty.shape == (0, 2)
+
+
+def test_a_climb_moves_every_knob_it_can_improve_at_once() -> None:
+    # Eight continuous knobs, each several steps (1/4, 1/16, 1/64 of its range) from the
+    # maximum: one knob a round would take some 40 rounds, more than a climb has. Moving
+    # every improving knob at once (the compound move), every knob ends within half the
+    # smallest step of the target.
+    space = SearchSpace(tuple(FloatKnob(f"x{i}", low=0.0, high=1.0) for i in range(8)))
+    encoder = UnitBoxEncoder(space)
+    target: Config = {f"x{i}": 0.1 + 0.1 * i for i in range(8)}
+    start: Config = {f"x{i}": 0.95 - 0.1 * i for i in range(8)}
+    acquisition: Any = Closeness(target, encoder)
+    search = LocalSearch(encoder, None, set())
+    # one raw sample: the climbs start from the start's neighbours and that sample
+    (point,) = search.optimize(acquisition, 1, encoder.encode_many([start]), 1, 1, seed=0)
+    reached = encoder.decode(point.tolist())
+    assert all(abs(reached[k] - target[k]) <= 1 / 128 + 1e-9 for k in target), reached

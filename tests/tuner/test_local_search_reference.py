@@ -238,15 +238,24 @@ class _ReferenceSearch:
         values = _evaluate(acquisition, starts)
         top = values.topk(min(num_restarts, len(values))).indices
         current, current_values = starts[top], values[top]
-        for _ in range(30):
-            groups = [self._admissible(self._neighbours(point)) for point in current]
+        compound: dict[int, torch.Tensor] = {}
+        for _ in range(10):
+            groups = []
+            for j, point in enumerate(current):
+                rows = self._neighbours(point)
+                if j in compound:
+                    rows = torch.cat([rows, compound[j].unsqueeze(0)])
+                groups.append(self._admissible(rows))
             sizes = [g.shape[0] for g in groups]
             if sum(sizes) == 0:
                 break
             scores = _evaluate(acquisition, torch.cat(groups)).split(sizes)
-            moved = False
+            moved, compound = False, {}
             for j, (group, score) in enumerate(zip(groups, scores, strict=True)):
                 if group.shape[0] and score.max() > current_values[j]:
+                    joined = _joined(current[j], group, score, current_values[j])
+                    if joined is not None:
+                        compound[j] = joined
                     best = int(score.argmax())
                     current[j], current_values[j] = group[best], score[best]
                     moved = True
@@ -286,6 +295,26 @@ class _ReferenceSearch:
             seen.add(key)
             keep.append(k)
         return points[keep]
+
+
+def _joined(
+    point: torch.Tensor, rows: torch.Tensor, scores: torch.Tensor, value: torch.Tensor
+) -> torch.Tensor | None:
+    """``point`` with, for every coordinate some improving one-coordinate row moves, the
+    best such row's value; None when fewer than two coordinates move."""
+    best: dict[int, tuple[float, float]] = {}  # coordinate -> (score, value)
+    for row, score in zip(rows, scores.tolist(), strict=True):
+        moved = (row != point).nonzero().view(-1).tolist()
+        if len(moved) != 1 or not score > float(value):
+            continue
+        if moved[0] not in best or score > best[moved[0]][0]:
+            best[moved[0]] = (score, float(row[moved[0]]))
+    if len(best) < 2:
+        return None
+    joined = point.clone()
+    for coordinate, (_, coordinate_value) in best.items():
+        joined[coordinate] = coordinate_value
+    return joined
 
 
 def _evaluate(acquisition: Any, points: torch.Tensor) -> torch.Tensor:
