@@ -1,11 +1,14 @@
-"""qLogNEI's samples at the candidates from the GP's caches (``candidate_samples.py``) give
-BoTorch's acquisition values and gradients.
+"""qLogNEI's samples at the candidates from the GP's caches (``candidate_samples.py``, with
+the moments of ``rbf_moments.py`` on box spaces) give BoTorch's acquisition values and
+gradients.
 
 For every GP structure ``build_acquisition`` gives qLogNEI: one GP, a batched two-output GP
-(an outcome constraint) and a ``ModelListGP`` (a feasibility outcome as well); with and
-without pending points (BoTorch's incremental qLogNEI adds them to the baseline), with the
-candidate-list margin, inside and outside ``shared_rows``.
-BoTorch's values are those of the same acquisition with the direct path turned off.
+(an outcome constraint) and a ``ModelListGP`` (a feasibility outcome as well), with a
+constant or a linear prior mean (the trend probe's); with and without pending points
+(BoTorch's incremental qLogNEI adds them to the baseline), with the candidate-list margin,
+inside and outside ``shared_rows``; the moments from ``rbf_moments`` and from
+``shared_rows.model_moments``. BoTorch's values are those of the same acquisition with the
+direct path turned off.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import torch
 from botorch.models import ModelListGP, SingleTaskGP
 from linear_operator.utils.errors import NotPSDError
 
+import tuner.designer.acquisition as acquisition_module
 import tuner.designer.candidate_samples as candidate_samples_module
 from tuner.designer.acquisition import build_acquisition
 from tuner.designer.candidate_samples import LogNEI
 from tuner.designer.model import fit_models, outcome_data
+from tuner.designer.rbf_moments import CandidateMoments
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -45,7 +50,9 @@ def _spec(case: str, d: int) -> StudySpec:
     )
 
 
-def _acquisition(case: str, pending: bool, margin: float) -> tuple[LogNEI, Any, int]:
+def _acquisition(
+    case: str, pending: bool, margin: float, trend: bool = False
+) -> tuple[LogNEI, Any, int]:
     spec = _spec(case, 4)
     encoder = UnitBoxEncoder(spec.space)
     generator = torch.Generator().manual_seed(7)
@@ -65,7 +72,7 @@ def _acquisition(case: str, pending: bool, margin: float) -> tuple[LogNEI, Any, 
             Trial(id=i + 1, config=encoder.decode(row.tolist()), status=status, metrics=metrics)
         )
     data = outcome_data(spec, encoder, tuple(trials))
-    model = fit_models(data, encoder)
+    model = fit_models(data, encoder, trend=trend)
     expected_type = {"plain": SingleTaskGP, "constrained": SingleTaskGP, "feasibility": ModelListGP}
     assert type(model) is expected_type[case]
     X_pending = torch.rand(2, encoder.d, generator=generator).double() if pending else None
@@ -77,25 +84,34 @@ def _acquisition(case: str, pending: bool, margin: float) -> tuple[LogNEI, Any, 
 
 
 @pytest.mark.parametrize(
-    ("case", "pending", "margin"),
+    ("case", "pending", "margin", "trend", "rbf"),
     [
-        ("plain", False, 0.0),
-        ("plain", True, 0.1),
-        ("constrained", False, 0.1),
-        ("constrained", True, 0.0),
-        ("feasibility", False, 0.0),
-        ("feasibility", True, 0.0),
+        ("plain", False, 0.0, False, True),
+        ("plain", True, 0.1, False, True),
+        ("plain", False, 0.0, True, True),
+        ("plain", True, 0.0, False, False),
+        ("constrained", False, 0.1, False, True),
+        ("constrained", True, 0.0, False, True),
+        ("constrained", True, 0.0, True, True),
+        ("constrained", False, 0.0, False, False),
+        ("feasibility", False, 0.0, False, True),
+        ("feasibility", True, 0.0, False, True),
+        ("feasibility", True, 0.0, False, False),
     ],
 )
 def test_values_and_gradients_equal_botorch(
     case: str,
     pending: bool,
     margin: float,
+    trend: bool,
+    rbf: bool,
     monkeypatch: pytest.MonkeyPatch,
     value_and_gradient: ValueAndGradient,
     path_taken: PathTaken,
 ) -> None:
-    acquisition, _, d = _acquisition(case, pending, margin)
+    acquisition, _, d = _acquisition(case, pending, margin, trend)
+    if not rbf:  # the moments from shared_rows.model_moments
+        monkeypatch.setattr(CandidateMoments, "build", classmethod(lambda *args: None))
     X = torch.rand(6, 1, d, generator=torch.Generator().manual_seed(2)).double()
     with monkeypatch.context() as botorch_only:
         botorch_only.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
@@ -106,6 +122,8 @@ def test_values_and_gradients_equal_botorch(
         assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
         assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
     assert taken == [True, True]  # both calls sampled directly
+    moments = acquisition._candidate_moments
+    assert moments is not None and (moments[3] is not None) == rbf
     assert expected_gradient.abs().max() > 0
     assert not torch.equal(expected[0], expected[1])  # the candidates differ in value
 
@@ -161,3 +179,46 @@ def test_the_pick_of_a_suggestion_is_botorch_s(monkeypatch: pytest.MonkeyPatch) 
             monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
         picks.append(optimize_continuous(acquisition, d, 1, [], OptimizerSettings(), seed=5))
     assert torch.allclose(picks[0], picks[1], atol=1e-5)
+
+
+def test_samples_with_no_improvement_anywhere_reduce_as_botorch_s(
+    monkeypatch: pytest.MonkeyPatch, value_and_gradient: ValueAndGradient
+) -> None:
+    """Where some sample's smoothed improvement is -inf (its log underflows), ``forward``
+    leaves the reductions to BoTorch, which handles infinities."""
+    acquisition, _, d = _acquisition("constrained", pending=False, margin=0.0)
+    X = torch.rand(4, 1, d, generator=torch.Generator().manual_seed(6)).double()
+    plain = type(acquisition)._sample_forward
+
+    def with_infinities(self: LogNEI, obj: torch.Tensor) -> torch.Tensor:
+        values = plain(self, obj)
+        every_third = torch.arange(values.shape[0]).view(-1, 1, 1) % 3 == 0
+        return torch.where(every_third, -torch.inf, values)
+
+    monkeypatch.setattr(LogNEI, "_sample_forward", with_infinities)
+    got, gradient = value_and_gradient(acquisition, X, False)
+    with monkeypatch.context() as botorch_only:
+        botorch_only.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+        expected, expected_gradient = value_and_gradient(acquisition, X, False)
+    assert torch.isfinite(got).all()
+    assert torch.allclose(got, expected, rtol=1e-9, atol=0)
+    assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
+
+
+def test_no_fixed_features_leave_the_optimization_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``optimize_continuous`` hands BoTorch's L-BFGS-B None for "no fixed features" where
+    ``optimize_acqf`` would hand it ``{}`` (``acquisition._gen_candidates``): the same
+    evaluations, so the same pick, to the last bit."""
+    from botorch.generation.gen import gen_candidates_scipy
+
+    from tuner.designer.acquisition import OptimizerSettings, optimize_continuous
+
+    picks = []
+    for ours in (True, False):
+        acquisition, _, d = _acquisition("plain", pending=False, margin=0.0)
+        if not ours:
+            monkeypatch.setattr(acquisition_module, "_gen_candidates", gen_candidates_scipy)
+        picks.append(optimize_continuous(acquisition, d, 2, [], OptimizerSettings(), seed=5))
+    assert torch.equal(picks[0], picks[1])

@@ -37,9 +37,10 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 from botorch.acquisition import AcquisitionFunction
@@ -48,6 +49,7 @@ from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolu
 from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
 from botorch.acquisition.objective import GenericMCObjective
 from botorch.acquisition.utils import prune_inferior_points
+from botorch.generation.gen import gen_candidates_scipy
 from botorch.models.model import Model
 from botorch.optim import optimize_acqf
 from botorch.posteriors import GPyTorchPosterior
@@ -383,6 +385,7 @@ def optimize_continuous(
                     # BoTorch would retry from random starts when it records an optimizer
                     # warning, and it records warnings process-wide (any study's)
                     retry_on_optimization_warning=False,
+                    gen_candidates=_gen_candidates,
                 )
             picks.append(candidate.detach().reshape(1, d))
             if i + 1 < q:
@@ -393,6 +396,26 @@ def optimize_continuous(
         if q > 1:
             acquisition.set_X_pending(base_pending)
     return torch.cat(picks)
+
+
+def _gen_candidates(
+    initial_conditions: torch.Tensor,
+    acquisition_function: AcquisitionFunction,
+    fixed_features: Mapping[int, float | torch.Tensor] | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BoTorch's ``gen_candidates_scipy``, with no fixed features given as None.
+
+    ``optimize_acqf`` passes ``{}`` when no feature is fixed, and BoTorch's L-BFGS-B wrapper
+    then rebuilds every evaluation's input column by column (``fix_features``): ``d`` copies
+    forward and as many nodes in the gradient. On the 100-knob box with 100 trials that was
+    most of L-BFGS-B's time: 0.35 s a suggestion with ``{}``, 0.15 s with None (about 34
+    evaluations). With None it uses the input itself: the same numbers, so the same values,
+    gradients and pick.
+    """
+    return gen_candidates_scipy(
+        initial_conditions, acquisition_function, fixed_features=fixed_features or None, **kwargs
+    )
 
 
 def _starts(

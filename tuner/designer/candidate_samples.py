@@ -18,37 +18,47 @@ lazy-operator objects and the gradient through them, not arithmetic: about 1,500
 operations for some 100 KB of numbers.
 
 ``LogNEI`` computes the same arithmetic without those objects: the means and covariances
-come from ``shared_rows.model_moments`` (the GP's ``mean_cache`` and ``covar_cache``, the
-same kernel values and caches GPyTorch's prediction uses), the blocks above from them, and
-the solve, the Cholesky factor (``psd_safe_cholesky`` with BoTorch's ``max_tries``) and the
-product with the sampler's base samples (reshaped by BoTorch's own function, once per
-sampler state) as BoTorch computes them. The rest of the acquisition (the incumbent per
-sample, the smoothed improvement, the constraint indicators, the reductions) is BoTorch's
-code, unchanged. Values and gradients equal BoTorch's to rounding (the tests check 1e-9),
-so this is not a change of policy.
+come from the GP's ``mean_cache`` and ``covar_cache`` (the same kernel values and caches
+GPyTorch's prediction uses): on box spaces (RBF kernels) from ``rbf_moments``, which
+computes the baseline's share once per acquisition, elsewhere from
+``shared_rows.model_moments``. Then the solve, the Cholesky factor (``psd_safe_cholesky``
+with BoTorch's ``max_tries``) and the product with the sampler's base samples (reshaped by
+BoTorch's own function, once per sampler state) as BoTorch computes them. The rest of the
+acquisition (the incumbent per sample, the smoothed improvement, the constraint indicators)
+is BoTorch's code, unchanged; of its two reductions, ``forward`` writes out the arithmetic
+for one candidate: the fat maximum over one value is that value, and the mean over the
+samples is BoTorch's ``logmeanexp`` without its handling of infinities (values with an
+infinity are reduced by BoTorch's own). Values and gradients equal BoTorch's to rounding
+(the tests check 1e-9), so this is not a change of policy. On the 16-knob box with 100
+trials an evaluation with its gradient went from about 6.9 to 2.4 ms.
 
 The path is taken only where that holds, and BoTorch's is taken otherwise: BoTorch's
 baseline factor is cached (``cache_root``), no posterior transform, inputs ``b x 1 x d``
 (one candidate per batch: L-BFGS-B's restarts, the local search's candidates), the sampler
 already set up for ``q = 1`` (BoTorch's first call at a ``q`` does that), a model
-``model_moments`` covers, a candidate's conditional covariance that factors (one that does
-not, with a candidate on top of a baseline point, is where BoTorch's low-rank update fails
-too: its path warns and samples the plain way), and finite samples (BoTorch's path then
-raises, warns and falls back as before).
+``model_moments`` covers, BoTorch's default reductions, a candidate's conditional
+covariance that factors (one that does not, with a candidate on top of a baseline point,
+is where BoTorch's low-rank update fails too: its path warns and samples the plain way),
+and finite samples (BoTorch's path then raises, warns and falls back as before).
 """
 
 from __future__ import annotations
 
+import math
+from functools import partial
 from typing import Any
 
 import torch
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
 from botorch.models import SingleTaskGP
+from botorch.models.model import Model
 from botorch.utils.low_rank import _reshape_base_samples
+from botorch.utils.safe_math import fatmax, logmeanexp
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from linear_operator.utils.errors import NanError, NotPSDError
 from torch import Tensor
 
+from tuner.designer.rbf_moments import CandidateMoments
 from tuner.designer.shared_rows import SharedRowsModel, batched_posterior, model_moments
 
 # BoTorch's sample_cached_cholesky default: Cholesky tries with growing jitter
@@ -62,12 +72,39 @@ class LogNEI(qLogNoisyExpectedImprovement):
         super().__init__(**kwargs)
         # the sampler's base samples, and them reshaped as BoTorch's sampling reshapes them
         self._reshaped: tuple[Tensor, Tensor] | None = None
+        # the baseline and model CandidateMoments was built for, and it (None: not covered)
+        self._candidate_moments: tuple[Tensor, Model, Any, CandidateMoments | None] | None = None
 
-    def _get_samples_and_objectives(self, X: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, X: Tensor) -> Tensor:
+        """BoTorch's ``forward`` (``SampleReducingMCAcquisitionFunction``) where the samples
+        come directly, with its two reductions written out for one candidate (module doc)."""
+        if not _reductions_covered(self):
+            return super().forward(X)
         samples = candidate_samples(self, X)
         if samples is None:
-            return super()._get_samples_and_objectives(X)
-        return samples, self.objective(samples, X=X)
+            return super().forward(X)
+        obj = self.objective(samples, X=X)
+        values = self._apply_constraints(acqval=self._sample_forward(obj), samples=samples)
+        if not torch.isfinite(values).all():
+            return self._sample_reduction(self._q_reduction(values))  # BoTorch's, with infs
+        values = values[..., 0]  # fatmax over one value is that value
+        top = values.amax(dim=0, keepdim=True)  # logmeanexp over the samples, as BoTorch's
+        return (top + torch.logsumexp(values - top, dim=0, keepdim=True)).squeeze(0) - math.log(
+            values.shape[0]
+        )
+
+
+def _reductions_covered(acquisition: LogNEI) -> bool:
+    """Whether the acquisition reduces as ``LogNEI.forward`` writes it out: a fat maximum
+    over ``q`` and ``logmeanexp`` over one sample dimension (BoTorch's defaults)."""
+    q_reduction, sample_reduction = acquisition._q_reduction, acquisition._sample_reduction
+    return (
+        isinstance(q_reduction, partial)
+        and q_reduction.func is fatmax
+        and isinstance(sample_reduction, partial)
+        and sample_reduction.func is logmeanexp
+        and sample_reduction.keywords.get("dim") == (0,)
+    )
 
 
 def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
@@ -78,49 +115,62 @@ def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
         return None
     if acquisition.posterior_transform is not None or X.dim() != 3:
         return None
-    b, q, _ = X.shape
     baseline = acquisition.X_baseline
-    if baseline.dim() != 2 or q != 1 or acquisition.X_pending is not None:
+    if baseline.dim() != 2 or X.shape[1] != 1 or acquisition.X_pending is not None:
         return None
     if acquisition.q_in != 1:
         return None
     model = acquisition.model
     if isinstance(model, SharedRowsModel):
         model = model.model
+    moments = _moments(acquisition, model, X[:, 0, :])
+    if moments is None:
+        return None
+    mean, variances, covariances = moments  # m x b, m x b, m x b x nb
+    m = mean.shape[0]
+    # the candidate's row of the root of the joint covariance over [baseline, candidate]:
+    # [B L_b^-T, chol(C - B L_b^-T (B L_b^-T)^T)], per output
+    factor = acquisition._baseline_L
+    factor = factor if factor.dim() == 3 else factor.unsqueeze(0)  # m x nb x nb
+    left = torch.linalg.solve_triangular(
+        factor, covariances.transpose(-2, -1), upper=False
+    ).transpose(-2, -1)
+    conditional = variances - left.pow(2).sum(dim=-1)
+    try:
+        right = psd_safe_cholesky(conditional[..., None, None], max_tries=_MAX_TRIES)
+    except (NanError, NotPSDError):
+        return None  # as BoTorch's path: it warns and samples the plain way
+    root = torch.cat([left, right[..., 0]], dim=-1)  # m x b x (nb + 1)
+    base = _base_samples(acquisition, m, type(model) is SingleTaskGP, X.dtype)[0]
+    samples = (root @ base + mean.unsqueeze(-1)).permute(2, 1, 0).unsqueeze(-2)
+    if not torch.isfinite(samples).all():
+        return None  # BoTorch's path raises NanError, warns and samples the plain way
+    return samples
+
+
+def _moments(acquisition: LogNEI, model: Model, x: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
+    """``m x b`` means and variances at the candidates ``x`` (``b x d``) and ``m x b x nb``
+    covariances with the baseline: from ``rbf_moments`` where it covers the model (built
+    once per baseline and model), else from ``shared_rows.model_moments``."""
+    baseline = acquisition.X_baseline
+    strategy = getattr(model, "prediction_strategy", None)
+    cached = acquisition._candidate_moments
+    if (
+        cached is None
+        or cached[0] is not baseline
+        or cached[1] is not model
+        or (cached[2] is not strategy)
+    ):
+        cached = (baseline, model, strategy, CandidateMoments.build(model, baseline))
+        acquisition._candidate_moments = cached
+    if cached[3] is not None:
+        return cached[3](x)
     nb = baseline.shape[-2]
-    moments = model_moments(model, torch.cat([baseline, X[:, 0, :]]), nb)
+    moments = model_moments(model, torch.cat([baseline, x]), nb)
     if moments is None:
         return None
     mean, variances, columns = moments  # u x m, m x b, m x u x nb
-    m = mean.shape[-1]
-    # the bottom row of the joint covariance over [baseline, candidate], per batch
-    bottom = torch.cat([columns[:, nb:, :], variances.unsqueeze(-1)], dim=-1)
-    bottom = bottom.unsqueeze(-2).transpose(0, 1)  # b x m x 1 x (nb + 1), BoTorch's layout
-    new_mean = mean[nb:].unsqueeze(-2)  # b x 1 x m
-    if m == 1 and type(model) is SingleTaskGP:
-        bottom = bottom.squeeze(1)  # one output: b x 1 x (nb + 1)
-    left, right = bottom.split([nb, 1], dim=-1)
-    left_root = torch.linalg.solve_triangular(
-        acquisition._baseline_L, left.transpose(-2, -1), upper=False
-    ).transpose(-2, -1)
-    try:
-        right_root = psd_safe_cholesky(
-            right - left_root @ left_root.transpose(-2, -1), max_tries=_MAX_TRIES
-        )
-    except (NanError, NotPSDError):
-        return None  # as BoTorch's path: it warns and samples the plain way
-    rows_root = torch.cat([left_root, right_root], dim=-1)
-    if rows_root.dim() == 3:
-        rows_root = rows_root.unsqueeze(-3)  # b x 1 x 1 x (nb + 1)
-    base = _base_samples(acquisition, m, type(model) is SingleTaskGP, X.dtype)
-    samples = (
-        rows_root.matmul(base.expand(b, *base.shape[1:]))
-        .add(new_mean.transpose(-1, -2).unsqueeze(-1))
-        .permute(-1, 0, -2, -3)
-    )
-    if not torch.isfinite(samples).all():
-        return None  # BoTorch's path raises NanError, warns and samples the plain way
-    return samples.contiguous()
+    return mean[nb:].transpose(0, 1), variances, columns[:, nb:, :]
 
 
 def _base_samples(acquisition: LogNEI, m: int, single: bool, dtype: torch.dtype) -> Tensor:
