@@ -122,7 +122,7 @@ def test_values_and_gradients_equal_botorch(
         assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
         assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
     assert taken == [True, True]  # both calls sampled directly
-    moments = acquisition._candidate_moments
+    moments = acquisition._candidate_moments  # built, or found not to cover the model
     assert moments is not None and (moments[3] is not None) == rbf
     assert expected_gradient.abs().max() > 0
     assert not torch.equal(expected[0], expected[1])  # the candidates differ in value
@@ -149,16 +149,22 @@ def test_a_new_q_is_first_set_up_by_botorch(path_taken: PathTaken) -> None:
 def test_a_candidate_covariance_that_does_not_factor_leaves_it_to_botorch(
     monkeypatch: pytest.MonkeyPatch, value_and_gradient: ValueAndGradient, path_taken: PathTaken
 ) -> None:
-    """Where the candidate's conditional covariance is not positive definite even with
-    jitter (a candidate on top of a baseline point of a nearly noise-free GP), the direct
-    path gives None and BoTorch's path answers (it warns and samples the plain way there)."""
+    """Where the candidate's conditional variance is not positive (``rbf_moments``' samples
+    are NaN: a candidate on top of a baseline point of a nearly noise-free GP) and does not
+    factor even with jitter, the direct path gives None and BoTorch's path answers (it
+    warns and samples the plain way there)."""
     acquisition, _, d = _acquisition("constrained", pending=False, margin=0.0)
     X = torch.rand(4, 1, d, generator=torch.Generator().manual_seed(5)).double()
     expected, expected_gradient = value_and_gradient(acquisition, X, False)
+    rbf_samples = CandidateMoments.samples
+
+    def not_positive(self: CandidateMoments, *args: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(rbf_samples(self, *args), torch.nan)
 
     def not_psd(*args: Any, **kwargs: Any) -> torch.Tensor:
         raise NotPSDError("Matrix not positive definite after repeatedly adding jitter")
 
+    monkeypatch.setattr(CandidateMoments, "samples", not_positive)
     monkeypatch.setattr(candidate_samples_module, "psd_safe_cholesky", not_psd)
     taken = path_taken(candidate_samples_module, "candidate_samples")
     got, gradient = value_and_gradient(acquisition, X, False)
@@ -222,3 +228,25 @@ def test_no_fixed_features_leave_the_optimization_unchanged(
             monkeypatch.setattr(acquisition_module, "_gen_candidates", gen_candidates_scipy)
         picks.append(optimize_continuous(acquisition, d, 2, [], OptimizerSettings(), seed=5))
     assert torch.equal(picks[0], picks[1])
+
+
+def test_a_conditional_variance_that_is_not_positive_gets_botorch_s_jitter(
+    monkeypatch: pytest.MonkeyPatch, value_and_gradient: ValueAndGradient, path_taken: PathTaken
+) -> None:
+    """Where ``rbf_moments``' samples are NaN (a conditional variance at or below zero), the
+    general path factors it with BoTorch's jitter, as BoTorch's own path does."""
+    acquisition, _, d = _acquisition("plain", pending=False, margin=0.0)
+    X = torch.rand(4, 1, d, generator=torch.Generator().manual_seed(8)).double()
+    expected, expected_gradient = value_and_gradient(acquisition, X, False)
+    rbf_samples = CandidateMoments.samples
+
+    def not_positive(self: CandidateMoments, *args: torch.Tensor) -> torch.Tensor:
+        samples = rbf_samples(self, *args)
+        return torch.where(torch.arange(samples.shape[1]).view(1, -1, 1) == 0, torch.nan, samples)
+
+    monkeypatch.setattr(CandidateMoments, "samples", not_positive)
+    taken = path_taken(candidate_samples_module, "candidate_samples")
+    got, gradient = value_and_gradient(acquisition, X, False)
+    assert taken == [True]  # sampled directly, the general way
+    assert torch.allclose(got, expected, rtol=1e-9, atol=0)
+    assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)

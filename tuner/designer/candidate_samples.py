@@ -123,35 +123,58 @@ def candidate_samples(acquisition: LogNEI, X: Tensor) -> Tensor | None:
     model = acquisition.model
     if isinstance(model, SharedRowsModel):
         model = model.model
-    moments = _moments(acquisition, model, X[:, 0, :])
+    x = X[:, 0, :]
+    # the candidate's row of the root of the joint covariance over [baseline, candidate]:
+    # [B L_b^-T, chol(C - B L_b^-T (B L_b^-T)^T)] per output, times the base samples
+    factor = acquisition._baseline_L
+    factor = factor if factor.dim() == 3 else factor.unsqueeze(0)  # m x nb x nb
+    base = _base_samples(acquisition, model.num_outputs, type(model) is SingleTaskGP, X.dtype)[0]
+    rbf = _candidate_moments(acquisition, model)
+    samples = rbf.samples(x, factor, base) if rbf is not None else None  # m x b x S
+    if samples is None or not torch.isfinite(samples).all():
+        samples = _samples(acquisition, model, rbf, x, factor, base)
+        if samples is None:
+            return None
+    return samples.permute(2, 1, 0).unsqueeze(-2)
+
+
+def _samples(
+    acquisition: LogNEI,
+    model: Model,
+    rbf: CandidateMoments | None,
+    x: Tensor,
+    factor: Tensor,
+    base: Tensor,
+) -> Tensor | None:
+    """``candidate_samples``' ``m x b x S`` samples the general way: from ``rbf``'s moments
+    or ``shared_rows.model_moments``, a conditional variance that is not positive factored
+    with BoTorch's jitter; None where the model is not covered or that fails."""
+    if rbf is not None:
+        moments: tuple[Tensor, Tensor, Tensor] | None = rbf(x)
+    else:
+        nb = acquisition.X_baseline.shape[-2]
+        found = model_moments(model, torch.cat([acquisition.X_baseline, x]), nb)
+        # u x m, m x b, m x u x nb
+        moments = None if found is None else (found[0][nb:].mT, found[1], found[2][:, nb:, :])
     if moments is None:
         return None
     mean, variances, covariances = moments  # m x b, m x b, m x b x nb
-    m = mean.shape[0]
-    # the candidate's row of the root of the joint covariance over [baseline, candidate]:
-    # [B L_b^-T, chol(C - B L_b^-T (B L_b^-T)^T)], per output
-    factor = acquisition._baseline_L
-    factor = factor if factor.dim() == 3 else factor.unsqueeze(0)  # m x nb x nb
-    left = torch.linalg.solve_triangular(
-        factor, covariances.transpose(-2, -1), upper=False
-    ).transpose(-2, -1)
+    left = torch.linalg.solve_triangular(factor, covariances.mT, upper=False).mT
     conditional = variances - left.pow(2).sum(dim=-1)
     try:
         right = psd_safe_cholesky(conditional[..., None, None], max_tries=_MAX_TRIES)
     except (NanError, NotPSDError):
         return None  # as BoTorch's path: it warns and samples the plain way
     root = torch.cat([left, right[..., 0]], dim=-1)  # m x b x (nb + 1)
-    base = _base_samples(acquisition, m, type(model) is SingleTaskGP, X.dtype)[0]
-    samples = (root @ base + mean.unsqueeze(-1)).permute(2, 1, 0).unsqueeze(-2)
+    samples = root @ base + mean.unsqueeze(-1)
     if not torch.isfinite(samples).all():
         return None  # BoTorch's path raises NanError, warns and samples the plain way
     return samples
 
 
-def _moments(acquisition: LogNEI, model: Model, x: Tensor) -> tuple[Tensor, Tensor, Tensor] | None:
-    """``m x b`` means and variances at the candidates ``x`` (``b x d``) and ``m x b x nb``
-    covariances with the baseline: from ``rbf_moments`` where it covers the model (built
-    once per baseline and model), else from ``shared_rows.model_moments``."""
+def _candidate_moments(acquisition: LogNEI, model: Model) -> CandidateMoments | None:
+    """``rbf_moments``' ``CandidateMoments`` for the acquisition's baseline and model (built
+    once for them), or None where it does not cover the model."""
     baseline = acquisition.X_baseline
     strategy = getattr(model, "prediction_strategy", None)
     cached = acquisition._candidate_moments
@@ -163,14 +186,7 @@ def _moments(acquisition: LogNEI, model: Model, x: Tensor) -> tuple[Tensor, Tens
     ):
         cached = (baseline, model, strategy, CandidateMoments.build(model, baseline))
         acquisition._candidate_moments = cached
-    if cached[3] is not None:
-        return cached[3](x)
-    nb = baseline.shape[-2]
-    moments = model_moments(model, torch.cat([baseline, x]), nb)
-    if moments is None:
-        return None
-    mean, variances, columns = moments  # u x m, m x b, m x u x nb
-    return mean[nb:].transpose(0, 1), variances, columns[:, nb:, :]
+    return cached[3]
 
 
 def _base_samples(acquisition: LogNEI, m: int, single: bool, dtype: torch.dtype) -> Tensor:

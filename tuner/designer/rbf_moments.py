@@ -69,12 +69,18 @@ class _Output:
 
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``m x b`` means and variances and ``m x b x n_b`` covariances with the baseline."""
+        mean, variance, covariance, _ = self.forward(x)
+        return mean, variance, covariance
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
+        """``__call__``'s moments, and what ``backward`` needs of the computation."""
         rows = x.expand(self.m, *x.shape) if self.m > 1 else x
         centred = rows / self.lengthscale - self.centre
         norms = centred.pow(2).sum(dim=-1, keepdim=True)
         padded = torch.cat([-2.0 * centred, norms, torch.ones_like(norms)], dim=-1)
         # GPyTorch's RBF: exp(-|x - y|^2 / 2) on the scaled rows, distances clamped at 0
-        prior = (padded @ self.rows).clamp_min(0).div(-2).exp()
+        distances = padded @ self.rows
+        prior = distances.clamp_min(0).div(-2).exp()
         cross, with_baseline = prior[..., : self.n], prior[..., self.n :]
         mean = self.model.mean_module(rows) + (cross @ self.mean_cache).squeeze(-1)
         root = cross @ self.covar_cache
@@ -87,7 +93,35 @@ class _Output:
             squared = self.scale.square()
             variance = variance * squared
             covariance = covariance * squared.unsqueeze(-1)
-        return mean, variance, covariance
+        return mean, variance, covariance, (centred, distances, prior, root)
+
+    def backward(
+        self, saved: tuple[Tensor, ...], d_mean: Tensor, d_variance: Tensor, d_covariance: Tensor
+    ) -> Tensor:
+        """The gradient at the ``b x d`` candidates from those of ``forward``'s moments
+        (``m x b``, ``m x b``, ``m x b x n_b``): the chain rule through each step above."""
+        centred, distances, prior, root = saved
+        if self.offset is not None and self.scale is not None:
+            squared = self.scale.square()
+            d_mean, d_variance = d_mean * self.scale, d_variance * squared
+            d_covariance = d_covariance * squared.unsqueeze(-1)
+        if self.m == 1:
+            d_mean, d_variance, d_covariance = d_mean[0], d_variance[0], d_covariance[0]
+        d_root = -2.0 * d_variance.unsqueeze(-1) * root - d_covariance @ self.baseline_root.mT
+        d_cross = d_mean.unsqueeze(-1) * self.mean_cache.mT + d_root @ self.covar_cache.mT
+        d_prior = torch.cat([d_cross, d_covariance], dim=-1)
+        # exp(-D / 2) of D clamped at 0 (whose gradient passes where D >= 0, as torch's)
+        d_distances = torch.where(distances >= 0, -0.5 * prior * d_prior, 0.0)
+        d_padded = d_distances @ self.rows.mT
+        d = centred.shape[-1]
+        d_centred = -2.0 * d_padded[..., :d] + 2.0 * centred * d_padded[..., d : d + 1]
+        d_x = d_centred / self.lengthscale
+        mean_module = self.model.mean_module
+        if isinstance(mean_module, LinearMean):  # x @ w + c
+            d_x = d_x + d_mean.unsqueeze(-1) * mean_module.weights.detach().squeeze(-1).unsqueeze(
+                -2
+            )
+        return d_x.sum(dim=0) if self.m > 1 else d_x
 
 
 class CandidateMoments:
@@ -128,6 +162,63 @@ class CandidateMoments:
             return parts[0]
         mean, variance, covariance = zip(*parts, strict=True)
         return torch.cat(mean), torch.cat(variance), torch.cat(covariance)
+
+    def samples(self, x: Tensor, factor: Tensor, base: Tensor) -> Tensor:
+        """``M x b x S`` posterior samples at the ``b x d`` candidates ``x``, jointly with the
+        baseline (``candidate_samples.py``): with ``factor`` (``M x n_b x n_b``) the lower
+        Cholesky factor of the baseline's posterior covariance per output and ``base``
+        (``M x (n_b + 1) x S``) the sampler's base samples, ``mean + [B F^-T, sqrt(C - |B
+        F^-T|^2)] base``. The gradient is computed by hand (``_Samples``); NaN where a
+        conditional variance is not positive (the caller then takes the general path)."""
+        return _Samples.apply(x, self, factor, base)
+
+
+class _Samples(torch.autograd.Function):
+    """``CandidateMoments.samples`` with its gradient written out: autograd through the
+    same steps records some 40 nodes, and on small inputs each costs more than its
+    arithmetic (1.6 ms forward and backward against 0.5 ms without a graph, measured on
+    the 16-knob box with 100 trials)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: Tensor, moments: CandidateMoments, factor: Tensor, base: Tensor
+    ) -> Tensor:
+        parts = [output.forward(x) for output in moments.outputs]
+        mean = torch.cat([part[0] for part in parts])
+        variance = torch.cat([part[1] for part in parts])
+        covariance = torch.cat([part[2] for part in parts])
+        left = torch.linalg.solve_triangular(factor, covariance.mT, upper=False).mT
+        conditional = variance - left.pow(2).sum(dim=-1)
+        # NaN where not positive, where a Cholesky factorization fails (at 0 the gradient
+        # would be infinite)
+        right = conditional.sqrt().masked_fill(conditional <= 0, torch.nan)
+        root = torch.cat([left, right.unsqueeze(-1)], dim=-1)
+        ctx.moments, ctx.factor, ctx.base = moments, factor, base
+        ctx.saved = [part[3] for part in parts]
+        ctx.left, ctx.right = left, right
+        return root @ base + mean.unsqueeze(-1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        nb = ctx.left.shape[-1]
+        d_mean = grad.sum(dim=-1)
+        d_root = grad @ ctx.base.mT
+        d_conditional = d_root[..., nb] / (2.0 * ctx.right)
+        d_left = d_root[..., :nb] - 2.0 * d_conditional.unsqueeze(-1) * ctx.left
+        d_covariance = torch.linalg.solve_triangular(ctx.factor.mT, d_left.mT, upper=True).mT
+        grads, start = [], 0
+        for output, saved in zip(ctx.moments.outputs, ctx.saved, strict=True):
+            end = start + output.m
+            grads.append(
+                output.backward(
+                    saved, d_mean[start:end], d_conditional[start:end], d_covariance[start:end]
+                )
+            )
+            start = end
+        d_x = grads[0]
+        for more in grads[1:]:
+            d_x = d_x + more
+        return d_x, None, None, None
 
 
 def _output(model: SingleTaskGP, baseline: Tensor) -> _Output | None:
