@@ -48,13 +48,12 @@ from typing import Any
 import torch
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.model import Model
-from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.assorted import gpt_posterior_settings
-from gpytorch import settings as gpytorch_settings
 from gpytorch.kernels import RBFKernel
 from gpytorch.means import ConstantMean, LinearMean, ZeroMean
-from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from torch import Tensor
+
+from tuner.designer.shared_rows import caches_settings, prediction_caches
 
 
 @dataclass(frozen=True)
@@ -144,10 +143,7 @@ class CandidateMoments:
 
     @classmethod
     def build(cls, model: Model, baseline: Tensor) -> CandidateMoments | None:
-        fast = gpytorch_settings.fast_pred_var
-        if not fast.is_default() and fast.off():
-            return None  # BoTorch's posterior turns it on unless a caller turned it off
-        if gpytorch_settings.skip_posterior_variances.on() or baseline.dim() != 2:
+        if not caches_settings() or baseline.dim() != 2:
             return None
         models: list[Any] = [model]
         if type(model) is ModelListGP:
@@ -241,14 +237,10 @@ def _output(model: SingleTaskGP, baseline: Tensor) -> _Output | None:
     mean_module = model.mean_module
     if not isinstance(mean_module, (ConstantMean, ZeroMean, LinearMean)):
         return None
+    strategy = prediction_caches(model)
+    if strategy is None:
+        return None
     transform = getattr(model, "outcome_transform", None)
-    if transform is not None and type(transform) is not Standardize:
-        return None
-    if getattr(model, "input_transform", None) is not None or model.training:
-        return None
-    strategy: Any = model.prediction_strategy
-    if type(strategy) is not DefaultPredictionStrategy or len(model.batch_shape) != 0:
-        return None
     m = model.num_outputs
     with torch.no_grad(), gpt_posterior_settings():
         train = model.train_inputs[0]

@@ -251,10 +251,7 @@ def model_moments(model: Model, unique: Tensor, s: int) -> tuple[Tensor, Tensor,
     ``m x (u - s)`` variances of the other rows and the ``m x u x s`` covariances with the
     shared rows, in the outcomes' units (module doc); None for any other model or one
     without its prediction caches."""
-    fast = gpytorch_settings.fast_pred_var
-    if not fast.is_default() and fast.off():
-        return None  # BoTorch's posterior turns it on unless a caller turned it off
-    if gpytorch_settings.skip_posterior_variances.on():
+    if not caches_settings():
         return None
     if type(model) is SingleTaskGP:
         return _moments(model, unique, s)
@@ -273,10 +270,21 @@ def model_moments(model: Model, unique: Tensor, s: int) -> tuple[Tensor, Tensor,
     )
 
 
-def _moments(model: SingleTaskGP, unique: Tensor, s: int) -> tuple[Tensor, Tensor, Tensor] | None:
-    """For ``m`` outputs: the ``u x m`` means of the unique rows, the ``m x b`` variances of
-    the own rows and the ``m x u x s`` covariances with the shared rows (module doc), in
-    the outcome's units; None for a model this does not cover or without its caches."""
+def caches_settings() -> bool:
+    """Whether GPyTorch's settings let a posterior be computed from the prediction caches as
+    BoTorch's posterior computes it (``fast_pred_var`` not turned off by a caller, posterior
+    variances not skipped)."""
+    fast = gpytorch_settings.fast_pred_var
+    if not fast.is_default() and fast.off():
+        return False  # BoTorch's posterior turns it on unless a caller turned it off
+    return not gpytorch_settings.skip_posterior_variances.on()
+
+
+def prediction_caches(model: SingleTaskGP) -> Any | None:
+    """The GP's prediction strategy where its caches give the posterior as ``_moments`` (and
+    ``rbf_moments``) compute it: a ``Standardize`` outcome transform or none, no input
+    transform, eval mode, GPyTorch's default exact prediction strategy, no batch of the
+    model's own; None otherwise (or before the model's first posterior made the caches)."""
     transform = getattr(model, "outcome_transform", None)
     if transform is not None and type(transform) is not Standardize:
         return None
@@ -285,6 +293,17 @@ def _moments(model: SingleTaskGP, unique: Tensor, s: int) -> tuple[Tensor, Tenso
     strategy: Any = model.prediction_strategy
     if type(strategy) is not DefaultPredictionStrategy or len(model.batch_shape) != 0:
         return None
+    return strategy
+
+
+def _moments(model: SingleTaskGP, unique: Tensor, s: int) -> tuple[Tensor, Tensor, Tensor] | None:
+    """For ``m`` outputs: the ``u x m`` means of the unique rows, the ``m x b`` variances of
+    the own rows and the ``m x u x s`` covariances with the shared rows (module doc), in
+    the outcome's units; None for a model this does not cover or without its caches."""
+    strategy = prediction_caches(model)
+    if strategy is None:
+        return None
+    transform = getattr(model, "outcome_transform", None)
     m = model.num_outputs
     train = model.train_inputs[0]
     rows = unique.expand(m, *unique.shape) if m > 1 else unique  # the GP's batch: outputs
