@@ -30,7 +30,8 @@ for one candidate: the fat maximum over one value is that value, and the mean ov
 samples is BoTorch's ``logmeanexp`` without its handling of infinities (values with an
 infinity are reduced by BoTorch's own). Values and gradients equal BoTorch's to rounding
 (the tests check 1e-9), so this is not a change of policy. On the 16-knob box with 100
-trials an evaluation with its gradient went from about 6.9 to 2.4 ms.
+trials an evaluation with its gradient went from about 6.9 ms to 2.3 ms, and to about 1.4 ms
+with ``rbf_moments`` (2026-11-27, ``bench/NOTES.md``).
 
 The path is taken only where that holds, and BoTorch's is taken otherwise: BoTorch's
 baseline factor is cached (``cache_root``), no posterior transform, inputs ``b x 1 x d``
