@@ -168,7 +168,7 @@ def _samples(
         return None  # as BoTorch's path: it warns and samples the plain way
     root = torch.cat([left, right[..., 0]], dim=-1)  # m x b x (nb + 1)
     samples = root @ base + mean.unsqueeze(-1)
-    if not torch.isfinite(samples).all():
+    if not _finite(samples):
         return None  # BoTorch's path raises NanError, warns and samples the plain way
     return samples
 

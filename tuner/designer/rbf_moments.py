@@ -46,14 +46,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from botorch.models import ModelListGP, SingleTaskGP
+from botorch.models import SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.utils.assorted import gpt_posterior_settings
 from gpytorch.kernels import RBFKernel
 from gpytorch.means import ConstantMean, LinearMean, ZeroMean
 from torch import Tensor
 
-from tuner.designer.shared_rows import caches_settings, prediction_caches
+from tuner.designer.shared_rows import caches_settings, output_gps, prediction_caches
 
 
 @dataclass(frozen=True)
@@ -137,37 +137,38 @@ class CandidateMoments:
     """The posterior moments of ``model``'s outputs at single candidates, jointly with the
     rows of ``baseline`` (module doc); ``build`` makes one or gives None."""
 
-    def __init__(self, outputs: list[_Output], baseline: Tensor) -> None:
+    def __init__(self, outputs: list[_Output]) -> None:
         self.outputs = outputs
-        self.baseline = baseline
 
     @classmethod
     def build(cls, model: Model, baseline: Tensor) -> CandidateMoments | None:
-        if not caches_settings() or baseline.dim() != 2:
-            return None
-        models: list[Any] = [model]
-        if type(model) is ModelListGP:
-            models = list(model.models)
-            if any(type(each) is not SingleTaskGP or each.num_outputs != 1 for each in models):
-                return None
-        elif type(model) is not SingleTaskGP:
+        gps = output_gps(model)
+        if gps is None or not caches_settings() or baseline.dim() != 2:
             return None
         outputs = []
-        for each in models:
-            output = _output(each, baseline)
+        for gp in gps:
+            output = _output(gp, baseline)
             if output is None:
                 return None
             outputs.append(output)
-        return cls(outputs, baseline)
+        return cls(outputs)
 
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """At the ``b x d`` candidates ``x``, for the ``M`` outputs: ``M x b`` means and
         variances and ``M x b x n_b`` covariances with the baseline, in outcome units."""
-        parts = [output(x) for output in self.outputs]
+        mean, variance, covariance, _ = self.forward(x)
+        return mean, variance, covariance
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, list[tuple[Tensor, ...]]]:
+        """``__call__``'s moments, and what each output's ``backward`` needs."""
+        parts = [output.forward(x) for output in self.outputs]
+        saved = [part[3] for part in parts]
         if len(parts) == 1:
-            return parts[0]
-        mean, variance, covariance = zip(*parts, strict=True)
-        return torch.cat(mean), torch.cat(variance), torch.cat(covariance)
+            return parts[0][0], parts[0][1], parts[0][2], saved
+        mean = torch.cat([part[0] for part in parts])
+        variance = torch.cat([part[1] for part in parts])
+        covariance = torch.cat([part[2] for part in parts])
+        return mean, variance, covariance, saved
 
     def samples(self, x: Tensor, factor: Tensor, base: Tensor) -> Tensor:
         """``M x b x S`` posterior samples at the ``b x d`` candidates ``x``, jointly with the
@@ -189,13 +190,7 @@ class _Samples(torch.autograd.Function):
     def forward(  # type: ignore[override]
         ctx: Any, x: Tensor, moments: CandidateMoments, factor: Tensor, base: Tensor
     ) -> Tensor:
-        parts = [output.forward(x) for output in moments.outputs]
-        if len(parts) == 1:
-            mean, variance, covariance, _ = parts[0]
-        else:
-            mean = torch.cat([part[0] for part in parts])
-            variance = torch.cat([part[1] for part in parts])
-            covariance = torch.cat([part[2] for part in parts])
+        mean, variance, covariance, saved = moments.forward(x)
         left = torch.linalg.solve_triangular(factor, covariance.mT, upper=False).mT
         conditional = variance - left.pow(2).sum(dim=-1)
         # NaN where not positive, where a Cholesky factorization fails (at 0 the gradient
@@ -203,7 +198,7 @@ class _Samples(torch.autograd.Function):
         right = conditional.sqrt().masked_fill(conditional <= 0, torch.nan)
         root = torch.cat([left, right.unsqueeze(-1)], dim=-1)
         ctx.moments, ctx.factor, ctx.base = moments, factor, base
-        ctx.saved = [part[3] for part in parts]
+        ctx.saved = saved
         ctx.left, ctx.right = left, right
         return root @ base + mean.unsqueeze(-1)
 

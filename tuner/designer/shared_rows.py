@@ -255,11 +255,10 @@ def model_moments(model: Model, unique: Tensor, s: int) -> tuple[Tensor, Tensor,
         return None
     if type(model) is SingleTaskGP:
         return _moments(model, unique, s)
-    if type(model) is not ModelListGP or not all(
-        type(m) is SingleTaskGP and m.num_outputs == 1 for m in model.models
-    ):
+    gps = output_gps(model)
+    if gps is None:
         return None
-    each = [_moments(cast(SingleTaskGP, m), unique, s) for m in model.models]
+    each = [_moments(gp, unique, s) for gp in gps]
     found = [part for part in each if part is not None]
     if len(found) != len(each):
         return None
@@ -268,6 +267,18 @@ def model_moments(model: Model, unique: Tensor, s: int) -> tuple[Tensor, Tensor,
         torch.cat([part[1] for part in found]),
         torch.cat([part[2] for part in found]),
     )
+
+
+def output_gps(model: Model) -> list[SingleTaskGP] | None:
+    """The ``SingleTaskGP``s whose outputs are ``model``'s, in order: the model itself, or
+    the members of a ``ModelListGP`` of single-output ones; None for any other model."""
+    if type(model) is SingleTaskGP:
+        return [model]
+    if type(model) is not ModelListGP or not all(
+        type(m) is SingleTaskGP and m.num_outputs == 1 for m in model.models
+    ):
+        return None
+    return [cast(SingleTaskGP, m) for m in model.models]
 
 
 def caches_settings() -> bool:
