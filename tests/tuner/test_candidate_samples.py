@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from botorch.acquisition.objective import GenericMCObjective
 from botorch.models import ModelListGP, SingleTaskGP
 from linear_operator.utils.errors import NotPSDError
 
@@ -27,6 +29,7 @@ from tuner.designer.acquisition import build_acquisition
 from tuner.designer.candidate_samples import LogNEI
 from tuner.designer.model import fit_models, outcome_data
 from tuner.designer.rbf_moments import CandidateMoments
+from tuner.designer.sample_terms import Bound, Constant, LogNEITerms
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -83,6 +86,12 @@ def _acquisition(
     return acquisition, model, encoder.d
 
 
+def _botorch_only(patch: pytest.MonkeyPatch) -> None:
+    """Turns both direct paths off: the acquisition is then BoTorch's."""
+    patch.setattr(candidate_samples_module, "direct_values", lambda *args: None)
+    patch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+
+
 @pytest.mark.parametrize(
     ("case", "pending", "margin", "trend", "rbf"),
     [
@@ -114,14 +123,16 @@ def test_values_and_gradients_equal_botorch(
         monkeypatch.setattr(CandidateMoments, "build", classmethod(lambda *args: None))
     X = torch.rand(6, 1, d, generator=torch.Generator().manual_seed(2)).double()
     with monkeypatch.context() as botorch_only:
-        botorch_only.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+        _botorch_only(botorch_only)
         expected, expected_gradient = value_and_gradient(acquisition, X, False)
-    taken = path_taken(candidate_samples_module, "candidate_samples")
+    direct = path_taken(candidate_samples_module, "direct_values")
+    sampled = path_taken(candidate_samples_module, "candidate_samples")
     for shared in (False, True):
         got, gradient = value_and_gradient(acquisition, X, shared)
         assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
         assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
-    assert taken == [True, True]  # both calls sampled directly
+    # both calls direct: all in NumPy on box spaces, else the samples from model_moments
+    assert direct == [rbf, rbf] and sampled == ([] if rbf else [True, True])
     moments = acquisition._candidate_moments  # built, or found not to cover the model
     assert moments is not None and (moments[3] is not None) == rbf
     assert expected_gradient.abs().max() > 0
@@ -133,7 +144,7 @@ def test_a_new_q_is_first_set_up_by_botorch(path_taken: PathTaken) -> None:
     baseline's samples must stay the cached ones); only later calls are direct. Inputs
     with several candidates per batch always take BoTorch's path."""
     acquisition, _, d = _acquisition("plain", pending=False, margin=0.0)
-    taken = path_taken(candidate_samples_module, "candidate_samples")
+    taken = path_taken(candidate_samples_module, "direct_values")
     generator = torch.Generator().manual_seed(4)
     one = torch.rand(5, 1, d, generator=generator).double()
     two = torch.rand(5, 2, d, generator=generator).double()
@@ -158,8 +169,9 @@ def test_a_candidate_covariance_that_does_not_factor_leaves_it_to_botorch(
     expected, expected_gradient = value_and_gradient(acquisition, X, False)
     rbf_samples = CandidateMoments.samples
 
-    def not_positive(self: CandidateMoments, *args: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(rbf_samples(self, *args), torch.nan)
+    def not_positive(self: CandidateMoments, *args: np.ndarray) -> tuple[np.ndarray, Any]:
+        samples, state = rbf_samples(self, *args)
+        return np.full_like(samples, np.nan), state
 
     def not_psd(*args: Any, **kwargs: Any) -> torch.Tensor:
         raise NotPSDError("Matrix not positive definite after repeatedly adding jitter")
@@ -182,7 +194,7 @@ def test_the_pick_of_a_suggestion_is_botorch_s(monkeypatch: pytest.MonkeyPatch) 
     for direct in (True, False):
         acquisition, _, d = _acquisition("constrained", pending=True, margin=0.0)
         if not direct:
-            monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+            _botorch_only(monkeypatch)
         picks.append(optimize_continuous(acquisition, d, 1, [], OptimizerSettings(), seed=5))
     assert torch.allclose(picks[0], picks[1], atol=1e-5)
 
@@ -202,9 +214,10 @@ def test_samples_with_no_improvement_anywhere_reduce_as_botorch_s(
         return torch.where(every_third, -torch.inf, values)
 
     monkeypatch.setattr(LogNEI, "_sample_forward", with_infinities)
+    monkeypatch.setattr(candidate_samples_module, "direct_values", lambda *args: None)
     got, gradient = value_and_gradient(acquisition, X, False)
     with monkeypatch.context() as botorch_only:
-        botorch_only.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
+        _botorch_only(botorch_only)
         expected, expected_gradient = value_and_gradient(acquisition, X, False)
     assert torch.isfinite(got).all()
     assert torch.allclose(got, expected, rtol=1e-9, atol=0)
@@ -240,13 +253,86 @@ def test_a_conditional_variance_that_is_not_positive_gets_botorch_s_jitter(
     expected, expected_gradient = value_and_gradient(acquisition, X, False)
     rbf_samples = CandidateMoments.samples
 
-    def not_positive(self: CandidateMoments, *args: torch.Tensor) -> torch.Tensor:
-        samples = rbf_samples(self, *args)
-        return torch.where(torch.arange(samples.shape[1]).view(1, -1, 1) == 0, torch.nan, samples)
+    def not_positive(self: CandidateMoments, *args: np.ndarray) -> tuple[np.ndarray, Any]:
+        samples, state = rbf_samples(self, *args)
+        samples = samples.copy()
+        samples[:, 0, :] = np.nan  # the first candidate's
+        return samples, state
 
     monkeypatch.setattr(CandidateMoments, "samples", not_positive)
     taken = path_taken(candidate_samples_module, "candidate_samples")
     got, gradient = value_and_gradient(acquisition, X, False)
     assert taken == [True]  # sampled directly, the general way
+    assert torch.allclose(got, expected, rtol=1e-9, atol=0)
+    assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
+
+
+def test_a_constant_constraint_and_an_eta_per_constraint_give_botorch_s_values(
+    monkeypatch: pytest.MonkeyPatch, value_and_gradient: ValueAndGradient, path_taken: PathTaken
+) -> None:
+    """``sample_terms`` reads each constraint's coefficients: a ``Constant`` one (a bound a
+    log-modelled metric always meets or breaks), two ``Bound``s on the same output in both
+    directions, and BoTorch's temperature ``eta`` given per constraint."""
+    direct = path_taken(candidate_samples_module, "direct_values")
+    for satisfied in (True, False):
+        acquisition, _, d = _acquisition("constrained", pending=False, margin=0.0)
+        acquisition._constraints = [
+            Bound(1, 0.4, 1.0),
+            Constant(1, satisfied),
+            Bound(1, 0.1, -1.0),
+        ]
+        acquisition._eta = torch.tensor([1e-3, 2e-3, 5e-2], dtype=torch.float64)
+        acquisition._terms = None
+        X = torch.rand(5, 1, d, generator=torch.Generator().manual_seed(9)).double()
+        with monkeypatch.context() as botorch_only:
+            _botorch_only(botorch_only)
+            expected, expected_gradient = value_and_gradient(acquisition, X, False)
+        got, gradient = value_and_gradient(acquisition, X, False)
+        assert direct[-1] is True
+        assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
+        assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
+        assert expected_gradient.abs().max() > 0
+
+
+def test_an_objective_it_does_not_know_leaves_the_terms_to_botorch(
+    monkeypatch: pytest.MonkeyPatch, value_and_gradient: ValueAndGradient, path_taken: PathTaken
+) -> None:
+    """An objective other than ``SignedObjective`` (BoTorch's arithmetic on it is unknown to
+    ``sample_terms``): the samples still come directly, the rest is BoTorch's."""
+    acquisition, _, d = _acquisition("plain", pending=False, margin=0.0)
+    acquisition.objective = GenericMCObjective(lambda samples, X=None: -(samples[..., 0] ** 3))
+    X = torch.rand(4, 1, d, generator=torch.Generator().manual_seed(10)).double()
+    with monkeypatch.context() as botorch_only:
+        _botorch_only(botorch_only)
+        expected, expected_gradient = value_and_gradient(acquisition, X, False)
+    direct = path_taken(candidate_samples_module, "direct_values")
+    sampled = path_taken(candidate_samples_module, "candidate_samples")
+    got, gradient = value_and_gradient(acquisition, X, False)
+    assert direct == [False] and sampled == [True]
+    assert torch.allclose(got, expected, rtol=1e-9, atol=0)
+    assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
+
+
+def test_values_that_are_not_finite_leave_it_to_the_samples_path(
+    monkeypatch: pytest.MonkeyPatch, value_and_gradient: ValueAndGradient, path_taken: PathTaken
+) -> None:
+    """Where a direct value is not finite (an improvement whose log underflows), the samples
+    path answers, whose reductions are BoTorch's with their handling of infinities."""
+    acquisition, _, d = _acquisition("constrained", pending=False, margin=0.0)
+    X = torch.rand(4, 1, d, generator=torch.Generator().manual_seed(11)).double()
+    expected, expected_gradient = value_and_gradient(acquisition, X, False)
+    forward = LogNEITerms.forward
+
+    def underflow(self: LogNEITerms, *args: np.ndarray) -> tuple[np.ndarray, Any]:
+        values, state = forward(self, *args)
+        values = values.copy()
+        values[1] = -np.inf
+        return values, state
+
+    monkeypatch.setattr(LogNEITerms, "forward", underflow)
+    direct = path_taken(candidate_samples_module, "direct_values")
+    sampled = path_taken(candidate_samples_module, "candidate_samples")
+    got, gradient = value_and_gradient(acquisition, X, False)
+    assert direct == [False] and sampled == [True]
     assert torch.allclose(got, expected, rtol=1e-9, atol=0)
     assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)

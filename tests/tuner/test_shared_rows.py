@@ -74,6 +74,7 @@ def _trials(spec: StudySpec, case: str, n: int = 30) -> list[Trial]:
 @pytest.fixture(autouse=True)
 def _botorch_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
     """qLogNEI samples through ``model.posterior``, as BoTorch's class does."""
+    monkeypatch.setattr(candidate_samples_module, "direct_values", lambda *args: None)
     monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
 
 

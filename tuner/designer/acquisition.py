@@ -60,6 +60,7 @@ from torch.quasirandom import SobolEngine
 from tuner.designer.candidate_samples import LogNEI
 from tuner.designer.model import FEASIBILITY, OutcomeData
 from tuner.designer.quasirandom import Inequality, polytope_samples
+from tuner.designer.sample_terms import Bound, Constant, SignedObjective
 from tuner.designer.shared_rows import shared_rows
 from tuner.study import Goal, StudySpec
 
@@ -120,10 +121,7 @@ def build_acquisition(
         )
     sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
 
-    def signed_objective(samples: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
-        return sign * samples[..., 0]
-
-    objective = GenericMCObjective(signed_objective)
+    objective = GenericMCObjective(SignedObjective(sign))
     kind = partial(_MarginLogNEI, margin) if margin > 0 else LogNEI
     # BoTorch's own pruning (prune_baseline=True) draws its sampler's seed from torch's
     # global generator: prune here with the call's seed instead
@@ -166,10 +164,10 @@ def _contenders(
       point's lower bound never beats it, so it goes.
 
     Without constraints every point is surely feasible. Each constraint reads one output,
-    monotonically (``_bound``, ``_constant``), so its extremes over the bounds are its values
-    at the two corners. When every point is surely infeasible they all stay (pruning then
-    keeps the one closest to feasible). Below ``CONTENDERS_FROM`` (every suite problem:
-    budgets <= 100) nothing changes.
+    monotonically (``sample_terms.Bound``, ``Constant``), so its extremes over the bounds
+    are its values at the two corners. When every point is surely infeasible they all stay
+    (pruning then keeps the one closest to feasible). Below ``CONTENDERS_FROM`` (every suite
+    problem: budgets <= 100) nothing changes.
     """
     if X_baseline.shape[0] < CONTENDERS_FROM:
         return X_baseline
@@ -342,12 +340,12 @@ def outcome_constraints(
             data[i].transform(constraint.bound) if constraint.bound > 0 or not data[i].log else None
         )
         if bound is None:  # a log-modelled positive metric against a bound <= 0
-            out.append(_constant(i, constraint.op == ">="))
+            out.append(Constant(i, constraint.op == ">="))
             continue
         sign = 1.0 if constraint.op == "<=" else -1.0
-        out.append(_bound(i, bound, sign))
+        out.append(Bound(i, bound, sign))
     if FEASIBILITY in index:
-        out.append(_bound(index[FEASIBILITY], 0.5, 1.0))
+        out.append(Bound(index[FEASIBILITY], 0.5, 1.0))
     return out
 
 
@@ -438,19 +436,3 @@ def _starts(
         values = torch.cat([acquisition(chunk.unsqueeze(-2)) for chunk in raw.split(512)])
     top = values.topk(min(settings.num_restarts, raw.shape[0])).indices
     return raw[top].unsqueeze(-2)
-
-
-def _bound(i: int, bound: float, sign: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    def constraint(samples: torch.Tensor) -> torch.Tensor:
-        return sign * (samples[..., i] - bound)
-
-    return constraint
-
-
-def _constant(i: int, satisfied: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    value = -1.0 if satisfied else 1.0
-
-    def constraint(samples: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(samples[..., i], value)
-
-    return constraint

@@ -14,17 +14,20 @@ s^2 I)^-1``):
 
 then un-standardized. Everything that does not depend on ``x`` is computed here once: the
 scaled training and baseline rows in the padded layout of GPyTorch's squared distances
-(``sq_dist``) and the baseline's ``k(B, T) S``. An evaluation is then some 20 tensor
+(``sq_dist``) and the baseline's ``k(B, T) S``. An evaluation is then some 20 array
 operations on ``b x (n + n_b)`` numbers, where the general path rebuilds the baseline's rows
 and GPyTorch's kernel objects every time (its operations, not its arithmetic, were the cost:
 about 1,000 of them forward and backward for some 100 KB of numbers).
 
 ``CandidateMoments.samples`` goes on to the candidates' posterior samples (the solve
 against the baseline's factor and the product with the base samples that
-``candidate_samples.py`` describes) and writes out their gradient: the chain rule through
-the steps above, in one autograd node instead of about 40 (on the 16-knob box with 100
-trials, 1.6 ms an evaluation forward and backward, of which 0.5 ms arithmetic). The
-acquisition's tail (improvement, constraints, reductions) stays autograd's.
+``candidate_samples.py`` describes), and ``backward`` and ``samples_backward`` write out
+their gradient: the chain rule through the steps above. It is all NumPy: on arrays this
+small an operation's cost is its call, and a NumPy call costs a fraction of a torch one
+(with autograd's graph, some 40 nodes forward and backward). ``candidate_samples.direct_values``
+goes on with ``sample_terms.LogNEITerms``, also in NumPy, and hands autograd one node;
+``CandidateMoments.__call__`` gives the moments as tensors with their gradient (``_Moments``)
+to the general path.
 
 The arithmetic is GPyTorch's with one difference in rounding: ``sq_dist`` centres both sets
 of rows on the mean of its first argument before the quadratic expansion; here they are
@@ -45,12 +48,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from botorch.models import SingleTaskGP
 from botorch.models.model import Model
 from botorch.models.utils.assorted import gpt_posterior_settings
 from gpytorch.kernels import RBFKernel
 from gpytorch.means import ConstantMean, LinearMean, ZeroMean
+from scipy.linalg.lapack import get_lapack_funcs
 from torch import Tensor
 
 from tuner.designer.shared_rows import caches_settings, output_gps, prediction_caches
@@ -58,79 +63,83 @@ from tuner.designer.shared_rows import caches_settings, output_gps, prediction_c
 
 @dataclass(frozen=True)
 class _Output:
-    """The fixed arrays of one ``SingleTaskGP`` with ``m`` outputs (its batch when ``m > 1``).
+    """The fixed arrays of one ``SingleTaskGP`` with ``m`` outputs (its batch when ``m > 1``),
+    as NumPy arrays (module doc: on these sizes a NumPy operation costs a fraction of a
+    torch one).
 
     Shapes below without the leading ``m`` where ``m == 1``."""
 
     model: SingleTaskGP
     m: int
     n: int  # training rows
-    lengthscale: Tensor  # (m x) 1 x d
-    centre: Tensor  # (m x) 1 x d: the mean of the scaled training rows
-    rows: Tensor  # (m x) (d + 2) x (n + n_b): scaled, centred, padded training and baseline rows
-    mean_cache: Tensor  # (m x) n x 1
-    covar_cache: Tensor  # (m x) n x r
-    baseline_root: Tensor  # (m x) r x n_b: (k(B, T) S)^T
-    offset: Tensor | None  # m x 1: Standardize's means
-    scale: Tensor | None  # m x 1: Standardize's standard deviations
-    prior_constant: Tensor  # (m x) 1: the prior mean's constant (a linear mean's bias)
-    prior_slopes: Tensor | None  # (m x) d x 1: a linear prior mean's weights, or None
+    lengthscale: np.ndarray  # (m x) 1 x d
+    centre: np.ndarray  # (m x) 1 x d: the mean of the scaled training rows
+    # (m x) (d + 2) x (n + n_b): the scaled, centred, padded training and baseline rows
+    rows: np.ndarray
+    mean_cache: np.ndarray  # (m x) n x 1
+    covar_cache: np.ndarray  # (m x) n x r
+    baseline_root: np.ndarray  # (m x) r x n_b: (k(B, T) S)^T
+    offset: np.ndarray | None  # m x 1: Standardize's means
+    scale: np.ndarray | None  # m x 1: Standardize's standard deviations
+    prior_constant: np.ndarray  # (m x) 1: the prior mean's constant (a linear mean's bias)
+    prior_slopes: np.ndarray | None  # (m x) d x 1: a linear prior mean's weights, or None
 
-    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``m x b`` means and variances and ``m x b x n_b`` covariances with the baseline."""
-        mean, variance, covariance, _ = self.forward(x)
-        return mean, variance, covariance
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
-        """``__call__``'s moments, and what ``backward`` needs of the computation."""
-        rows = x.expand(self.m, *x.shape) if self.m > 1 else x
-        centred = rows / self.lengthscale - self.centre
-        norms = centred.pow(2).sum(dim=-1, keepdim=True)
-        padded = torch.cat([-2.0 * centred, norms, torch.ones_like(norms)], dim=-1)
+    def forward(
+        self, x: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """At the ``b x d`` candidates: ``m x b`` means and variances and ``m x b x n_b``
+        covariances with the baseline, and what ``backward`` needs of the computation."""
+        centred = x / self.lengthscale - self.centre  # (m x) b x d
+        norms = np.einsum("...i,...i->...", centred, centred)[..., None]
+        padded = np.concatenate([-2.0 * centred, norms, np.ones_like(norms)], axis=-1)
         # GPyTorch's RBF: exp(-|x - y|^2 / 2) on the scaled rows, distances clamped at 0
         distances = padded @ self.rows
-        prior = distances.clamp_min(0).div(-2).exp()
+        prior = np.exp(np.maximum(distances, 0.0) * -0.5)
         cross, with_baseline = prior[..., : self.n], prior[..., self.n :]
-        prior_mean = self.prior_constant
+        mean = (cross @ self.mean_cache)[..., 0] + self.prior_constant
         if self.prior_slopes is not None:  # GPyTorch's LinearMean: x @ w + c
-            prior_mean = (rows @ self.prior_slopes).squeeze(-1) + prior_mean
-        mean = prior_mean + (cross @ self.mean_cache).squeeze(-1)
+            mean = mean + (x @ self.prior_slopes)[..., 0]
         root = cross @ self.covar_cache
-        variance = 1.0 - root.pow(2).sum(dim=-1)  # k(x, x) = 1
+        variance = 1.0 - np.einsum("...i,...i->...", root, root)  # k(x, x) = 1
         covariance = with_baseline - root @ self.baseline_root
         if self.m == 1:
             mean, variance, covariance = mean[None], variance[None], covariance[None]
         if self.offset is not None and self.scale is not None:
             mean = self.offset + self.scale * mean
-            squared = self.scale.square()
+            squared = self.scale * self.scale
             variance = variance * squared
-            covariance = covariance * squared.unsqueeze(-1)
+            covariance = covariance * squared[..., None]
         return mean, variance, covariance, (centred, distances, prior, root)
 
     def backward(
-        self, saved: tuple[Tensor, ...], d_mean: Tensor, d_variance: Tensor, d_covariance: Tensor
-    ) -> Tensor:
-        """The gradient at the ``b x d`` candidates from those of ``forward``'s moments
+        self,
+        saved: tuple[np.ndarray, ...],
+        d_mean: np.ndarray,
+        d_variance: np.ndarray,
+        d_covariance: np.ndarray,
+    ) -> np.ndarray:
+        """The ``b x d`` gradient at the candidates from those of ``forward``'s moments
         (``m x b``, ``m x b``, ``m x b x n_b``): the chain rule through each step above."""
         centred, distances, prior, root = saved
         if self.offset is not None and self.scale is not None:
-            squared = self.scale.square()
+            squared = self.scale * self.scale
             d_mean, d_variance = d_mean * self.scale, d_variance * squared
-            d_covariance = d_covariance * squared.unsqueeze(-1)
+            d_covariance = d_covariance * squared[..., None]
         if self.m == 1:
             d_mean, d_variance, d_covariance = d_mean[0], d_variance[0], d_covariance[0]
-        d_root = -2.0 * d_variance.unsqueeze(-1) * root - d_covariance @ self.baseline_root.mT
-        d_cross = d_mean.unsqueeze(-1) * self.mean_cache.mT + d_root @ self.covar_cache.mT
-        d_prior = torch.cat([d_cross, d_covariance], dim=-1)
+        d_root = -2.0 * d_variance[..., None] * root - d_covariance @ _t(self.baseline_root)
+        d_cross = d_mean[..., None] * _t(self.mean_cache)
+        d_cross = d_cross + d_root @ _t(self.covar_cache)
+        d_prior = np.concatenate([d_cross, d_covariance], axis=-1)
         # exp(-D / 2) of D clamped at 0 (whose gradient passes where D >= 0, as torch's)
-        d_distances = torch.where(distances >= 0, -0.5 * prior * d_prior, 0.0)
-        d_padded = d_distances @ self.rows.mT
+        d_distances = np.where(distances >= 0, -0.5 * prior * d_prior, 0.0)
+        d_padded = d_distances @ _t(self.rows)
         d = centred.shape[-1]
         d_centred = -2.0 * d_padded[..., :d] + 2.0 * centred * d_padded[..., d : d + 1]
         d_x = d_centred / self.lengthscale
         if self.prior_slopes is not None:
-            d_x = d_x + d_mean.unsqueeze(-1) * self.prior_slopes.mT
-        return d_x.sum(dim=0) if self.m > 1 else d_x
+            d_x = d_x + d_mean[..., None] * _t(self.prior_slopes)
+        return d_x.sum(axis=0) if self.m > 1 else d_x
 
 
 class CandidateMoments:
@@ -155,74 +164,124 @@ class CandidateMoments:
 
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """At the ``b x d`` candidates ``x``, for the ``M`` outputs: ``M x b`` means and
-        variances and ``M x b x n_b`` covariances with the baseline, in outcome units."""
-        mean, variance, covariance, _ = self.forward(x)
+        variances and ``M x b x n_b`` covariances with the baseline, in outcome units (with
+        their gradient, ``_Moments``)."""
+        mean, variance, covariance = _Moments.apply(x, self)
         return mean, variance, covariance
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, list[tuple[Tensor, ...]]]:
-        """``__call__``'s moments, and what each output's ``backward`` needs."""
+    def forward(
+        self, x: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[np.ndarray, ...]]]:
+        """``__call__``'s moments in NumPy, and what each output's ``backward`` needs."""
         parts = [output.forward(x) for output in self.outputs]
         saved = [part[3] for part in parts]
         if len(parts) == 1:
             return parts[0][0], parts[0][1], parts[0][2], saved
-        mean = torch.cat([part[0] for part in parts])
-        variance = torch.cat([part[1] for part in parts])
-        covariance = torch.cat([part[2] for part in parts])
+        mean = np.concatenate([part[0] for part in parts])
+        variance = np.concatenate([part[1] for part in parts])
+        covariance = np.concatenate([part[2] for part in parts])
         return mean, variance, covariance, saved
 
-    def samples(self, x: Tensor, factor: Tensor, base: Tensor) -> Tensor:
+    def backward(
+        self,
+        saved: list[tuple[np.ndarray, ...]],
+        d_mean: np.ndarray,
+        d_variance: np.ndarray,
+        d_covariance: np.ndarray,
+    ) -> np.ndarray:
+        """The ``b x d`` gradient at the candidates from those of the ``M`` outputs'
+        moments: the sum over the outputs of each one's ``backward``."""
+        d_x, start = None, 0
+        for output, part in zip(self.outputs, saved, strict=True):
+            end = start + output.m
+            grad = output.backward(
+                part, d_mean[start:end], d_variance[start:end], d_covariance[start:end]
+            )
+            d_x = grad if d_x is None else d_x + grad
+            start = end
+        assert d_x is not None  # at least one output
+        return d_x
+
+    def samples(
+        self, x: np.ndarray, factor: np.ndarray, base: np.ndarray
+    ) -> tuple[np.ndarray, _SampleState]:
         """``M x b x S`` posterior samples at the ``b x d`` candidates ``x``, jointly with the
         baseline (``candidate_samples.py``): with ``factor`` (``M x n_b x n_b``) the lower
         Cholesky factor of the baseline's posterior covariance per output and ``base``
         (``M x (n_b + 1) x S``) the sampler's base samples, ``mean + [B F^-T, sqrt(C - |B
-        F^-T|^2)] base``. The gradient is computed by hand (``_Samples``); NaN where a
-        conditional variance is not positive (the caller then takes the general path)."""
-        return _Samples.apply(x, self, factor, base)
+        F^-T|^2)] base``; NaN where a conditional variance is not positive (the caller then
+        takes the general path, which factors it with jitter). And what
+        ``samples_backward`` needs."""
+        mean, variance, covariance, saved = self.forward(x)
+        left = _t(_solve(factor, _t(covariance), lower=True))  # M x b x n_b
+        conditional = variance - np.einsum("...i,...i->...", left, left)
+        # NaN where not positive, where a Cholesky factorization fails (at 0 the gradient
+        # would be infinite)
+        positive = conditional > 0
+        right = np.where(positive, np.sqrt(np.where(positive, conditional, 1.0)), np.nan)
+        root = np.concatenate([left, right[..., None]], axis=-1)
+        state = _SampleState(saved, factor, base, left, right)
+        return root @ base + mean[..., None], state
+
+    def samples_backward(self, state: _SampleState, d_samples: np.ndarray) -> np.ndarray:
+        """The ``b x d`` gradient at the candidates from that of ``samples``' samples: the
+        chain rule through the steps above, then ``backward``."""
+        nb = state.left.shape[-1]
+        d_mean = d_samples.sum(axis=-1)
+        d_root = d_samples @ _t(state.base)
+        d_conditional = d_root[..., nb] / (2.0 * state.right)
+        d_left = d_root[..., :nb] - 2.0 * d_conditional[..., None] * state.left
+        d_covariance = _t(_solve(_t(state.factor), _t(d_left), lower=False))
+        return self.backward(state.saved, d_mean, d_conditional, d_covariance)
 
 
-class _Samples(torch.autograd.Function):
-    """``CandidateMoments.samples`` with its gradient written out: autograd through the
-    same steps records some 40 nodes, and on small inputs each costs more than its
-    arithmetic (1.6 ms forward and backward against 0.5 ms without a graph, measured on
-    the 16-knob box with 100 trials)."""
+@dataclass(frozen=True)
+class _SampleState:
+    """What ``CandidateMoments.samples_backward`` needs of a ``samples`` call."""
+
+    saved: list[tuple[np.ndarray, ...]]
+    factor: np.ndarray
+    base: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+
+
+class _Moments(torch.autograd.Function):
+    """``CandidateMoments.__call__``: the moments from NumPy, their gradient by hand."""
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, x: Tensor, moments: CandidateMoments, factor: Tensor, base: Tensor
-    ) -> Tensor:
-        mean, variance, covariance, saved = moments.forward(x)
-        left = torch.linalg.solve_triangular(factor, covariance.mT, upper=False).mT
-        conditional = variance - left.pow(2).sum(dim=-1)
-        # NaN where not positive, where a Cholesky factorization fails (at 0 the gradient
-        # would be infinite)
-        right = conditional.sqrt().masked_fill(conditional <= 0, torch.nan)
-        root = torch.cat([left, right.unsqueeze(-1)], dim=-1)
-        ctx.moments, ctx.factor, ctx.base = moments, factor, base
-        ctx.saved = saved
-        ctx.left, ctx.right = left, right
-        return root @ base + mean.unsqueeze(-1)
+        ctx: Any, x: Tensor, moments: CandidateMoments
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        mean, variance, covariance, saved = moments.forward(x.detach().numpy())
+        ctx.moments, ctx.saved = moments, saved
+        return torch.from_numpy(mean), torch.from_numpy(variance), torch.from_numpy(covariance)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
-        nb = ctx.left.shape[-1]
-        d_mean = grad.sum(dim=-1)
-        d_root = grad @ ctx.base.mT
-        d_conditional = d_root[..., nb] / (2.0 * ctx.right)
-        d_left = d_root[..., :nb] - 2.0 * d_conditional.unsqueeze(-1) * ctx.left
-        d_covariance = torch.linalg.solve_triangular(ctx.factor.mT, d_left.mT, upper=True).mT
-        grads, start = [], 0
-        for output, saved in zip(ctx.moments.outputs, ctx.saved, strict=True):
-            end = start + output.m
-            grads.append(
-                output.backward(
-                    saved, d_mean[start:end], d_conditional[start:end], d_covariance[start:end]
-                )
-            )
-            start = end
-        d_x = grads[0]
-        for more in grads[1:]:
-            d_x = d_x + more
-        return d_x, None, None, None
+    def backward(  # type: ignore[override]
+        ctx: Any, d_mean: Tensor, d_variance: Tensor, d_covariance: Tensor
+    ) -> tuple[Tensor, None]:
+        d_x = ctx.moments.backward(
+            ctx.saved, d_mean.numpy(), d_variance.numpy(), d_covariance.numpy()
+        )
+        return torch.from_numpy(d_x), None
+
+
+def _t(a: np.ndarray) -> np.ndarray:
+    """The transpose of the last two axes."""
+    return np.swapaxes(a, -1, -2)
+
+
+def _solve(factor: np.ndarray, rhs: np.ndarray, lower: bool) -> np.ndarray:
+    """``factor^-1 rhs`` for ``M`` triangular ``factor``s (``M x k x k``, ``M x k x c``), by
+    LAPACK's ``trtrs`` (SciPy's ``solve_triangular`` around it costs ten times as much
+    here); NaN where a factor is singular."""
+    trtrs = get_lapack_funcs("trtrs", (factor, rhs))
+    solved = []
+    for f, r in zip(factor, rhs, strict=True):
+        x, info = trtrs(f, r, lower=int(lower))
+        solved.append(x if info == 0 else np.full_like(r, np.nan))
+    return np.stack(solved)
 
 
 def _output(model: SingleTaskGP, baseline: Tensor) -> _Output | None:
@@ -264,14 +323,19 @@ def _output(model: SingleTaskGP, baseline: Tensor) -> _Output | None:
             model=model,
             m=m,
             n=train.shape[-2],
-            lengthscale=lengthscale,
-            centre=centre,
-            rows=padded,
-            mean_cache=strategy.mean_cache.unsqueeze(-1),
-            covar_cache=covar_cache,
-            baseline_root=(baseline_cross @ covar_cache).transpose(-1, -2),
-            offset=offset,
-            scale=scale,
-            prior_constant=constant,
-            prior_slopes=slopes,
+            lengthscale=_array(lengthscale),
+            centre=_array(centre),
+            rows=_array(padded),
+            mean_cache=_array(strategy.mean_cache.unsqueeze(-1)),
+            covar_cache=_array(covar_cache),
+            baseline_root=_array((baseline_cross @ covar_cache).transpose(-1, -2)),
+            offset=None if offset is None else _array(offset),
+            scale=None if scale is None else _array(scale),
+            prior_constant=_array(constant),
+            prior_slopes=None if slopes is None else _array(slopes),
         )
+
+
+def _array(tensor: Tensor) -> np.ndarray:
+    """A contiguous NumPy copy of ``tensor``, detached from any graph."""
+    return np.ascontiguousarray(tensor.detach().numpy())
