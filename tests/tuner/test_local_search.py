@@ -115,6 +115,23 @@ def test_greedy_batch_is_distinct_and_pending_is_restored() -> None:
     assert acquisition.X_pending is before
 
 
+def test_a_single_pick_leaves_the_pending_points_alone() -> None:
+    """With q = 1 nothing is made pending, so nothing is restored: each ``set_X_pending``
+    makes qLogNEI sample its baseline again, tens of milliseconds for nothing."""
+    acquisition: Any = Closeness(TARGET)
+    before = torch.full((1, ENCODER.d), 0.5, dtype=torch.float64)
+    acquisition.set_X_pending(before)
+    calls: list[torch.Tensor | None] = []
+    acquisition.set_X_pending = calls.append
+    (point,) = _search().optimize(acquisition, 1, _anchors(TARGET), 32, 2, seed=3)
+    assert calls == [] and acquisition.X_pending is before
+    assert ENCODER.key(ENCODER.decode(point.tolist())) == ENCODER.key(
+        ENCODER.decode(
+            _search().optimize(Closeness(TARGET), 2, _anchors(TARGET), 32, 2, 3)[0].tolist()
+        )
+    )
+
+
 def test_exhausted_space_gives_no_points() -> None:
     space = SearchSpace((BoolKnob("p"), BoolKnob("q")))
     encoder = UnitBoxEncoder(space)

@@ -22,7 +22,7 @@ import tuner.designer.candidate_samples as candidate_samples_module
 import tuner.designer.shared_rows as shared_rows_module
 from tuner.designer.acquisition import build_acquisition
 from tuner.designer.model import fit_models, outcome_data
-from tuner.designer.shared_rows import SharedRowsModel, shared_rows
+from tuner.designer.shared_rows import SharedRowsModel, shared_rows, training_marginals
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -241,3 +241,36 @@ def test_gradients_equal_the_plain_call(
     assert ((got - expected).abs() <= TOLERANCE * expected.abs()).all()
     assert torch.allclose(gradient, expected_gradient, rtol=1e-9, atol=1e-12)
     assert gradient.abs().max() > 0
+
+
+@pytest.mark.parametrize("case", ["plain", "constrained", "feasibility"])
+def test_training_marginals_equal_the_posterior_s(case: str) -> None:
+    """At the training inputs, ``training_marginals`` gives GPyTorch's posterior means and
+    variances (``_contenders`` bounds the baseline's points with them), also for a model
+    whose caches are not built yet; None where some output was trained on other rows (the
+    feasibility classifier sees the configurations that broke the system too)."""
+    spec = _spec(case)
+    encoder = UnitBoxEncoder(spec.space)
+    data = outcome_data(spec, encoder, tuple(_trials(spec, case, n=40)))
+    X = data[0].X
+    for fresh in (True, False):
+        model = fit_models(data, encoder)
+        model.eval()
+        if not fresh:
+            model.posterior(X[:2])
+        with torch.no_grad():
+            found = training_marginals(model, X)
+            posterior = model.posterior(X)
+        if case == "feasibility":
+            assert found is None
+            continue
+        assert found is not None
+        mean, variance = found
+        assert mean.shape == variance.shape == (X.shape[0], model.num_outputs)
+        assert torch.allclose(mean, posterior.mean.reshape(mean.shape), rtol=1e-9, atol=1e-12)
+        assert torch.allclose(
+            variance, posterior.variance.reshape(mean.shape), rtol=1e-9, atol=1e-12
+        )
+        assert bool((variance > 0).all())
+    with torch.no_grad():
+        assert training_marginals(model, X[1:]) is None  # not the training inputs

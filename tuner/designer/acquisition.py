@@ -61,7 +61,7 @@ from tuner.designer.candidate_samples import LogNEI
 from tuner.designer.model import FEASIBILITY, OutcomeData
 from tuner.designer.quasirandom import Inequality, polytope_samples
 from tuner.designer.sample_terms import Bound, Constant, SignedObjective
-from tuner.designer.shared_rows import shared_rows
+from tuner.designer.shared_rows import shared_rows, training_marginals
 from tuner.study import Goal, StudySpec
 
 MC_SAMPLES = 128
@@ -172,11 +172,14 @@ def _contenders(
     if X_baseline.shape[0] < CONTENDERS_FROM:
         return X_baseline
     with torch.no_grad():
-        posterior = model.posterior(X_baseline)
-        if not isinstance(posterior, GPyTorchPosterior):
-            return X_baseline  # no Gaussian marginals to bound the points by
-        mean = posterior.mean.reshape(X_baseline.shape[0], -1)
-        spread = CONTENDER_SIGMAS * posterior.variance.reshape(mean.shape).clamp_min(0).sqrt()
+        found = training_marginals(model, X_baseline)  # the same marginals, cheaper
+        if found is None:
+            posterior = model.posterior(X_baseline)
+            if not isinstance(posterior, GPyTorchPosterior):
+                return X_baseline  # no Gaussian marginals to bound the points by
+            found = posterior.mean, posterior.variance
+        mean = found[0].reshape(X_baseline.shape[0], -1)
+        spread = CONTENDER_SIGMAS * found[1].reshape(mean.shape).clamp_min(0).sqrt()
         low, high = mean - spread, mean + spread
         feasible = torch.ones(mean.shape[0], dtype=torch.bool)
         infeasible = torch.zeros(mean.shape[0], dtype=torch.bool)

@@ -118,6 +118,7 @@ class LocalSearch:
         """
         picks: list[torch.Tensor] = []
         base_pending = getattr(acquisition, "X_pending", None)
+        changed = False  # whether X_pending holds picks of this call
         try:
             for i in range(q):
                 starts = self._starts(anchors, raw_samples, seed + i)
@@ -126,12 +127,16 @@ class LocalSearch:
                 best = self._climb(acquisition, starts, num_restarts)
                 picks.append(best)
                 self.taken.update(self.encoder.point_keys(best.unsqueeze(0)))
-                chosen = torch.stack(picks)
-                acquisition.set_X_pending(
-                    chosen if base_pending is None else torch.cat([base_pending, chosen])
-                )
+                if i + 1 < q:  # the next pick integrates over this one's outcome
+                    chosen = torch.stack(picks)
+                    acquisition.set_X_pending(
+                        chosen if base_pending is None else torch.cat([base_pending, chosen])
+                    )
+                    changed = True
         finally:
-            acquisition.set_X_pending(base_pending)
+            # qLogNEI samples its baseline again on every call (tens of ms): only if needed
+            if changed:
+                acquisition.set_X_pending(base_pending)
         if not picks:
             return torch.empty(0, self.encoder.d, dtype=torch.float64)
         return torch.stack(picks)
