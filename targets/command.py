@@ -15,6 +15,7 @@ as exactly one argument whatever it contains (spaces, quotes, ``;``, ``$(...)``,
     metrics_file = "metrics.json"         # optional: read this file instead of stdout
     env = { DATA = "data.bin" }           # optional fixed environment variables
     knob_env = true                       # also pass TUNER_<KNOB> variables (default)
+    allow_dash_values = false             # values like "-r" may start an argument (default: no)
     workdir = "."                         # where the commands run (default: the current dir)
 
 Placeholders: ``{knob}`` in any argument of ``command`` and ``restore`` is replaced by the
@@ -24,6 +25,13 @@ choices as their text. With ``knob_env`` every command also gets ``TUNER_<KNOB>`
 upper-cased, ``.`` and ``-`` turned into ``_``) with the same text. Every placeholder must
 name a knob of the study; ``setup`` and ``teardown`` run without a configuration and so
 take none.
+
+A value that would start an argument and looks like an option (``-`` and more: a choice
+``-r`` or ``--output=f``, a negative number) is refused: ``check_space`` refuses a study
+whose knob can take one where an argument starts with its placeholder (``sort {mode}``), so
+that a value never reaches the program as an option it did not mean. Put the value inside
+an option's argument (``--mode={mode}``), put a ``--`` argument before it (most programs
+then read what follows as operands), or set ``allow_dash_values = true``.
 
 Metrics: the last JSON object printed on stdout, starting at the beginning of a line (one
 line, or pretty-printed with its closing brace on a later line); lines after it are
@@ -61,7 +69,7 @@ from typing import IO, Any, ClassVar
 from targets.base import Target, option_directory, option_int, option_number
 from tuner.constraints import METRIC_NAME
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
-from tuner.space import Config, Knob, Scalar, SearchSpace
+from tuner.space import Config, FloatKnob, IntKnob, Knob, Scalar, SearchSpace
 
 KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
 STDERR_TAIL = 1500  # characters of stderr kept in a failure reason
@@ -98,6 +106,7 @@ class CommandTarget(Target):
         env: Any = None,
         knob_env: Any = True,
         workdir: Any = None,
+        allow_dash_values: Any = False,
     ) -> None:
         self.command: list[str] = argv_option("command", command, required=True) or []
         self.setup_command = argv_option("setup", setup)
@@ -126,6 +135,11 @@ class CommandTarget(Target):
         if not isinstance(knob_env, bool):
             raise ValidationError("target.knob_env", f"got {knob_env!r}", "true or false")
         self.knob_env = knob_env
+        if not isinstance(allow_dash_values, bool):
+            raise ValidationError(
+                "target.allow_dash_values", f"got {allow_dash_values!r}", "true or false"
+            )
+        self.allow_dash_values = allow_dash_values
         self.workdir = (option_directory("workdir", workdir) or Path(".")).resolve()
         self._set_up = False
         self._config: dict[str, Scalar] | None = None  # the trial in progress
@@ -159,6 +173,8 @@ class CommandTarget(Target):
                             f"placeholder {{{name}}} names no knob of the study",
                             names,
                         )
+            if not self.allow_dash_values:
+                _check_no_option_values(argv or [], space, field_)
         seen: dict[str, str] = {}
         for name in names:
             variable = env_name(name)
@@ -175,7 +191,7 @@ class CommandTarget(Target):
 
     def measure(self) -> dict[str, float]:
         config = self._config or {}
-        argv = render(self.command, config, "command")
+        argv = render(self.command, config, "command", self.allow_dash_values)
         metrics_path = self.workdir / self.metrics_file if self.metrics_file else None
         if metrics_path is not None:
             metrics_path.unlink(missing_ok=True)  # never read a previous trial's numbers
@@ -202,7 +218,7 @@ class CommandTarget(Target):
     def restore(self) -> None:
         config, self._config = self._config, None
         if self.restore_command is not None and config is not None:
-            argv = render(self.restore_command, config, "restore")
+            argv = render(self.restore_command, config, "restore", self.allow_dash_values)
             self._must_succeed("restore", argv, self._environment(config))
 
     # -- helpers ------------------------------------------------------------------------
@@ -310,15 +326,30 @@ def placeholders(arg: str, field_: str) -> list[str]:
     return names
 
 
-def render(argv: Sequence[str], config: Mapping[str, Scalar], field_: str) -> list[str]:
+def render(
+    argv: Sequence[str], config: Mapping[str, Scalar], field_: str, dash_values: bool = False
+) -> list[str]:
     """``argv`` with every ``{knob}`` replaced by the knob's value, each argument kept whole.
 
     Raises:
         TargetError: A placeholder names a knob the configuration lacks, or a value holds
             a NUL character (which no program argument can carry).
+        ConfigRejected: Unless ``dash_values``, a value that starts an argument (before any
+            ``--``) and looks like an option (``_option_like``); ``check_space`` refuses
+            such a study before it runs, so this guards direct calls.
     """
     out = []
+    ended = False  # a "--" argument ends the options: what follows is never one
     for index, arg in enumerate(argv):
+        leading = _leading_knob(arg)
+        if not dash_values and not ended and leading is not None and leading in config:
+            text = format_value(config[leading])
+            if _option_like(text):
+                raise ConfigRejected(
+                    f"target.{field_}[{index}]: knob {leading!r} = {text!r} would start the "
+                    "argument and reach the program as an option (see allow_dash_values)"
+                )
+        ended = ended or arg == "--"
 
         def value(match: re.Match[str], where: str = f"target.{field_}[{index}]") -> str:
             token = match.group(0)
@@ -331,6 +362,45 @@ def render(argv: Sequence[str], config: Mapping[str, Scalar], field_: str) -> li
 
         out.append(_PLACEHOLDER.sub(value, arg))
     return out
+
+
+def _leading_knob(arg: str) -> str | None:
+    """The knob whose value starts ``arg`` once rendered (``{knob}`` at its start), or None."""
+    match = _PLACEHOLDER.match(arg)
+    return match.group(1) if match is not None and match.group(1) else None
+
+
+def _option_like(text: str) -> bool:
+    """Whether a program would read ``text`` as an option: ``-`` then at least one character
+    (``-`` alone conventionally means standard input)."""
+    return len(text) > 1 and text.startswith("-")
+
+
+def _check_no_option_values(argv: Sequence[str], space: SearchSpace, field_: str) -> None:
+    """Refuses an argument that starts with a knob's value (before any ``--``) where the knob
+    can take a value a program would read as an option (``sort {mode} ...`` with ``mode`` =
+    ``--output=/some/file`` writes that file): a choice such as ``-r``, or a range below 0."""
+    knobs = {knob.name: knob for knob in space.knobs}
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            return
+        name = _leading_knob(arg)
+        knob = knobs.get(name) if name is not None else None
+        if knob is None:
+            continue
+        if isinstance(knob, (FloatKnob, IntKnob)):
+            example = format_value(knob.low) if knob.low < 0 else None
+        else:
+            values = [format_value(c) for c in getattr(knob, "choices", ())]
+            example = next((v for v in values if _option_like(v)), None)
+        if example is not None and _option_like(example):
+            raise ValidationError(
+                f"target.{field_}[{index}]",
+                f"{{{name}}} starts the argument and knob {name!r} can be {example!r}, which "
+                "the program would read as an option",
+                "the value inside an option's argument (--mode={mode}), a '--' argument "
+                "before it, or allow_dash_values = true",
+            )
 
 
 def format_value(value: Scalar) -> str:

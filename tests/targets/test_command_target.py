@@ -355,6 +355,10 @@ def test_sigterm_during_a_trial_kills_the_program_and_still_restores(tmp_path: P
         ({"command": ["p", "{x"], "metrics": ["y"]}, "target.command[1]"),
         ({"command": ["p"], "metrics": ["y"], "env": {"A B": "1"}}, "target.env.A B"),
         ({"command": ["p"], "metrics": ["y"], "knob_env": "yes"}, "target.knob_env"),
+        (
+            {"command": ["p"], "metrics": ["y"], "allow_dash_values": 1},
+            "target.allow_dash_values",
+        ),
         ({"command": ["p"], "metrics": ["y"], "workdir": "/no/such/dir"}, "target.workdir"),
         ({"command": ["p"], "metrics": ["y"], "shell": True}, "target.shell"),
     ],
@@ -389,3 +393,54 @@ def test_config_checks_placeholders_and_knob_list() -> None:
     with pytest.raises(ValidationError) as info:
         parse_config(wrong_metric, {})
     assert info.value.field == "study.objectives[0].name"
+
+
+# -- values that look like options -----------------------------------------------------
+MODES = {"name": "mode", "kind": "categorical", "choices": ["fast", "--output=/tmp/x", "-"]}
+
+
+@pytest.mark.parametrize(
+    ("command", "knobs", "refused"),
+    [
+        (["sort", "{mode}", "in.txt"], [MODES], "target.command[1]"),
+        (["sort", "--mode={mode}"], [MODES], None),  # inside an option's argument
+        (["sort", "--", "{mode}"], [MODES], None),  # after "--": an operand
+        (["nice", "-n", "{n}", "p"], [{"name": "n", "kind": "int", "low": -5, "high": 5}], "[2]"),
+        (["nice", "-n", "{n}", "p"], [{"name": "n", "kind": "int", "low": 0, "high": 5}], None),
+        (["p", "{c}"], [{"name": "c", "kind": "categorical", "choices": ["a", "-", ""]}], None),
+    ],
+)
+def test_a_value_that_would_be_read_as_an_option_is_refused(
+    command: list[str], knobs: list[dict[str, Any]], refused: str | None
+) -> None:
+    """``sort {mode}`` with ``mode = --output=/tmp/x`` would write that file: a study whose
+    knob can take such a value at the start of an argument is refused, naming the argument
+    and the ways out; ``allow_dash_values = true`` lets it through."""
+    config = study_config(command, knobs)
+    if refused is None:
+        parse_config(config, {})
+        return
+    with pytest.raises(ValidationError) as info:
+        parse_config(config, {})
+    assert info.value.field.startswith("target.command") and info.value.field.endswith(refused)
+    assert "read as an option" in str(info.value) and "allow_dash_values" in str(info.value)
+    config["target"]["allow_dash_values"] = True
+    parse_config(config, {})
+
+
+def test_an_option_like_value_never_reaches_the_program_unless_allowed(
+    program: Path, tmp_path: Path
+) -> None:
+    """Called directly (no study check), the target still refuses the value: the trial is
+    INFEASIBLE with the reason, and the program does not run; with the opt-in it runs and
+    gets the value as its argument."""
+    record = tmp_path / "record.json"
+    command = [PY, str(program), "{mode}"]
+    with target(program, command=command, env={"RECORD": str(record)}) as t:
+        outcome = t.run_trial({"mode": "--output=/tmp/x"})
+    assert outcome.status is TrialStatus.INFEASIBLE
+    assert "'--output=/tmp/x'" in outcome.reason and "as an option" in outcome.reason
+    assert not record.exists()
+    with target(program, command=command, env={"RECORD": str(record)}, allow_dash_values=True) as t:
+        assert t.run_trial({"mode": "-r"}).status is TrialStatus.COMPLETED
+    assert json.loads(record.read_text(encoding="utf-8"))["argv"] == ["-r"]
