@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from targets.owned_dirs import make_owned_dir
 from targets.postgres_tools import (
     DIR_PREFIX,
-    OWNER_FILE,
     SUPERUSER,
     Tools,
     children,
@@ -109,9 +109,8 @@ class Cluster:
                 " characters",
             )
         reap_orphans(parent)
-        self.root = Path(tempfile.mkdtemp(prefix=DIR_PREFIX, dir=parent))
+        self.root = make_owned_dir(parent, DIR_PREFIX)
         _LIVE[id(self)] = self
-        (self.root / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
         self.port = _free_port()
         if self.tools.uid is not None:
             os.chown(self.root, self.tools.uid, -1 if self.tools.gid is None else self.tools.gid)

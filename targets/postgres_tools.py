@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from targets import owned_dirs
 from tuner.errors import TargetError
 
 TOOLS = ("initdb", "postgres", "psql", "pgbench")
 INSTALL_HINT = "install it with `apt-get install postgresql` (Debian/Ubuntu)"
 SUPERUSER = "postgres"
 DIR_PREFIX = "tuner-postgres-"
-OWNER_FILE = "owner"
 
 
 @dataclass(frozen=True)
@@ -109,19 +109,9 @@ def _version_key(path: str) -> tuple[int, ...]:
 
 
 def reap_orphans(parent: Path) -> list[Path]:
-    """Remove the clusters under ``parent`` whose owner process is gone; the ones removed."""
-    reaped = []
-    for root in parent.glob(DIR_PREFIX + "*"):
-        try:
-            owner = int((root / OWNER_FILE).read_text(encoding="ascii"))
-        except (OSError, ValueError):
-            continue
-        if _alive(owner):
-            continue
-        _stop_orphan(root / "data")
-        shutil.rmtree(root, ignore_errors=True)
-        reaped.append(root)
-    return reaped
+    """Remove the clusters under ``parent`` whose owner process is gone (a server still
+    running there is shut down first); the ones removed (``targets.owned_dirs``)."""
+    return owned_dirs.reap_orphans(parent, DIR_PREFIX, lambda root: _stop_orphan(root / "data"))
 
 
 def children(pid: int) -> list[int]:
@@ -169,17 +159,4 @@ def _stop_orphan(data: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _process_state(pid) != "Z"
-
-
-def _process_state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
+    return owned_dirs.owner_alive(pid)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +44,7 @@ from targets.base import (
     option_names_list,
     option_number,
 )
+from targets.owned_dirs import make_owned_dir, reap_orphans
 from targets.sqlite_workload import (
     METRICS,
     WorkloadMix,
@@ -172,7 +172,8 @@ class SqliteTarget(Target):
         """Create the temporary directory and bulk-load the base database (once)."""
         if self.directory is not None:
             return
-        self.directory = Path(tempfile.mkdtemp(prefix=DIR_PREFIX, dir=self.workdir))
+        reap_orphans(self.workdir, DIR_PREFIX)  # what a killed session left (owned_dirs)
+        self.directory = make_owned_dir(self.workdir, DIR_PREFIX)
         self._rows = rows_for_size(self.db_mb)
         build = self.directory / "build.db"
         try:

@@ -354,6 +354,50 @@ def test_files_are_removed_after_sigterm(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_what_a_killed_session_left_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    """SIGKILL leaves no chance to clean up: the next session in the same directory removes
+    the dead session's directory (its owner file names a process that is gone), and leaves
+    a live session's alone."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SIGTERM_SCRIPT, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    try:
+        killed = procs[0]
+        directories = []
+        for proc in procs:
+            assert proc.stdout is not None
+            directory = Path(proc.stdout.readline().strip())
+            assert directory.parent == tmp_path, proc.communicate()[1]
+            directories.append(directory)
+        wait_until(lambda: bool(list(directories[0].glob("trial-*.db-wal"))))  # measuring
+        killed.kill()
+        killed.communicate()
+        assert directories[0].exists() and any(directories[0].iterdir())  # left behind
+        with SqliteTarget(**SMALL, workdir=tmp_path) as t:
+            assert t.directory is not None
+            assert not directories[0].exists()
+            assert directories[1].exists()  # its owner still runs
+            assert sorted(tmp_path.iterdir()) == sorted([directories[1], t.directory])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert list(tmp_path.iterdir()) == [directories[1]]  # killed: left for the next session
+
+
 def assert_well_formed(target: SqliteTarget, metrics: dict[str, float]) -> None:
     assert set(metrics) == set(target.describe_metrics())
     assert all(math.isfinite(v) and v > 0 for v in metrics.values()), metrics
