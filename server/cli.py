@@ -56,7 +56,7 @@ import math
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -86,7 +86,7 @@ from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
 from tuner import runtime
 from tuner.errors import TunerError, ValidationError
-from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob
+from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob, value_key
 from tuner.study import StudySpec
 from tuner.trial import (
     OBSERVED,
@@ -704,6 +704,13 @@ def _print_result(result: SessionResult) -> None:
         out.print("[bold red]no feasible configuration found[/]")
         return
     _print_trial("best configuration", result.best)
+    unsafe = unsafe_settings(spec, result.best.config)
+    if unsafe:
+        out.print(
+            f"[yellow]the best configuration uses unsafe values: {', '.join(unsafe)}[/] "
+            "(study.allow_unsafe = true; see the knob catalog for what each risks)",
+            highlight=False,
+        )
     under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
     if result.default is not None and not is_feasible(spec, result.default):
         out.print(
@@ -718,6 +725,18 @@ def _print_result(result: SessionResult) -> None:
             f"default's, feasible under {under})",
             highlight=False,
         )
+
+
+def unsafe_settings(spec: StudySpec, config: Mapping[str, Any]) -> list[str]:
+    """``name = value`` for each value of ``config`` its knob lists as unsafe (a study with
+    ``allow_unsafe = true`` can choose them: durability or availability risks)."""
+    found = []
+    for knob in spec.space.knobs:
+        if knob.name in config and any(
+            value_key(config[knob.name]) == value_key(v) for v in knob.unsafe_values
+        ):
+            found.append(f"{knob.name} = {config[knob.name]}")
+    return found
 
 
 def _print_multi_result(result: SessionResult) -> None:

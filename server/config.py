@@ -36,7 +36,7 @@ from server.session import Phase
 from targets.base import Target
 from targets.registry import build_target
 from tuner.errors import ValidationError
-from tuner.space import BoolKnob, Config, Knob, knob_from_dict
+from tuner.space import Config, Knob, knob_from_dict
 from tuner.study import StudySpec
 
 _TABLES = ("study", "target", "session", "daemon")
@@ -278,17 +278,26 @@ def _candidates_for(
 
 
 def _tunable(knobs: tuple[Knob, ...], allow_unsafe: object, named: object) -> tuple[Knob, ...]:
-    """The catalog's knobs, less the bool knobs a safe study cannot tune.
+    """The catalog's knobs, less the choice knobs a safe study cannot tune.
 
     A bool knob with an unsafe value (PostgreSQL's ``full_page_writes = off``) has one safe
-    value left. Taking "every catalog knob" leaves such knobs at their default; naming one in
-    ``target.knobs`` without ``allow_unsafe = true`` is an error (raised by the spec).
+    value left, as has SQLite's ``locking_mode`` without ``exclusive``. Taking "every catalog
+    knob" leaves such knobs at their default; naming one in ``target.knobs`` without
+    ``allow_unsafe = true`` is an error (raised by the spec).
     """
     if allow_unsafe is True:
         return knobs
     listed = set(named) if isinstance(named, list) else set()
-    return tuple(
-        k for k in knobs if not (isinstance(k, BoolKnob) and k.unsafe_values) or k.name in listed
+    return tuple(k for k in knobs if not _one_safe_choice(k) or k.name in listed)
+
+
+def _one_safe_choice(knob: Knob) -> bool:
+    """A choice knob (bool, categorical, ordinal) with unsafe values and at most one other."""
+    choices = getattr(knob, "choices", None)
+    return (
+        bool(knob.unsafe_values)
+        and isinstance(choices, tuple)
+        and (len(choices) - len(knob.unsafe_values) < 2)
     )
 
 

@@ -283,6 +283,14 @@ class _ChoiceKnob(Knob):
             return self
         unsafe = {value_key(v) for v in self.unsafe_values}
         kept = tuple(c for c in self.choices if value_key(c) not in unsafe)
+        if len(kept) < 2:
+            left = f"the single value {kept[0]!r}" if kept else "no value"
+            raise ValidationError(
+                f"knobs.{self.name}.unsafe_values",
+                f"without its unsafe values ({', '.join(map(repr, self.unsafe_values))}) the "
+                f"knob {self.name!r} has {left} left and cannot be tuned",
+                "leave the knob out of the study, or set allow_unsafe = true",
+            )
         default = (
             self.default if self.default is None or value_key(self.default) not in unsafe else None
         )

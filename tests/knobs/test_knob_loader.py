@@ -80,10 +80,22 @@ def test_knobs_with_an_off_value_keep_it_as_a_special_level() -> None:
 
 
 def test_unsafe_values_disappear_from_a_safe_space() -> None:
-    safe = {knob.name: knob.safe() for knob in load_catalog("sqlite")}
+    catalog = load_catalog("sqlite")
+    safe = {knob.name: knob.safe() for knob in catalog if knob.name != "locking_mode"}
     assert "off" not in safe["journal_mode"].to_dict()["choices"]
     assert "memory" not in safe["journal_mode"].to_dict()["choices"]
     assert "off" not in safe["synchronous"].to_dict()["choices"]
+
+
+def test_a_choice_knob_left_with_one_safe_value_cannot_be_tuned() -> None:
+    """``locking_mode = exclusive`` locks every other connection out of the database: an
+    unsafe value, and without it the knob has one value left."""
+    knobs = {knob.name: knob for knob in load_catalog("sqlite")}
+    assert knobs["locking_mode"].unsafe_values == ("exclusive",)
+    with pytest.raises(ValidationError) as info:
+        knobs["locking_mode"].safe()
+    assert info.value.field == "knobs.locking_mode.unsafe_values"
+    assert "'normal' left" in str(info.value) and "allow_unsafe = true" in str(info.value)
 
 
 def test_unknown_system_names_the_allowed_systems() -> None:

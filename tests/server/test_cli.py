@@ -13,16 +13,21 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from server.app import build_server, stop_server
-from server.cli import main
+from server.cli import main, unsafe_settings
+from server.config import load_config, parse_config
 from server.service import TuningService
 from server.storage import SQLiteStorage
+from tuner.errors import ValidationError
 from tuner.trial import StepKind, TrialStatus
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 [study]
@@ -38,7 +43,7 @@ kind = "sqlite"
 db_mb = 1
 measure_s = {measure_s}
 warmup_s = 0.05
-knobs = ["journal_mode", "synchronous", "cache_size", "locking_mode"]
+knobs = ["journal_mode", "synchronous", "cache_size", "temp_store"]
 workdir = "{workdir}"
 
 [session]
@@ -309,3 +314,28 @@ def test_sigterm_during_a_session_cleans_up_and_the_rerun_resumes(tmp_path: Path
         trials = storage.list_trials("term")
     assert [t.id for t in trials] == [1, 2, 3]
     assert trials[0].status is TrialStatus.COMPLETED, "the interrupted trial was resumed"
+
+
+def test_the_main_job_keeps_exclusive_locking_out_and_the_summary_names_unsafe_values() -> None:
+    """The main job's study is safe: ``locking_mode`` (whose ``exclusive`` locks every other
+    connection out) is left at its default; naming it there is an error; with
+    ``allow_unsafe = true`` a best configuration that uses it is named in the summary."""
+    config = load_config(ROOT / "examples" / "sqlite.toml", {})
+    try:
+        assert "locking_mode" not in config.spec.space.names
+        assert "journal_mode" in config.spec.space.names
+    finally:
+        config.target.close()
+    data = tomllib.loads((ROOT / "examples" / "sqlite.toml").read_text())
+    data["target"]["knobs"] = ["locking_mode", "cache_size"]
+    with pytest.raises(ValidationError) as info:
+        parse_config(data, {})
+    assert info.value.field == "knobs.locking_mode.unsafe_values"
+    data["study"]["allow_unsafe"] = True
+    allowed = parse_config(data, {})
+    try:
+        best = {"locking_mode": "exclusive", "cache_size": 2048}
+        assert unsafe_settings(allowed.spec, best) == ["locking_mode = exclusive"]
+        assert unsafe_settings(allowed.spec, {**best, "locking_mode": "normal"}) == []
+    finally:
+        allowed.target.close()
