@@ -295,8 +295,10 @@ def test_safe_of_a_bool_knob_rejects_the_unsafe_value() -> None:
 
 def test_safe_leaving_one_choice_is_an_error() -> None:
     knob = CategoricalKnob("c", choices=("a", "b"), unsafe_values=("b",))
-    with pytest.raises(ValidationError, match=r"needs at least 2 values"):
+    with pytest.raises(ValidationError, match=r"single value 'a' left") as info:
         knob.safe()
+    assert info.value.field == "knobs.c.unsafe_values"
+    assert "allow_unsafe = true" in str(info.value)
 
 
 # -- dictionary form --------------------------------------------------------------------
