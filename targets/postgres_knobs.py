@@ -44,12 +44,11 @@ requested value with the ``pg_settings`` row it should have produced.
 from __future__ import annotations
 
 import math
-import os
 import resource
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
+from targets.host import ram_bytes as host_ram_bytes
 from targets.postgres_cluster import Setting
 from tuner.errors import ValidationError
 from tuner.space import FloatKnob, IntKnob, Knob, OrdinalKnob, Scalar
@@ -84,7 +83,7 @@ class Host:
 
 
 def host_facts(clients: int) -> Host:
-    return Host(_ram_bytes(), _stack_kb(), clients)
+    return Host(host_ram_bytes(), _stack_kb(), clients)
 
 
 # knob -> its upper end in bytes on ``host`` (None: no bound)
@@ -312,29 +311,6 @@ def _number(text: str) -> float | None:
 
 def _ram(host: Host, share: float) -> float | None:
     return None if host.ram_bytes is None else host.ram_bytes * share
-
-
-def _ram_bytes() -> int | None:
-    total: int | None = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                total = int(line.split()[1]) * 1024
-                break
-    except (OSError, ValueError, IndexError):
-        total = None
-    if total is None:
-        try:
-            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return None
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            limit = int(Path(limit_file).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        total = min(total, limit)
-    return total
 
 
 def _stack_kb() -> int | None:

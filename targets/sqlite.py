@@ -44,6 +44,7 @@ from targets.base import (
     option_names_list,
     option_number,
 )
+from targets.host import ram_bytes
 from targets.owned_dirs import make_owned_dir, reap_orphans
 from targets.sqlite_workload import (
     METRICS,
@@ -315,7 +316,7 @@ def _apply_pragmas(conn: sqlite3.Connection, values: Config) -> None:
 
 def _host_knobs(selected: tuple[Knob, ...], explicit: bool) -> tuple[Knob, ...]:
     """Narrow host-dependent ranges and take this build's defaults."""
-    ram = _ram_bytes()
+    ram = ram_bytes()  # the cgroup's limit when lower than the host's RAM
     defaults, max_mmap = _build_facts()
     out: list[Knob] = []
     for knob in selected:
@@ -367,13 +368,6 @@ def _build_facts() -> tuple[dict[str, Scalar], int]:
     except ValueError:
         max_mmap = _MAX_MMAP_SIZE
     return defaults, max_mmap
-
-
-def _ram_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _fsync(path: Path) -> None:
