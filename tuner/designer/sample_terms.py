@@ -85,7 +85,7 @@ class _State:
     shape: tuple[int, ...]  # the samples' M x b x S
     scaled: np.ndarray  # b x S: (y - best) / tau
     fatplus: np.ndarray  # b x S: fatplus_tau(y - best)
-    bounded: list[tuple[Bound, np.ndarray, np.ndarray]]  # each Bound, its u and fatmoid(u)
+    bounded: list[tuple[Bound, float, np.ndarray, np.ndarray]]  # each Bound, eta, u, fatmoid(u)
     weights: np.ndarray  # b x S: each sample's share of the mean, exp(term - top) / sum
 
 
@@ -138,7 +138,7 @@ class LogNEITerms:
             fatmoid = _fatmoid(u)
             feasibility = feasibility + np.log(fatmoid)
             if isinstance(constraint, Bound):
-                bounded.append((constraint, u, fatmoid))
+                bounded.append((constraint, eta, u, fatmoid))
         terms = np.log(fatplus) + feasibility if self.constraints else np.log(fatplus)
         top = terms.max(axis=-1, keepdims=True)
         shares = np.exp(terms - top)
@@ -159,17 +159,10 @@ class LogNEITerms:
         cauchy = 1.0 / (1.0 + z * z)
         slope = slope - 2.0 * _FATPLUS_ALPHA * z * cauchy * cauchy
         d_samples[0] = self.sign * d_terms * slope / state.fatplus
-        for (constraint, u, fatmoid), eta in zip(state.bounded, self._bound_etas(), strict=True):
+        for constraint, eta, u, fatmoid in state.bounded:
             d_u = d_terms * _fatmoid_slope(u) / fatmoid
             d_samples[constraint.index] += -constraint.sign / eta * d_u
         return d_samples
-
-    def _bound_etas(self) -> list[float]:
-        return [
-            eta
-            for constraint, eta in zip(self.constraints, self.etas, strict=True)
-            if isinstance(constraint, Bound)
-        ]
 
 
 def _fatmoid(u: np.ndarray) -> np.ndarray:
