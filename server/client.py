@@ -10,8 +10,11 @@ Failures that are not the server's verdict (it cannot be reached, a deadline pas
 Calls that find the server UNAVAILABLE (restarting, not up yet, its disk briefly locked) are
 retried with exponential backoff and jitter until ``retry_for`` seconds have passed, each
 attempt with a deadline of at most ``timeout``. Retrying a write is safe: every
-``suggest_trials`` and ``complete_trial`` carries a fresh request id, the same on each
-retry, and the server answers a retried request as it answered the first one.
+``suggest_trials``, ``complete_trial`` and ``import_trials`` carries a fresh request id, the
+same on each retry, and the server answers a retried request as it answered the first one.
+``add_measurements`` has no request id (AddMeasurements would store a retried request's
+measurements twice), so it is never retried: it waits up to ``timeout`` for a server that
+is not up yet (nothing has been sent then) and raises an UNAVAILABLE as it comes.
 
 Example::
 
@@ -41,7 +44,7 @@ from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import error_from_rpc
 from server.service import ImportedTrial, StudyInfo
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus
 
 _Reply = TypeVar("_Reply")
 _FIRST_PAUSE_S = 0.1
@@ -157,12 +160,18 @@ class TunerClient:
         metrics: Mapping[str, float] | None = None,
         status: TrialStatus = TrialStatus.COMPLETED,
         reason: str = "",
+        measurements: Sequence[Measurement] = (),
     ) -> Trial:
         """Finish an ACTIVE trial: COMPLETED with metrics, any other final status with a reason.
 
+        A trial measured several times passes its repeats (kind REPEAT) in ``measurements``
+        and no ``metrics``: the trial's metrics become their means, its ``spread`` their
+        standard deviations and its ``repeats`` their number.
+
         Raises:
-            ValidationError: ``status`` is PENDING or ACTIVE (checked before any call), or
-                the server rejected the metrics or the reason.
+            ValidationError: ``status`` is PENDING or ACTIVE, or a measurement's kind is not
+                a ``MeasurementKind`` (checked before any call), or the server rejected the
+                metrics, the measurements (``measurements[2].metrics.tps``) or the reason.
             StateError: The trial is already finished.
         """
         request = pb.CompleteTrialRequest(
@@ -172,6 +181,7 @@ class TunerClient:
             status=convert.outcome_to_proto(status),
             reason=reason,
             request_id=_request_id(),
+            measurements=_measurements_to_proto(measurements),
         )
         return convert.trial_from_proto(self._call(self._stub.CompleteTrial, request))
 
@@ -188,6 +198,53 @@ class TunerClient:
         )
         reply = self._call(self._stub.ImportTrials, request)
         return [convert.trial_from_proto(t) for t in reply.trials]
+
+    def add_measurements(
+        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+    ) -> list[Measurement]:
+        """Store further measurements (CONTROL or CONFIRM) of a finished trial's configuration.
+
+        Not retried: without a request id a retry after a lost reply would store the
+        measurements twice. A server that is not up yet is waited for (up to ``timeout``,
+        when ``retry_for`` is not 0); an UNAVAILABLE after that is raised, and whether the
+        measurements were stored is then unknown (``list_measurements`` tells).
+
+        Returns:
+            The measurements as stored, with ``trial_id`` and ``at`` set.
+
+        Raises:
+            NotFoundError: Unknown study or trial.
+            StateError: The trial is not finished.
+            ValidationError: No measurements, a REPEAT, or a metric that is not finite
+                (the field names it: ``measurements[2].metrics.tps``).
+        """
+        request = pb.AddMeasurementsRequest(
+            study=study, trial_id=trial_id, measurements=_measurements_to_proto(measurements)
+        )
+        reply = self._call(self._stub.AddMeasurements, request, retry=False)
+        return [
+            convert.measurement_from_proto(m, f"measurements[{i}]")
+            for i, m in enumerate(reply.measurements)
+        ]
+
+    def list_measurements(
+        self,
+        study: str,
+        trial_id: int | None = None,
+        kinds: Collection[MeasurementKind] | None = None,
+    ) -> list[Measurement]:
+        """The study's measurements in the order they were stored; only one trial's, or only
+        some kinds, when given."""
+        request = pb.ListMeasurementsRequest(
+            study=study,
+            trial_id=trial_id or 0,
+            kinds=[convert.measurement_kind_to_proto(k, "kinds") for k in kinds or ()],
+        )
+        reply = self._call(self._stub.ListMeasurements, request)
+        return [
+            convert.measurement_from_proto(m, f"measurements[{i}]")
+            for i, m in enumerate(reply.measurements)
+        ]
 
     def heartbeat(self, study: str, trial_id: int) -> Trial:
         """Renew the lease of an ACTIVE trial; the reply carries its new ``lease_expires_at``.
@@ -225,17 +282,30 @@ class TunerClient:
         return [convert.trial_from_proto(t) for t in reply.trials]
 
     # -- private -----------------------------------------------------------------------
-    def _call(self, method: Callable[..., _Reply], request: Any) -> _Reply:
+    def _call(self, method: Callable[..., _Reply], request: Any, retry: bool = True) -> _Reply:
+        """Call ``method``, retrying UNAVAILABLE for ``retry_for`` seconds when ``retry``.
+
+        Without ``retry`` the one attempt (deadline ``timeout``) waits for the channel to be
+        ready first, unless ``retry_for`` is 0: nothing is sent to a server that is not up
+        yet, so waiting for it is safe where a retry is not.
+        """
         give_up = time.monotonic() + self.retry_for
         pause = _FIRST_PAUSE_S
         while True:
             left = give_up - time.monotonic()
             try:
+                if not retry:
+                    return method(
+                        request,
+                        timeout=self.timeout,
+                        metadata=self._metadata,
+                        wait_for_ready=self.retry_for > 0,
+                    )
                 return method(
                     request, timeout=max(0.1, min(self.timeout, left)), metadata=self._metadata
                 )
             except grpc.RpcError as error:
-                if error.code() is grpc.StatusCode.UNAVAILABLE and left > 0:
+                if retry and error.code() is grpc.StatusCode.UNAVAILABLE and left > 0:
                     wait = min(pause * random.uniform(0.5, 1.0), left)
                     log.warning("tuner server %s unavailable (%s); retrying in %.1f s",
                                 self.target, _describe(error), wait)  # fmt: skip
@@ -250,6 +320,12 @@ class TunerClient:
 
 def _request_id() -> str:
     return uuid.uuid4().hex
+
+
+def _measurements_to_proto(measurements: Sequence[Measurement]) -> list[pb.Measurement]:
+    return [
+        convert.measurement_to_proto(m, f"measurements[{i}]") for i, m in enumerate(measurements)
+    ]
 
 
 def _describe(error: grpc.RpcError) -> str:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from google.protobuf import timestamp_pb2
@@ -36,7 +37,7 @@ from tuner.space import (
     knob_from_dict,
 )
 from tuner.study import EmbeddingSettings, Goal, StudySpec
-from tuner.trial import StepKind, Trial, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 KNOB_KINDS = ("float_range", "int_range", "categorical", "ordinal", "bool_knob")
 VALUE_KINDS = ("number", "integer", "text", "flag")
@@ -45,6 +46,14 @@ _GOALS = {Goal.MINIMIZE: pb.GOAL_MINIMIZE, Goal.MAXIMIZE: pb.GOAL_MAXIMIZE}
 _STATUSES = {s: pb.TrialStatus.Value(f"TRIAL_STATUS_{s.name}") for s in TrialStatus}
 _STEPS = {k: pb.StepKind.Value(f"STEP_KIND_{k.name}") for k in StepKind}
 _STEPS_BACK = {v: k for k, v in _STEPS.items()}
+_KINDS = {k: pb.MeasurementKind.Value(f"MEASUREMENT_KIND_{k.name}") for k in MeasurementKind}
+_KINDS_BACK = {v: k for k, v in _KINDS.items()}
+#: Which request takes each kind of measurement, for the error when one arrives elsewhere.
+_KIND_HOMES = {
+    MeasurementKind.REPEAT: "a trial's repeats come with CompleteTrial",
+    MeasurementKind.CONTROL: "controls go to AddMeasurements",
+    MeasurementKind.CONFIRM: "confirmation rounds go to AddMeasurements",
+}
 _OUTCOMES = {
     TrialStatus.COMPLETED: pb.TRIAL_OUTCOME_COMPLETED,
     TrialStatus.INFEASIBLE: pb.TRIAL_OUTCOME_INFEASIBLE,
@@ -282,6 +291,8 @@ def trial_to_proto(trial: Trial, study: str) -> pb.Trial:
         reported_late=trial.reported_late,
         reoffered_as=trial.reoffered_as or 0,
         step=_STEPS[trial.step],
+        repeats=trial.repeats,
+        spread=dict(trial.spread),
     )
 
 
@@ -304,6 +315,8 @@ def trial_from_proto(message: pb.Trial) -> Trial:
         reported_late=message.reported_late,
         reoffered_as=message.reoffered_as or None,
         step=_STEPS_BACK.get(message.step, StepKind.IMPORT),  # unset: an older server
+        repeats=message.repeats or 1,  # unset: an older server, which measures once
+        spread=dict(message.spread),
     )
 
 
@@ -363,6 +376,119 @@ def outcome_from_proto(value: int, path: str = "status") -> TrialStatus:
 def metrics_from_proto(metrics: Mapping[str, float]) -> dict[str, float]:
     """Reported metrics as a plain dict (values are checked by the service)."""
     return {name: float(value) for name, value in metrics.items()}
+
+
+# -- measurements ------------------------------------------------------------------------
+
+
+def measurement_to_proto(measurement: Measurement, path: str = "measurement") -> pb.Measurement:
+    """The wire form of a measurement; a kind that is not a ``MeasurementKind`` is a
+    ``ValidationError`` at ``path.kind``."""
+    return pb.Measurement(
+        trial_id=measurement.trial_id,
+        kind=measurement_kind_to_proto(measurement.kind, f"{path}.kind"),
+        metrics=dict(measurement.metrics),
+        at=_timestamp_to_proto(measurement.at),
+        round=measurement.round,
+    )
+
+
+def measurement_from_proto(
+    message: pb.Measurement,
+    path: str,
+    unspecified: MeasurementKind | None = None,
+    accepted: Collection[MeasurementKind] | None = None,
+) -> Measurement:
+    """A measurement from its wire form (``path`` names it in errors: ``measurements[2]``).
+
+    Args:
+        message: The wire form.
+        path: Field path of ``message`` in its request or reply.
+        unspecified: The kind an unset ``kind`` stands for (REPEAT in a
+            ``CompleteTrialRequest``); None: an unset kind is a ``ValidationError``.
+        accepted: The kinds the request takes (None: every kind). Another kind is a
+            ``ValidationError`` saying which request takes it; every error about the kind
+            lists the accepted ones as the allowed values.
+
+    Raises:
+        ValidationError: An unset, unknown or unaccepted kind, a time before 1970, or a
+            negative round. Metric values are checked by the service.
+    """
+    table = {v: k for k, v in _KINDS.items() if accepted is None or k in accepted}
+    if message.kind == pb.MEASUREMENT_KIND_UNSPECIFIED and unspecified is not None:
+        kind = unspecified
+    elif message.kind in _KINDS_BACK and message.kind not in table:
+        raise ValidationError(
+            f"{path}.kind",
+            f"{pb.MeasurementKind.Name(message.kind)} is not taken here: "
+            f"{_KIND_HOMES[_KINDS_BACK[message.kind]]}",
+            [pb.MeasurementKind.Name(v) for v in table],
+        )
+    else:
+        kind = _enum_from_proto(message.kind, f"{path}.kind", table, pb.MeasurementKind)
+    at = _timestamp_from_proto(message, "at")
+    if at < 0:
+        raise ValidationError(f"{path}.at", f"got {at!r}", "unset or a time from 1970 on")
+    if message.round < 0:
+        raise ValidationError(f"{path}.round", f"got {message.round}", ">= 0")
+    return Measurement(
+        metrics=metrics_from_proto(message.metrics),
+        kind=kind,
+        at=at,
+        round=message.round,
+        trial_id=message.trial_id,
+    )
+
+
+def measurements_from_request(
+    request: pb.CompleteTrialRequest | pb.AddMeasurementsRequest,
+) -> list[Measurement]:
+    """The measurements of a request for one trial (``request.trial_id``).
+
+    A ``CompleteTrialRequest`` takes REPEAT (a trial's repeats; an unset kind means
+    REPEAT), an ``AddMeasurementsRequest`` CONTROL and CONFIRM (an unset kind is an error
+    listing them). Each measurement may name its trial only as 0 or the request's
+    ``trial_id``.
+
+    Raises:
+        ValidationError: naming the measurement's field, e.g. ``measurements[2].kind``.
+    """
+    unspecified: MeasurementKind | None = None
+    accepted: tuple[MeasurementKind, ...] = (MeasurementKind.CONTROL, MeasurementKind.CONFIRM)
+    if isinstance(request, pb.CompleteTrialRequest):
+        unspecified, accepted = MeasurementKind.REPEAT, (MeasurementKind.REPEAT,)
+    measurements = []
+    for i, message in enumerate(request.measurements):
+        path = f"measurements[{i}]"
+        if message.trial_id not in (0, request.trial_id):
+            raise ValidationError(
+                f"{path}.trial_id",
+                f"got {message.trial_id} in a request for trial {request.trial_id}",
+                f"0 or {request.trial_id}",
+            )
+        measurement = measurement_from_proto(message, path, unspecified, accepted)
+        measurements.append(replace(measurement, trial_id=request.trial_id))
+    return measurements
+
+
+def measurement_kind_to_proto(kind: MeasurementKind, path: str = "kind") -> pb.MeasurementKind:
+    """The wire value of a measurement kind (``MeasurementKind`` or its value)."""
+    try:
+        return _KINDS[MeasurementKind(kind)]
+    except ValueError:
+        raise ValidationError(path, f"got {kind!r}", [k.value for k in MeasurementKind]) from None
+
+
+def measurement_kind_from_proto(value: int, path: str) -> MeasurementKind:
+    """A measurement kind from its wire value; unset or unknown is a ``ValidationError``."""
+    return _enum_from_proto(value, path, _KINDS_BACK, pb.MeasurementKind)
+
+
+def measurement_kinds_from_proto(values: Sequence[int], path: str) -> list[MeasurementKind] | None:
+    """A kind filter: ``None`` (no filter) when empty."""
+    if not values:
+        return None
+    return [measurement_kind_from_proto(v, f"{path}[{i}]") for i, v in enumerate(values)]
 
 
 # -- private helpers ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import math
+import statistics
 import threading
 import time
 from collections import Counter
@@ -37,7 +38,14 @@ from tuner.errors import AlreadyExistsError, NotFoundError, StateError, Validati
 from tuner.loop import new_trial, propose
 from tuner.space import Scalar
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, pareto_front
+from tuner.trial import (
+    Measurement,
+    MeasurementKind,
+    Trial,
+    TrialStatus,
+    best_trial,
+    pareto_front,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,7 @@ MAX_CLIENT_ID = 256
 MAX_REQUEST_ID = 256
 MAX_REASON = 4096
 MAX_IMPORT = 10_000
+MAX_MEASUREMENTS = 1_000
 #: Statuses a client may report, and whether each needs a reason.
 REPORTABLE = {
     TrialStatus.COMPLETED: False,
@@ -228,8 +237,13 @@ class TuningService:
         status: TrialStatus = TrialStatus.COMPLETED,
         reason: str = "",
         request_id: str = "",
+        measurements: Sequence[Measurement] = (),
     ) -> Trial:
         """Record a trial's outcome: measured metrics, or a failure with its reason.
+
+        A trial measured several times reports each repeat in ``measurements`` instead of
+        ``metrics``: every repeat is stored, and the trial's metrics become their means (its
+        ``spread`` their standard deviations, ``repeats`` their number).
 
         A repeated call with the same ``request_id`` returns the trial as the first call
         left it and stores nothing (without one, a repeat is a StateError: already final).
@@ -242,17 +256,25 @@ class TuningService:
                 "reason", f"a {status.value} trial needs a reason", "non-empty text"
             )
         metrics = dict(metrics or {})
+        repeats = _repeats(measurements, metrics, status)
         request = _request(
             request_id, "CompleteTrial", study, trial_id, status.value, sorted(metrics.items()),
-            reason,
+            reason, [(sorted(m.metrics.items()), m.at) for m in repeats],
         )  # fmt: skip
         with self._lock(study):
             spec = self.storage.get_study(study).spec
             if request is not None and (known := self._replay(study, request)) is not None:
                 return known[0]
+            for i, repeat in enumerate(repeats):
+                _check_metrics(spec, repeat.metrics, status, f"measurements[{i}].metrics")
+            spread: dict[str, float] = {}
+            if repeats:
+                metrics, spread = _mean_and_spread(repeats)
             _check_metrics(spec, metrics, status)
             self._expire(study)
-            trial = self.storage.finish_trial(study, trial_id, status, metrics, reason, request)
+            trial = self.storage.finish_trial(
+                study, trial_id, status, metrics, reason, request, repeats, spread
+            )
         if trial.reported_late:
             log.warning(
                 "study %s trial %d: %s reported after its lease expired; stored",
@@ -320,6 +342,51 @@ class TuningService:
                 f"{where}.reason", f"a {status.value} trial needs a reason", "non-empty text"
             )
         return FinishedTrial(config, status, metrics, reason, item.source or "import")
+
+    def add_measurements(
+        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+    ) -> list[Measurement]:
+        """Store further measurements of a finished trial's configuration: controls measured
+        between trials, or the rounds of a confirmation. The trial itself does not change.
+
+        Raises:
+            ValidationError: No measurements, too many, a REPEAT (repeats come with
+                ``complete_trial``), or a metric that is not a finite number.
+            StateError: The trial is not finished yet.
+        """
+        study = _study_name(study)
+        items = list(measurements)
+        if not 1 <= len(items) <= MAX_MEASUREMENTS:
+            raise ValidationError(
+                "measurements", f"got {len(items)}", f"1 to {MAX_MEASUREMENTS} measurements"
+            )
+        allowed = [MeasurementKind.CONTROL.value, MeasurementKind.CONFIRM.value]
+        for i, item in enumerate(items):
+            if not isinstance(item, Measurement):
+                raise ValidationError(f"measurements[{i}]", f"got {type(item).__name__}")
+            if item.kind not in allowed:
+                raise ValidationError(
+                    f"measurements[{i}].kind",
+                    f"got {getattr(item.kind, 'value', item.kind)!r} "
+                    "(a trial's repeats are reported by CompleteTrial)",
+                    allowed,
+                )
+            _check_metrics(None, item.metrics, TrialStatus.COMPLETED, f"measurements[{i}].metrics")
+        with self._lock(study):
+            stored = self.storage.add_measurements(study, trial_id, items)
+        log.info("study %s trial %d: %d %s measurements stored", study, trial_id, len(stored),
+                 items[0].kind)  # fmt: skip
+        return stored
+
+    def list_measurements(
+        self,
+        study: str,
+        trial_id: int | None = None,
+        kinds: Collection[MeasurementKind] | None = None,
+    ) -> list[Measurement]:
+        """The study's stored measurements (repeats, controls, confirmation rounds) in the
+        order they were stored; one trial's, or some kinds only, when given."""
+        return self.storage.list_measurements(_study_name(study), trial_id, kinds)
 
     def heartbeat(self, study: str, trial_id: int) -> Trial:
         """Renew the lease of an ACTIVE trial: its worker is still measuring it.
@@ -445,22 +512,79 @@ def _reportable(status: object, field_: str = "status") -> TrialStatus:
     return parsed
 
 
-def _check_metrics(spec: StudySpec, metrics: dict[str, float], status: TrialStatus) -> None:
+def _check_metrics(
+    spec: StudySpec | None,
+    metrics: Mapping[str, float],
+    status: TrialStatus,
+    where: str = "metrics",
+) -> None:
+    """Every value a finite number; a COMPLETED trial has every metric of ``spec``."""
+    if not isinstance(metrics, Mapping):
+        raise ValidationError(where, f"must map names to numbers, got {type(metrics).__name__}")
     for name, value in metrics.items():
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
             or not math.isfinite(value)
         ):
-            raise ValidationError(f"metrics.{name}", f"got {value!r}", "a finite number")
-    if status is TrialStatus.COMPLETED:
+            raise ValidationError(f"{where}.{name}", f"got {value!r}", "a finite number")
+    if spec is not None and status is TrialStatus.COMPLETED:
         missing = [m for m in spec.metric_names if m not in metrics]
         if missing:
             raise ValidationError(
-                f"metrics.{missing[0]}",
+                f"{where}.{missing[0]}",
                 "is missing; a COMPLETED trial reports the objective and every constrained metric",
                 spec.metric_names,
             )
+
+
+def _repeats(
+    measurements: Sequence[Measurement], metrics: Mapping[str, float], status: TrialStatus
+) -> list[Measurement]:
+    """The checked repeats of a trial being completed (``complete_trial``)."""
+    items = list(measurements)
+    if not items:
+        return []
+    if metrics:
+        raise ValidationError(
+            "metrics", "give a trial's metrics or its measurements, not both",
+            "empty metrics when measurements are given (the metrics are their means)",
+        )  # fmt: skip
+    if status is not TrialStatus.COMPLETED:
+        raise ValidationError("measurements", f"a {status.value} trial has no measurements", "none")
+    if len(items) > MAX_MEASUREMENTS:
+        raise ValidationError(
+            "measurements", f"got {len(items)}", f"1 to {MAX_MEASUREMENTS} measurements"
+        )
+    for i, item in enumerate(items):
+        if not isinstance(item, Measurement):
+            raise ValidationError(f"measurements[{i}]", f"got {type(item).__name__}")
+        if item.kind != MeasurementKind.REPEAT:
+            raise ValidationError(
+                f"measurements[{i}].kind",
+                f"got {getattr(item.kind, 'value', item.kind)!r} "
+                "(controls and confirmations go to AddMeasurements)",
+                [MeasurementKind.REPEAT.value],
+            )
+    names = set(items[0].metrics)
+    for i, item in enumerate(items[1:], start=1):
+        if set(item.metrics) != names:
+            raise ValidationError(
+                f"measurements[{i}].metrics",
+                f"names {sorted(item.metrics)} differ from the first repeat's",
+                sorted(names),
+            )
+    return items
+
+
+def _mean_and_spread(
+    repeats: Sequence[Measurement],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per metric: the mean of the repeats and (with two or more) their standard deviation."""
+    means = {k: statistics.fmean(m.metrics[k] for m in repeats) for k in repeats[0].metrics}
+    if len(repeats) < 2:
+        return means, {}
+    return means, {k: statistics.stdev(m.metrics[k] for m in repeats) for k in means}
 
 
 def _differences(a: StudySpec, b: StudySpec) -> list[str]:

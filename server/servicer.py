@@ -73,6 +73,7 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
             status=convert.outcome_from_proto(request.status, "status"),
             reason=request.reason,
             request_id=request.request_id,
+            measurements=convert.measurements_from_request(request),
         )
         return convert.trial_to_proto(trial, request.study)
 
@@ -122,4 +123,26 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         front = self._service.get_pareto_front(request.study)
         return pb.ListTrialsResponse(
             trials=[convert.trial_to_proto(t, request.study) for t in front]
+        )
+
+    @grpc_errors
+    def AddMeasurements(
+        self, request: pb.AddMeasurementsRequest, context: grpc.ServicerContext
+    ) -> pb.AddMeasurementsResponse:
+        measurements = convert.measurements_from_request(request)
+        stored = self._service.add_measurements(request.study, request.trial_id, measurements)
+        return pb.AddMeasurementsResponse(
+            measurements=[convert.measurement_to_proto(m) for m in stored]
+        )
+
+    @grpc_errors
+    def ListMeasurements(
+        self, request: pb.ListMeasurementsRequest, context: grpc.ServicerContext
+    ) -> pb.ListMeasurementsResponse:
+        kinds = convert.measurement_kinds_from_proto(request.kinds, "kinds")
+        measurements = self._service.list_measurements(
+            request.study, request.trial_id or None, kinds
+        )
+        return pb.ListMeasurementsResponse(
+            measurements=[convert.measurement_to_proto(m) for m in measurements]
         )

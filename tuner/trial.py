@@ -104,6 +104,34 @@ _TRANSITIONS: dict[TrialStatus, set[TrialStatus]] = {
 OBSERVED = (TrialStatus.COMPLETED, TrialStatus.INFEASIBLE, TrialStatus.TIMED_OUT)
 
 
+class MeasurementKind(StrEnum):
+    """Why a configuration was measured (stored with every measurement)."""
+
+    REPEAT = "repeat"  # one of the trial's own repeats: the trial's metrics are their mean
+    CONTROL = "control"  # the configuration re-measured between trials, to watch the machine
+    CONFIRM = "confirm"  # re-measured in a closing confirmation, round by round
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One run of a trial's configuration on the target.
+
+    Attributes:
+        metrics: What the run measured.
+        kind: Why it ran.
+        at: Unix time the run ended (0: the storage stamps the time it is stored).
+        round: For a confirmation, its round (the configurations of one round ran back to
+            back, so they are compared pairwise); 0 otherwise.
+        trial_id: The trial whose configuration ran (set when read back).
+    """
+
+    metrics: dict[str, float]
+    kind: MeasurementKind = MeasurementKind.REPEAT
+    at: float = 0.0
+    round: int = 0
+    trial_id: int = 0
+
+
 @dataclass(frozen=True)
 class Trial:
     """One configuration of a study and its outcome.
@@ -128,6 +156,9 @@ class Trial:
         reported_late: Its worker's result arrived after the lease had expired (and was
             stored, once).
         reoffered_as: The trial that offers this trial's configuration again.
+        repeats: How many measurements the metrics are the mean of (1 for a single one).
+        spread: For a trial measured more than once: the sample standard deviation of its
+            repeats, per metric (empty otherwise).
     """
 
     id: int
@@ -146,6 +177,8 @@ class Trial:
     expired_at: float | None = None
     reported_late: bool = False
     reoffered_as: int | None = None
+    repeats: int = 1
+    spread: dict[str, float] = field(default_factory=dict)
 
 
 def with_resolved_constraints(spec: StudySpec, trials: Iterable[Trial]) -> StudySpec:

@@ -33,7 +33,7 @@ from typing import Any, Self
 from tuner.errors import ValidationError
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import StepKind, Trial, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 #: Statuses a trial may be created with; final statuses are reached through ``finish_trial``.
 CREATABLE_STATUSES = (TrialStatus.PENDING, TrialStatus.ACTIVE)
@@ -242,11 +242,15 @@ class Storage(ABC):
         metrics: Mapping[str, float],
         reason: str = "",
         request: Request | None = None,
+        measurements: Sequence[Measurement] = (),
+        spread: Mapping[str, float] | None = None,
     ) -> Trial:
         """Move a trial to ``status`` and record its metrics, reason and a ``status:`` event.
 
         With ``request``, the request is recorded (answered by this trial) in the same
-        transaction.
+        transaction. With ``measurements`` (the trial's repeats; ``metrics`` are then their
+        means, computed by the caller, and ``spread`` their standard deviations), each is
+        stored and the trial's ``repeats`` becomes their number.
 
         The stored status is read, checked and overwritten in one transaction. Metrics with
         names already stored for the trial replace the old values.
@@ -259,6 +263,37 @@ class Storage(ABC):
             NotFoundError: Unknown study or trial.
             StateError: The transition is not allowed; the message names both statuses.
             ValidationError: A metric is not a finite number (field ``metrics.<name>``).
+        """
+
+    @abstractmethod
+    def add_measurements(
+        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+    ) -> list[Measurement]:
+        """Store measurements of a finished trial's configuration (controls, confirmation
+        rounds) in one transaction, without changing the trial. A measurement with ``at = 0``
+        is stamped with the current time.
+
+        Returns:
+            The measurements as stored (with ``trial_id`` and ``at`` set).
+
+        Raises:
+            NotFoundError: Unknown study or trial.
+            StateError: The trial is not finished.
+            ValidationError: A metric is not a finite number (field ``metrics.<name>``).
+        """
+
+    @abstractmethod
+    def list_measurements(
+        self,
+        study: str,
+        trial_id: int | None = None,
+        kinds: Collection[MeasurementKind] | None = None,
+    ) -> list[Measurement]:
+        """The study's measurements in the order they were stored; only one trial's, or only
+        some kinds, when given.
+
+        Raises:
+            NotFoundError: Unknown study (or trial, when one is named).
         """
 
     @abstractmethod

@@ -39,6 +39,8 @@ from tuner.trial import TrialStatus
 Migration = Callable[[Database], None]
 
 _STATUSES = ", ".join(f"'{s.value}'" for s in TrialStatus)
+# Written out, not derived from MeasurementKind: a released migration never changes.
+_KINDS = "'repeat', 'control', 'confirm'"
 
 _V1_STATEMENTS = (
     """CREATE TABLE studies (
@@ -169,12 +171,41 @@ def v5_step_kinds(db: Database) -> None:
     )
 
 
+def v6_measurements(db: Database) -> None:
+    """Every measurement of a trial's configuration is kept, not only the trial's metrics.
+
+    A trial measured several times stores each repeat (``kind = 'repeat'``) and, in the trial
+    row, how many there were (``repeats``) and their per-metric standard deviation
+    (``spread_json``); its ``metrics`` rows hold the means. Controls (the default re-measured
+    between trials) and confirmation rounds are stored as measurements of the trial whose
+    configuration ran. Trials written before were measured once: ``repeats = 1``, no rows.
+    """
+    for statement in (
+        "ALTER TABLE trials ADD COLUMN repeats INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE trials ADD COLUMN spread_json TEXT NOT NULL DEFAULT '{}'",
+        f"""CREATE TABLE measurements (
+            id INTEGER PRIMARY KEY,
+            study_id INTEGER NOT NULL,
+            trial_id INTEGER NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ({_KINDS})),
+            round INTEGER NOT NULL DEFAULT 0,
+            at REAL NOT NULL,
+            metrics_json TEXT NOT NULL,
+            FOREIGN KEY (study_id, trial_id) REFERENCES trials(study_id, trial_id)
+                ON DELETE CASCADE
+        )""",
+        "CREATE INDEX idx_measurements_trial ON measurements (study_id, trial_id)",
+    ):
+        db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
     v3_trial_leases,
     v4_requests,
     v5_step_kinds,
+    v6_measurements,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

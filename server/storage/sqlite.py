@@ -54,7 +54,7 @@ from tuner.errors import (
     ValidationError,
 )
 from tuner.study import StudySpec
-from tuner.trial import StepKind, Trial, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 _REQUEST_RETENTION_S = 7 * 24 * 3600.0
 _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
@@ -217,10 +217,14 @@ class SQLiteStorage(Storage):
         metrics: Mapping[str, float],
         reason: str = "",
         request: Request | None = None,
+        measurements: Sequence[Measurement] = (),
+        spread: Mapping[str, float] | None = None,
     ) -> Trial:
         trial_id = check_trial_id(trial_id)
         new = check_status(status)
         values = check_metrics(metrics)
+        deviations = check_metrics(spread or {})
+        repeats = [_measurement_row(m) for m in measurements]
         check_text(reason, "reason")
         with self._write(f"finish trial {trial_id} of study {study!r}") as db:
             study_id = _study_id(db, study)
@@ -237,9 +241,14 @@ class SQLiteStorage(Storage):
             db.execute(
                 "UPDATE trials SET status = ?, reason = ?, updated_at = ?, lease_expires_at = "
                 "CASE WHEN expired_at IS NULL THEN NULL ELSE lease_expires_at END, "
-                "reported_late = ? WHERE study_id = ? AND trial_id = ?",
-                [new.value, reason, now, int(late or bool(row[1])), study_id, trial_id],
-            )
+                "reported_late = ?, repeats = ?, spread_json = ? "
+                "WHERE study_id = ? AND trial_id = ?",
+                [
+                    new.value, reason, now, int(late or bool(row[1])), max(1, len(repeats)),
+                    json.dumps(deviations), study_id, trial_id,
+                ],
+            )  # fmt: skip
+            _insert_measurements(db, study_id, trial_id, now, repeats)
             if late and row[2] is not None:
                 _supersede(db, study_id, int(row[2]), trial_id, now)
             db.table("metrics").insert_all(
@@ -255,6 +264,44 @@ class SQLiteStorage(Storage):
             if request is not None:
                 self._remember(db, study_id, replace(request, trial_ids=(trial_id,)), now)
             return _load_trials(db, study_id, "AND t.trial_id = ?", [trial_id])[0]
+
+    def add_measurements(
+        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+    ) -> list[Measurement]:
+        trial_id = check_trial_id(trial_id)
+        rows = [_measurement_row(m) for m in measurements]
+        with self._write(f"add measurements to trial {trial_id} of study {study!r}") as db:
+            study_id = _study_id(db, study)
+            status = _stored_status(db, study, study_id, trial_id)
+            if not status.is_final:
+                raise StateError(
+                    f"trial {trial_id} is {status.value}: only a finished trial's "
+                    "configuration takes further measurements"
+                )
+            now = self._clock()
+            first = _insert_measurements(db, study_id, trial_id, now, rows)
+            return _load_measurements(db, study_id, "AND m.id >= ?", [first])
+
+    def list_measurements(
+        self,
+        study: str,
+        trial_id: int | None = None,
+        kinds: Collection[MeasurementKind] | None = None,
+    ) -> list[Measurement]:
+        where: list[str] = []
+        params: list[Any] = []
+        if kinds is not None:
+            wanted = sorted({_measurement_kind(k, "kinds") for k in kinds})
+            where.append(f"AND m.kind IN ({', '.join('?' * len(wanted))})" if wanted else "AND 0")
+            params += [k.value for k in wanted]
+        with self._read(f"list measurements of study {study!r}") as db:
+            study_id = _study_id(db, study)
+            if trial_id is not None:
+                trial_id = check_trial_id(trial_id)
+                _stored_status(db, study, study_id, trial_id)
+                where.append("AND m.trial_id = ?")
+                params.append(trial_id)
+            return _load_measurements(db, study_id, " ".join(where), params)
 
     def find_request(self, study: str, request_id: str) -> Request | None:
         check_text(request_id, "request_id", required=True)
@@ -574,9 +621,80 @@ def _load_trials(db: Database, study_id: int, where: str, params: Sequence[Any])
             reported_late=bool(row["reported_late"]),
             reoffered_as=row["reoffered_as"],
             step=_step(row["step"]),
+            repeats=int(row["repeats"]),
+            spread={k: float(v) for k, v in json.loads(row["spread_json"]).items()},
             **{key: row[key] for key in _TRIAL_COLUMNS},
         )
         for row in rows
+    ]
+
+
+def _measurement_kind(value: Any, field_: str) -> MeasurementKind:
+    try:
+        return MeasurementKind(value)
+    except ValueError:
+        raise ValidationError(
+            field_, f"got {value!r}", [k.value for k in MeasurementKind]
+        ) from None
+
+
+def _measurement_row(measurement: Measurement) -> dict[str, Any]:
+    """The checked ``measurements`` row of ``measurement``, without study, trial and id."""
+    if not isinstance(measurement, Measurement):
+        raise ValidationError(
+            "measurements", f"must be Measurement, got {type(measurement).__name__}"
+        )
+    at = measurement.at
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at < float("inf"):
+        raise ValidationError("measurements.at", f"got {at!r}", "a Unix time >= 0")
+    if (
+        isinstance(measurement.round, bool)
+        or not isinstance(measurement.round, int)
+        or (measurement.round < 0)
+    ):
+        raise ValidationError("measurements.round", f"got {measurement.round!r}", ">= 0")
+    return {
+        "kind": _measurement_kind(measurement.kind, "measurements.kind").value,
+        "round": measurement.round,
+        "at": float(at),
+        "metrics_json": json.dumps(check_metrics(measurement.metrics)),
+    }
+
+
+def _insert_measurements(
+    db: Database, study_id: int, trial_id: int, now: float, rows: Sequence[dict[str, Any]]
+) -> int:
+    """Insert checked measurement rows of one trial; returns the id the first one got."""
+    first = int(db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM measurements").fetchone()[0])
+    db.conn.executemany(
+        "INSERT INTO measurements (id, study_id, trial_id, kind, round, at, metrics_json) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (first + i, study_id, trial_id, r["kind"], r["round"], r["at"] or now,
+             r["metrics_json"])
+            for i, r in enumerate(rows)
+        ],
+    )  # fmt: skip
+    return first
+
+
+def _load_measurements(
+    db: Database, study_id: int, where: str, params: Sequence[Any]
+) -> list[Measurement]:
+    rows = db.execute(
+        "SELECT trial_id, kind, round, at, metrics_json FROM measurements m "
+        f"WHERE m.study_id = ? {where} ORDER BY m.id",
+        [study_id, *params],
+    )
+    return [
+        Measurement(
+            metrics={k: float(v) for k, v in json.loads(metrics).items()},
+            kind=MeasurementKind(kind),
+            at=float(at),
+            round=int(round_),
+            trial_id=int(trial_id),
+        )
+        for trial_id, kind, round_, at, metrics in rows
     ]
 
 

@@ -24,7 +24,7 @@ from tuner.space import (
     SearchSpace,
 )
 from tuner.study import DesignerSettings, Goal, Objective, StudySpec
-from tuner.trial import StepKind, Trial, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 KNOBS: tuple[Knob, ...] = (
     FloatKnob(
@@ -285,3 +285,126 @@ def test_study_info_round_trip() -> None:
     assert convert.study_from_proto(wire) == info
     empty = StudyInfo(spec=make_spec(), created_at=1.0, trial_counts={}, best_trial_id=None)
     assert convert.study_from_proto(convert.study_to_proto(empty)) == empty
+
+
+# -- measurements ------------------------------------------------------------------------
+
+
+def test_trial_round_trip_keeps_repeats_and_spread() -> None:
+    trial = Trial(
+        id=2,
+        config={"x": 1},
+        status=TrialStatus.COMPLETED,
+        metrics={"tps": 102.0, "p95_ms": 9.5},
+        repeats=3,
+        spread={"tps": 7.2111, "p95_ms": 0.5},
+    )
+    wire = pb.Trial.FromString(convert.trial_to_proto(trial, "s").SerializeToString())
+    assert (wire.repeats, dict(wire.spread)) == (3, {"tps": 7.2111, "p95_ms": 0.5})
+    assert convert.trial_from_proto(wire) == trial
+
+
+def test_a_trial_from_an_older_server_was_measured_once() -> None:
+    wire = pb.Trial(id=1, status=pb.TRIAL_STATUS_COMPLETED, metrics={"tps": 1.0})
+    assert wire.repeats == 0
+    back = convert.trial_from_proto(wire)
+    assert (back.repeats, back.spread) == (1, {})
+
+
+@pytest.mark.parametrize("kind", list(MeasurementKind))
+def test_measurement_round_trip_keeps_every_field(kind: MeasurementKind) -> None:
+    measurement = Measurement(
+        metrics={"tps": 1234.5, "p95_ms": 0.25},
+        kind=kind,
+        at=1_700_000_000.123456,
+        round=4,
+        trial_id=7,
+    )
+    wire = pb.Measurement.FromString(convert.measurement_to_proto(measurement).SerializeToString())
+    assert pb.MeasurementKind.Name(wire.kind) == f"MEASUREMENT_KIND_{kind.name}"
+    assert convert.measurement_from_proto(wire, "measurement") == measurement
+    unstamped = Measurement({"tps": 1.0}, kind)
+    assert not convert.measurement_to_proto(unstamped).HasField("at")
+    assert convert.measurement_from_proto(convert.measurement_to_proto(unstamped), "m") == unstamped
+
+
+def test_measurement_kinds_on_the_wire() -> None:
+    unset = pb.Measurement(metrics={"tps": 1.0})
+    repeat = convert.measurement_from_proto(unset, "m", unspecified=MeasurementKind.REPEAT)
+    assert repeat.kind is MeasurementKind.REPEAT
+    with pytest.raises(ValidationError, match=r"m\.kind: is required") as info:
+        convert.measurement_from_proto(unset, "m")
+    assert info.value.field == "m.kind"
+    with pytest.raises(ValidationError, match=r"m\.kind: unknown value 42"):
+        convert.measurement_from_proto(pb.Measurement(kind=42), "m")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="kinds: got 'often'"):
+        convert.measurement_kind_to_proto("often", "kinds")  # type: ignore[arg-type]
+    assert convert.measurement_kind_to_proto("control") == pb.MEASUREMENT_KIND_CONTROL  # type: ignore[arg-type]
+    assert convert.measurement_kinds_from_proto([], "kinds") is None
+    assert convert.measurement_kinds_from_proto([pb.MEASUREMENT_KIND_CONFIRM], "kinds") == [
+        MeasurementKind.CONFIRM
+    ]
+    with pytest.raises(ValidationError, match=r"kinds\[1\]: is required"):
+        convert.measurement_kinds_from_proto([pb.MEASUREMENT_KIND_REPEAT, 0], "kinds")
+
+
+def test_measurements_of_a_request_take_its_trial_and_kinds() -> None:
+    complete = pb.CompleteTrialRequest(
+        trial_id=3,
+        measurements=[
+            pb.Measurement(metrics={"tps": 1.0}),
+            pb.Measurement(trial_id=3, kind=pb.MEASUREMENT_KIND_REPEAT, metrics={"tps": 2.0}),
+        ],
+    )
+    repeats = convert.measurements_from_request(complete)
+    assert [(m.kind, m.trial_id) for m in repeats] == [(MeasurementKind.REPEAT, 3)] * 2
+
+    add = pb.AddMeasurementsRequest(
+        trial_id=3,
+        measurements=[pb.Measurement(kind=pb.MEASUREMENT_KIND_CONFIRM, round=1), pb.Measurement()],
+    )
+    with pytest.raises(ValidationError, match="MEASUREMENT_KIND_CONTROL") as info:
+        convert.measurements_from_request(add)
+    assert info.value.field == "measurements[1].kind"
+    add.measurements[1].kind = pb.MEASUREMENT_KIND_REPEAT
+    with pytest.raises(ValidationError, match="REPEAT is not taken here") as info:
+        convert.measurements_from_request(add)
+    assert info.value.field == "measurements[1].kind"
+    complete.measurements[1].kind = pb.MEASUREMENT_KIND_CONTROL
+    with pytest.raises(ValidationError, match="CONTROL is not taken here") as info:
+        convert.measurements_from_request(complete)
+    assert info.value.field == "measurements[1].kind"
+
+
+def _other_trial(wire: pb.Measurement) -> None:
+    wire.trial_id = 4
+
+
+def _negative_round(wire: pb.Measurement) -> None:
+    wire.round = -2
+
+
+def _before_1970(wire: pb.Measurement) -> None:
+    wire.at.FromSeconds(-1)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "field_"),
+    [
+        (_other_trial, "measurements[1].trial_id"),
+        (_negative_round, "measurements[1].round"),
+        (_before_1970, "measurements[1].at"),
+    ],
+    ids=["other-trial", "negative-round", "before-1970"],
+)
+def test_a_malformed_measurement_names_the_field(
+    corrupt: Callable[[pb.Measurement], None], field_: str
+) -> None:
+    request = pb.AddMeasurementsRequest(
+        trial_id=3,
+        measurements=[pb.Measurement(kind=pb.MEASUREMENT_KIND_CONTROL)] * 2,
+    )
+    corrupt(request.measurements[1])
+    with pytest.raises(ValidationError) as info:
+        convert.measurements_from_request(request)
+    assert info.value.field == field_

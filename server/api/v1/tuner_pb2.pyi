@@ -42,6 +42,13 @@ class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_KIND_FALLBACK: _ClassVar[StepKind]
     STEP_KIND_IMPORT: _ClassVar[StepKind]
 
+class MeasurementKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEASUREMENT_KIND_UNSPECIFIED: _ClassVar[MeasurementKind]
+    MEASUREMENT_KIND_REPEAT: _ClassVar[MeasurementKind]
+    MEASUREMENT_KIND_CONTROL: _ClassVar[MeasurementKind]
+    MEASUREMENT_KIND_CONFIRM: _ClassVar[MeasurementKind]
+
 class TrialOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRIAL_OUTCOME_UNSPECIFIED: _ClassVar[TrialOutcome]
@@ -72,6 +79,10 @@ STEP_KIND_RANDOM: StepKind
 STEP_KIND_FILL_IN: StepKind
 STEP_KIND_FALLBACK: StepKind
 STEP_KIND_IMPORT: StepKind
+MEASUREMENT_KIND_UNSPECIFIED: MeasurementKind
+MEASUREMENT_KIND_REPEAT: MeasurementKind
+MEASUREMENT_KIND_CONTROL: MeasurementKind
+MEASUREMENT_KIND_CONFIRM: MeasurementKind
 TRIAL_OUTCOME_UNSPECIFIED: TrialOutcome
 TRIAL_OUTCOME_COMPLETED: TrialOutcome
 TRIAL_OUTCOME_INFEASIBLE: TrialOutcome
@@ -263,8 +274,15 @@ class Parameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Trial(_message.Message):
-    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point", "lease_expires_at", "expired_at", "reported_late", "reoffered_as", "step")
+    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point", "lease_expires_at", "expired_at", "reported_late", "reoffered_as", "step", "repeats", "spread")
     class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class SpreadEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +306,8 @@ class Trial(_message.Message):
     REPORTED_LATE_FIELD_NUMBER: _ClassVar[int]
     REOFFERED_AS_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
+    SPREAD_FIELD_NUMBER: _ClassVar[int]
     id: int
     study: str
     config: _containers.RepeatedCompositeFieldContainer[Parameter]
@@ -305,7 +325,30 @@ class Trial(_message.Message):
     reported_late: bool
     reoffered_as: int
     step: StepKind
-    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reported_late: _Optional[bool] = ..., reoffered_as: _Optional[int] = ..., step: _Optional[_Union[StepKind, str]] = ...) -> None: ...
+    repeats: int
+    spread: _containers.ScalarMap[str, float]
+    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reported_late: _Optional[bool] = ..., reoffered_as: _Optional[int] = ..., step: _Optional[_Union[StepKind, str]] = ..., repeats: _Optional[int] = ..., spread: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class Measurement(_message.Message):
+    __slots__ = ("trial_id", "kind", "metrics", "at", "round")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    trial_id: int
+    kind: MeasurementKind
+    metrics: _containers.ScalarMap[str, float]
+    at: _timestamp_pb2.Timestamp
+    round: int
+    def __init__(self, trial_id: _Optional[int] = ..., kind: _Optional[_Union[MeasurementKind, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., round: _Optional[int] = ...) -> None: ...
 
 class CreateStudyRequest(_message.Message):
     __slots__ = ("spec",)
@@ -356,7 +399,7 @@ class SuggestTrialsResponse(_message.Message):
     def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
 
 class CompleteTrialRequest(_message.Message):
-    __slots__ = ("study", "trial_id", "metrics", "status", "reason", "request_id")
+    __slots__ = ("study", "trial_id", "metrics", "status", "reason", "request_id", "measurements")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -370,13 +413,15 @@ class CompleteTrialRequest(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
     study: str
     trial_id: int
     metrics: _containers.ScalarMap[str, float]
     status: TrialOutcome
     reason: str
     request_id: str
-    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...
 
 class ListTrialsRequest(_message.Message):
     __slots__ = ("study", "statuses")
@@ -456,3 +501,35 @@ class GetParetoFrontRequest(_message.Message):
     STUDY_FIELD_NUMBER: _ClassVar[int]
     study: str
     def __init__(self, study: _Optional[str] = ...) -> None: ...
+
+class AddMeasurementsRequest(_message.Message):
+    __slots__ = ("study", "trial_id", "measurements")
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    trial_id: int
+    measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...
+
+class AddMeasurementsResponse(_message.Message):
+    __slots__ = ("measurements",)
+    MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
+    def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...
+
+class ListMeasurementsRequest(_message.Message):
+    __slots__ = ("study", "trial_id", "kinds")
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    trial_id: int
+    kinds: _containers.RepeatedScalarFieldContainer[MeasurementKind]
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., kinds: _Optional[_Iterable[_Union[MeasurementKind, str]]] = ...) -> None: ...
+
+class ListMeasurementsResponse(_message.Message):
+    __slots__ = ("measurements",)
+    MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
+    def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...

@@ -92,6 +92,16 @@ class TunerServiceStub:
                 request_serializer=tuner_dot_v1_dot_tuner__pb2.GetParetoFrontRequest.SerializeToString,
                 response_deserializer=tuner_dot_v1_dot_tuner__pb2.ListTrialsResponse.FromString,
                 _registered_method=True)
+        self.AddMeasurements = channel.unary_unary(
+                '/tuner.v1.TunerService/AddMeasurements',
+                request_serializer=tuner_dot_v1_dot_tuner__pb2.AddMeasurementsRequest.SerializeToString,
+                response_deserializer=tuner_dot_v1_dot_tuner__pb2.AddMeasurementsResponse.FromString,
+                _registered_method=True)
+        self.ListMeasurements = channel.unary_unary(
+                '/tuner.v1.TunerService/ListMeasurements',
+                request_serializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsRequest.SerializeToString,
+                response_deserializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsResponse.FromString,
+                _registered_method=True)
 
 
 class TunerServiceServicer:
@@ -134,7 +144,10 @@ class TunerServiceServicer:
         """Finishes an ACTIVE trial: COMPLETED with metrics, or INFEASIBLE / FAILED / TIMED_OUT /
         ABANDONED with a reason. FAILED_PRECONDITION if the trial is already finished. A trial
         the server gave up because its lease expired takes one late report (stored, with
-        `reported_late` set); a second one is FAILED_PRECONDITION.
+        `reported_late` set); a second one is FAILED_PRECONDITION. A trial measured several
+        times sends its repeats in `measurements` instead of `metrics`; its metrics become their
+        means, `spread` their standard deviations. Metrics and measurements both given, repeats
+        with different metric names, or a kind other than REPEAT are INVALID_ARGUMENT.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,6 +201,29 @@ class TunerServiceServicer:
         """Returns the feasible COMPLETED trials that no other feasible trial dominates, in id order
         (of equal objective values only the earliest). With one objective: the best trial. An
         empty list while no trial is feasible.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddMeasurements(self, request, context):
+        """Stores further measurements of a finished trial's configuration: CONTROL measurements
+        taken between trials to watch the machine, or the rounds of a closing CONFIRM run. The
+        trial itself (its metrics) does not change. All or nothing. NOT_FOUND for an unknown
+        study or trial; FAILED_PRECONDITION while the trial is PENDING or ACTIVE;
+        INVALID_ARGUMENT naming the field for no measurements, more than 1000, a kind that is
+        unset or REPEAT (repeats come with CompleteTrial), or a metric that is not finite
+        (`measurements[2].metrics.tps`). Not idempotent: a retry after a lost reply stores the
+        measurements twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMeasurements(self, request, context):
+        """Returns the study's measurements (repeats, controls, confirmation rounds) in the order
+        they were stored, optionally only one trial's or only some kinds. NOT_FOUND for an
+        unknown study, or an unknown trial when one is named.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -250,6 +286,16 @@ def add_TunerServiceServicer_to_server(servicer, server):
                     servicer.GetParetoFront,
                     request_deserializer=tuner_dot_v1_dot_tuner__pb2.GetParetoFrontRequest.FromString,
                     response_serializer=tuner_dot_v1_dot_tuner__pb2.ListTrialsResponse.SerializeToString,
+            ),
+            'AddMeasurements': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMeasurements,
+                    request_deserializer=tuner_dot_v1_dot_tuner__pb2.AddMeasurementsRequest.FromString,
+                    response_serializer=tuner_dot_v1_dot_tuner__pb2.AddMeasurementsResponse.SerializeToString,
+            ),
+            'ListMeasurements': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMeasurements,
+                    request_deserializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsRequest.FromString,
+                    response_serializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -551,6 +597,60 @@ class TunerService:
             '/tuner.v1.TunerService/GetParetoFront',
             tuner_dot_v1_dot_tuner__pb2.GetParetoFrontRequest.SerializeToString,
             tuner_dot_v1_dot_tuner__pb2.ListTrialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMeasurements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuner.v1.TunerService/AddMeasurements',
+            tuner_dot_v1_dot_tuner__pb2.AddMeasurementsRequest.SerializeToString,
+            tuner_dot_v1_dot_tuner__pb2.AddMeasurementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMeasurements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuner.v1.TunerService/ListMeasurements',
+            tuner_dot_v1_dot_tuner__pb2.ListMeasurementsRequest.SerializeToString,
+            tuner_dot_v1_dot_tuner__pb2.ListMeasurementsResponse.FromString,
             options,
             channel_credentials,
             insecure,
