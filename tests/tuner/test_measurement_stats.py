@@ -1,0 +1,221 @@
+"""Tests for tuner.measurement_stats: ratio intervals, spread, instability and drift."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tuner.measurement_stats import (
+    RatioInterval,
+    drift,
+    pooled_log_variance,
+    ratio_interval,
+    spread,
+    unstable,
+)
+
+
+def _lognormal(rng: np.random.Generator, cov: float, size: int | tuple[int, ...]) -> np.ndarray:
+    """Multiplicative noise with median 1 and coefficient of variation ``cov``."""
+    return rng.lognormal(0.0, math.sqrt(math.log1p(cov**2)), size)
+
+
+def test_paired_interval_covers_under_drift_and_beats_unpaired() -> None:
+    rng = np.random.default_rng(7)
+    true_ratio, rounds, simulations = 1.5, 10, 400
+    covered, paired_widths, unpaired_widths = 0, [], []
+    for _ in range(simulations):
+        machine = rng.uniform(0.3, 1.0, rounds)  # strong drift, shared within a round
+        default = (100.0 * machine * _lognormal(rng, 0.10, rounds)).tolist()
+        candidate = (true_ratio * 100.0 * machine * _lognormal(rng, 0.10, rounds)).tolist()
+        paired = ratio_interval(default, candidate, maximize=True)
+        unpaired = ratio_interval(default, candidate, maximize=True, paired=False)
+        assert paired is not None and unpaired is not None
+        covered += paired.low <= true_ratio <= paired.high
+        paired_widths.append(paired.high - paired.low)
+        unpaired_widths.append(unpaired.high - unpaired.low)
+    assert 0.92 <= covered / simulations <= 0.98
+    assert np.mean(paired_widths) < 0.5 * np.mean(unpaired_widths)
+
+
+def test_unpaired_interval_covers_without_drift() -> None:
+    rng = np.random.default_rng(11)
+    true_ratio, simulations = 1.5, 400
+    covered = 0
+    for _ in range(simulations):
+        default = (100.0 * _lognormal(rng, 0.10, 10)).tolist()
+        candidate = (true_ratio * 100.0 * _lognormal(rng, 0.10, 8)).tolist()
+        interval = ratio_interval(default, candidate, maximize=True, paired=False)
+        assert interval is not None and interval.n == 8 and not interval.paired
+        covered += interval.low <= true_ratio <= interval.high
+    assert 0.92 <= covered / simulations <= 0.98
+
+
+def test_paired_interval_known_values() -> None:
+    # log ratios 0.1 and 0.3: mean 0.2, sd 0.1 * sqrt(2), t_{0.975, 1} = 12.7062
+    interval = ratio_interval([1.0, 1.0], [math.exp(0.1), math.exp(0.3)], maximize=True)
+    assert interval is not None
+    half = 12.7062047 * 0.1
+    assert interval.ratio == pytest.approx(math.exp(0.2))
+    assert interval.low == pytest.approx(math.exp(0.2 - half))
+    assert interval.high == pytest.approx(math.exp(0.2 + half))
+    assert (interval.n, interval.paired, interval.level) == (2, True, 0.95)
+
+
+def test_minimize_orients_the_ratio() -> None:
+    latency_default = [10.0, 10.4, 9.8, 10.1]
+    latency_candidate = [5.0, 5.1, 4.9, 5.2]
+    better = ratio_interval(latency_default, latency_candidate, maximize=False)
+    assert better is not None
+    assert better.ratio == pytest.approx(2.0, rel=0.03)
+    assert better.significant and better.low > 1.0
+    worse = ratio_interval(latency_candidate, latency_default, maximize=False)
+    assert worse is not None
+    assert worse.ratio == pytest.approx(1 / better.ratio)
+    assert worse.significant and worse.high < 1.0
+    unpaired = ratio_interval(latency_default, latency_candidate, maximize=False, paired=False)
+    assert unpaired is not None
+    assert unpaired.ratio == pytest.approx(np.mean(latency_default) / np.mean(latency_candidate))
+
+
+def test_no_significance_within_noise() -> None:
+    interval = ratio_interval([100.0, 90.0, 110.0], [95.0, 105.0, 100.0], maximize=True)
+    assert interval is not None
+    assert interval.low < 1.0 < interval.high
+    assert not interval.significant
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_no_spread_collapses_to_the_ratio(paired: bool) -> None:
+    interval = ratio_interval([4.0, 4.0, 4.0], [6.0, 6.0, 6.0], maximize=True, paired=paired)
+    assert interval is not None
+    assert interval.low == interval.ratio == interval.high == pytest.approx(1.5)
+    assert interval.significant
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_fewer_than_two_values_give_none(paired: bool) -> None:
+    assert ratio_interval([1.0], [2.0], maximize=True, paired=paired) is None
+    assert ratio_interval([], [], maximize=True, paired=paired) is None
+    assert ratio_interval([1.0, 1.1, 1.2], [2.0], maximize=True, paired=False) is None
+
+
+def test_bad_inputs_raise() -> None:
+    with pytest.raises(ValueError, match=r"candidate\[1\] must be positive and finite, got 0.0"):
+        ratio_interval([1.0, 2.0], [1.0, 0.0], maximize=True)
+    with pytest.raises(ValueError, match=r"default\[0\] must be positive and finite, got nan"):
+        ratio_interval([math.nan, 2.0], [1.0, 1.0], maximize=True)
+    with pytest.raises(ValueError, match=r"default\[2\] .* got inf"):
+        ratio_interval([1.0, 2.0, math.inf], [1.0], maximize=True, paired=False)
+    with pytest.raises(ValueError, match=r"equal lengths, got 2 default and 3 candidate"):
+        ratio_interval([1.0, 2.0], [1.0, 2.0, 3.0], maximize=True)
+    with pytest.raises(ValueError, match=r"level must be between 0 and 1, got 95"):
+        ratio_interval([1.0, 2.0], [1.0, 2.0], maximize=True, level=95)
+
+
+def test_str_format() -> None:
+    interval = RatioInterval(ratio=1.8449, low=1.7123, high=1.9688, level=0.95, n=10, paired=True)
+    assert str(interval) == "1.84x (1.71–1.97)"
+
+
+def test_spread() -> None:
+    s = spread([9.0, 10.0, 11.0])
+    assert (s.n, s.mean, s.std) == (3, 10.0, 1.0)
+    assert s.cov == pytest.approx(0.1)
+    assert s.sem == pytest.approx(1 / math.sqrt(3))
+    assert spread([5.0]) == spread([5.0]) and spread([5.0]).std == 0.0
+    with pytest.raises(ValueError, match="at least one value"):
+        spread([])
+    with pytest.raises(ValueError, match=r"values\[1\] must be positive and finite, got -1"):
+        spread([1.0, -1.0])
+
+
+def test_pooled_log_variance() -> None:
+    groups = [[1.0, math.e], [2.0], [1.0, math.e, math.e**2]]
+    # log values (0, 1): squares 0.5; (0, 1, 2): squares 2; df 1 + 2
+    assert pooled_log_variance(groups) == (pytest.approx(2.5 / 3), 3)
+    assert pooled_log_variance([[1.0], [2.0]]) is None
+    assert pooled_log_variance([]) is None
+    with pytest.raises(ValueError, match=r"groups\[1\]\[0\] must be positive"):
+        pooled_log_variance([[1.0, 2.0], [0.0, 1.0]])
+
+
+def test_ordinary_noise_is_rarely_unstable() -> None:
+    rng = np.random.default_rng(3)
+    cases = 300
+    flagged = 0
+    for _ in range(cases):
+        pooled = pooled_log_variance(list(100.0 * _lognormal(rng, 0.05, (20, 5))))
+        flagged += unstable((100.0 * _lognormal(rng, 0.05, 5)).tolist(), pooled)
+    assert flagged / cases <= 0.03
+
+
+def test_wild_group_is_unstable() -> None:
+    rng = np.random.default_rng(5)
+    cases = 100
+    flagged = 0
+    for _ in range(cases):
+        pooled = pooled_log_variance(list(100.0 * _lognormal(rng, 0.05, (20, 5))))
+        flagged += unstable((100.0 * _lognormal(rng, 0.40, 5)).tolist(), pooled)
+    assert flagged / cases >= 0.95
+
+
+def test_unstable_floor_and_degenerate_cases() -> None:
+    tiny = [100.0, 101.0, 99.0, 100.5]  # CoV about 1%
+    quiet_machine = (1e-8, 50)
+    assert not unstable(tiny, quiet_machine)  # under the 2% floor
+    assert unstable(tiny, quiet_machine, floor_cov=0.0)
+    assert not unstable([100.0], quiet_machine)
+    assert not unstable([100.0, 300.0], None)
+
+
+def test_drift_interpolates_and_holds_at_the_ends() -> None:
+    d = drift([20.0, 0.0, 10.0], [50.0, 100.0, 100.0])  # sorted by time
+    assert d.times == (0.0, 10.0, 20.0)
+    assert d.values == (100.0, 100.0, 50.0)
+    assert d.reference == 100.0
+    assert d.factors == (1.0, 1.0, 0.5)
+    assert d.factor_at(15.0) == pytest.approx(0.75)
+    assert d.factor_at(10.0) == 1.0
+    assert d.factor_at(-5.0) == 1.0
+    assert d.factor_at(100.0) == 0.5
+
+
+def test_drift_reference_is_median_of_first_three() -> None:
+    d = drift([0.0, 1.0, 2.0, 3.0], [100.0, 200.0, 110.0, 50.0])
+    assert d.reference == 110.0
+    assert d.worst(maximize=True) == (3.0, pytest.approx(50 / 110))
+    assert drift([0.0, 1.0], [100.0, 120.0]).reference == 110.0
+
+
+def test_drift_worst_and_changed() -> None:
+    d = drift([0.0, 1.0, 2.0, 3.0], [100.0, 100.0, 100.0, 115.0])
+    assert d.worst(maximize=True) == (3.0, pytest.approx(1.15))
+    assert not d.changed()
+    assert d.changed(threshold=0.1)
+    slower = drift([0.0, 1.0, 2.0, 3.0], [100.0, 100.0, 100.0, 80.0])
+    assert slower.changed()  # 0.8 = 1/1.25 is as far from 1 as 1.25 on the log scale
+    # equal log deviations: the slower machine wins for the goal's direction
+    both = drift([0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 2.0, 0.5])
+    assert both.worst(maximize=True) == (3.0, 0.5)
+    assert both.worst(maximize=False) == (2.0, 2.0)
+
+
+def test_drift_without_controls() -> None:
+    d = drift([], [])
+    assert d.factors == ()
+    assert d.factor_at(3.0) == 1.0
+    assert not d.changed()
+    with pytest.raises(ValueError, match="no control measurements"):
+        d.worst(maximize=True)
+
+
+def test_drift_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="got 2 times and 1 values"):
+        drift([0.0, 1.0], [1.0])
+    with pytest.raises(ValueError, match=r"values\[0\] must be positive and finite"):
+        drift([0.0], [-2.0])
+    with pytest.raises(ValueError, match=r"times\[1\] must be finite, got nan"):
+        drift([0.0, math.nan], [1.0, 1.0])

@@ -1,0 +1,333 @@
+"""Statistics for noisy measurements: ratio intervals, spread, instability and machine drift.
+
+Real systems are noisy: on a shared machine one benchmark run can be off by a factor of ten,
+and the machine itself may get slower or faster during a session. Noise-aware tuning (TUNA,
+Freischuetz et al., EuroSys 2025) therefore measures trials several times, re-measures a
+control configuration (the default) in between, and confirms the winners at the end in an
+interleaved run: in rounds ``r = 1..n`` the default and each candidate are measured once,
+back to back. This module holds the statistics behind that protocol. Noise on systems is
+multiplicative, so everything works on the log scale; all values must be positive and
+finite (throughput- or latency-like numbers).
+
+``ratio_interval``
+    How much better a candidate is than the default, as a ratio with a t interval. It is
+    oriented so that a ratio above 1 means the candidate is better (``maximize`` says which
+    way is better). *Paired* (the interleaved confirmation): with the log ratios
+    ``d_i = log(candidate_i / default_i)`` of the rounds, the ratio is ``exp(mean d)`` and the
+    interval ``exp(mean d ± t_{n-1} · sd(d) / sqrt(n))``. A drift of the machine between
+    rounds multiplies both values of a round alike and cancels in ``d_i``. *Unpaired*: the
+    ratio of the arithmetic means, with the interval on the log scale by the delta method,
+    ``var(log mean) ≈ s² / (n · mean²)`` for each side, and the t quantile at the
+    Welch–Satterthwaite degrees of freedom (Welch 1947; Satterthwaite 1946).
+``spread``, ``pooled_log_variance``, ``unstable``
+    The repeats of one trial and whether a trial is noisier than the machine's noise: a
+    one-sided F test of the trial's log variance against the variance of log values pooled
+    over the other trials.
+``drift``
+    The control measurements over time: how fast the machine was at time ``t`` relative to
+    the start of the session, to flag a changed machine or to normalise trials.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+
+def _positive(values: Sequence[float], name: str) -> np.ndarray:
+    """``values`` as a float array; ValueError naming the first that is not positive and finite."""
+    array = np.asarray(values, dtype=float)
+    bad = ~(np.isfinite(array) & (array > 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name}[{i}] must be positive and finite, got {values[i]!r}")
+    return array
+
+
+def _check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, got {level!r}")
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """A ratio candidate/default with its confidence interval, oriented so that above 1 is better.
+
+    Attributes:
+        ratio: The point estimate (above 1: the candidate is better).
+        low: The lower end of the interval.
+        high: The upper end of the interval.
+        level: The confidence level, e.g. 0.95.
+        n: The number of pairs (paired), or the smaller sample size (unpaired).
+        paired: Whether the values were paired by round.
+    """
+
+    ratio: float
+    low: float
+    high: float
+    level: float
+    n: int
+    paired: bool
+
+    @property
+    def significant(self) -> bool:
+        """Whether the interval excludes 1.0 (a difference either way)."""
+        return self.low > 1.0 or self.high < 1.0
+
+    def __str__(self) -> str:
+        return f"{self.ratio:.2f}x ({self.low:.2f}–{self.high:.2f})"
+
+
+def ratio_interval(
+    default: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    maximize: bool,
+    paired: bool = True,
+    level: float = 0.95,
+) -> RatioInterval | None:
+    """How much better ``candidate`` is than ``default``, with a confidence interval.
+
+    Args:
+        default: The default's measurements.
+        candidate: The candidate's measurements; with ``paired``, ``candidate[i]`` was
+            measured in the same round as ``default[i]``.
+        maximize: Whether larger values are better (throughput); else smaller (latency).
+        paired: Pair the values by round (log-ratio t interval) rather than compare the
+            two means (delta method, Welch–Satterthwaite degrees of freedom).
+        level: The confidence level.
+
+    Returns:
+        The interval, or None with fewer than 2 pairs (paired) or fewer than 2 values on a
+        side (unpaired). Without spread the interval collapses to the ratio.
+
+    Raises:
+        ValueError: A value is not positive and finite, ``level`` is not in (0, 1), or
+            paired samples differ in length.
+    """
+    base = _positive(default, "default")
+    other = _positive(candidate, "candidate")
+    _check_level(level)
+    sign = 1.0 if maximize else -1.0
+    if paired:
+        if len(base) != len(other):
+            raise ValueError(
+                f"paired samples need equal lengths, got {len(base)} default and "
+                f"{len(other)} candidate values"
+            )
+        n = len(base)
+        if n < 2:
+            return None
+        d = sign * np.log(other / base)
+        center = float(d.mean())
+        se = float(d.std(ddof=1)) / math.sqrt(n)
+        df = n - 1.0
+    else:
+        n = min(len(base), len(other))
+        if n < 2:
+            return None
+        mean_base, mean_other = float(base.mean()), float(other.mean())
+        center = sign * math.log(mean_other / mean_base)
+        var_base = float(base.var(ddof=1)) / (len(base) * mean_base**2)
+        var_other = float(other.var(ddof=1)) / (len(other) * mean_other**2)
+        se = math.sqrt(var_base + var_other)
+        df = (
+            (var_base + var_other) ** 2
+            / (var_base**2 / (len(base) - 1) + var_other**2 / (len(other) - 1))
+            if se > 0
+            else 1.0  # no spread: the half-width is 0 whatever the quantile
+        )
+    half = float(stats.t.ppf((1 + level) / 2, df)) * se
+    return RatioInterval(
+        ratio=math.exp(center),
+        low=math.exp(center - half),
+        high=math.exp(center + half),
+        level=level,
+        n=n,
+        paired=paired,
+    )
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The mean and spread of a trial's repeated measurements.
+
+    Attributes:
+        n: The number of values.
+        mean: Their arithmetic mean.
+        std: Their sample standard deviation (ddof=1); 0.0 for a single value.
+    """
+
+    n: int
+    mean: float
+    std: float
+
+    @property
+    def cov(self) -> float:
+        """The coefficient of variation, std / mean."""
+        return self.std / self.mean
+
+    @property
+    def sem(self) -> float:
+        """The standard error of the mean, std / sqrt(n)."""
+        return self.std / math.sqrt(self.n)
+
+
+def spread(values: Sequence[float]) -> Spread:
+    """The mean and sample standard deviation of ``values``.
+
+    Raises:
+        ValueError: ``values`` is empty, or a value is not positive and finite.
+    """
+    array = _positive(values, "values")
+    if len(array) == 0:
+        raise ValueError("spread needs at least one value")
+    std = float(array.std(ddof=1)) if len(array) > 1 else 0.0
+    return Spread(n=len(array), mean=float(array.mean()), std=std)
+
+
+def pooled_log_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """The pooled within-group variance of the log values and its degrees of freedom.
+
+    Noise on systems is multiplicative, so groups with different means share one variance
+    on the log scale. Groups with fewer than 2 values carry no information and are skipped.
+
+    Args:
+        groups: The repeated measurements of each trial.
+
+    Returns:
+        ``(variance, df)`` with ``df = sum(n_i - 1)``, or None when ``df`` is 0.
+
+    Raises:
+        ValueError: A value is not positive and finite.
+    """
+    sum_squares, df = 0.0, 0
+    for i, group in enumerate(groups):
+        logs = np.log(_positive(group, f"groups[{i}]"))
+        if len(logs) >= 2:
+            sum_squares += float(((logs - logs.mean()) ** 2).sum())
+            df += len(logs) - 1
+    return (sum_squares / df, df) if df else None
+
+
+def unstable(
+    values: Sequence[float],
+    pooled: tuple[float, int] | None,
+    *,
+    alpha: float = 0.01,
+    floor_cov: float = 0.02,
+) -> bool:
+    """Whether a trial's repeats spread more than the machine's noise explains.
+
+    A one-sided F test on the log scale: the group's sample variance of log values over the
+    pooled one, with the pooled variance raised to at least ``log(1 + floor_cov)²`` so that
+    a machine with almost no noise does not flag every tiny disagreement, against the
+    ``1 - alpha`` quantile of F(n - 1, pooled df).
+
+    Args:
+        values: The trial's repeated measurements.
+        pooled: ``pooled_log_variance`` of the *other* trials. Pooling the trial itself in
+            would let a wild trial inflate its own yardstick; the test also assumes the two
+            variances independent.
+        alpha: The false-alarm rate for a trial with ordinary noise.
+        floor_cov: The smallest noise, as a coefficient of variation, taken as the machine's.
+
+    Returns:
+        Whether the trial is unstable; False with fewer than 2 values or no pooled estimate.
+
+    Raises:
+        ValueError: A value is not positive and finite.
+    """
+    logs = np.log(_positive(values, "values"))
+    if len(logs) < 2 or pooled is None:
+        return False
+    pooled_var, pooled_df = pooled
+    ratio = float(logs.var(ddof=1)) / max(pooled_var, math.log1p(floor_cov) ** 2)
+    return ratio > float(stats.f.ppf(1 - alpha, len(logs) - 1, pooled_df))
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The control configuration's measurements over a session: how the machine drifted.
+
+    A factor is a control's value over the reference: 0.5 means the control measured half
+    the reference, i.e. for throughput the machine got 2x slower. A quantity that scales
+    with machine speed is normalised as ``value / factor_at(t)``.
+
+    Attributes:
+        times: When the controls were measured, in increasing order.
+        values: The control measurements, in the same order.
+        reference: The median of the first min(3, n) controls (1.0 without controls).
+    """
+
+    times: tuple[float, ...]
+    values: tuple[float, ...]
+    reference: float
+
+    @property
+    def factors(self) -> tuple[float, ...]:
+        """Each control's value over the reference."""
+        return tuple(value / self.reference for value in self.values)
+
+    def factor_at(self, t: float) -> float:
+        """The machine's speed at time ``t`` relative to the reference.
+
+        Linear between the controls nearest in time, constant beyond the first and last;
+        1.0 without controls.
+        """
+        if not self.times:
+            return 1.0
+        return float(np.interp(t, self.times, self.factors))
+
+    def worst(self, maximize: bool) -> tuple[float, float]:
+        """``(time, factor)`` of the control that deviates most from 1 in log terms.
+
+        Of two equal deviations (0.5 and 2.0) the one of a slower machine wins: a factor
+        below 1 when maximizing, above 1 when minimizing; then the earlier one.
+
+        Raises:
+            ValueError: There are no controls.
+        """
+        if not self.times:
+            raise ValueError("no control measurements")
+
+        def key(item: tuple[float, float]) -> tuple[float, bool]:
+            factor = item[1]
+            return abs(math.log(factor)), ((factor < 1) if maximize else (factor > 1))
+
+        return max(zip(self.times, self.factors, strict=True), key=key)
+
+    def changed(self, threshold: float = 0.2) -> bool:
+        """Whether any control deviates from the reference by more than ``threshold``.
+
+        A deviation counts on the log scale, ``|log factor| > log(1 + threshold)``, so 1.2
+        and 1 / 1.2 both sit on the threshold.
+        """
+        return any(abs(math.log(f)) > math.log1p(threshold) for f in self.factors)
+
+
+def drift(times: Sequence[float], values: Sequence[float]) -> Drift:
+    """The drift of the control measurements ``values`` taken at ``times`` (any order).
+
+    Raises:
+        ValueError: The lengths differ, a time is not finite, or a value is not positive
+            and finite.
+    """
+    if len(times) != len(values):
+        raise ValueError(f"got {len(times)} times and {len(values)} values")
+    array = _positive(values, "values")
+    for i, t in enumerate(times):
+        if not math.isfinite(t):
+            raise ValueError(f"times[{i}] must be finite, got {t!r}")
+    order = np.argsort(np.asarray(times, dtype=float), kind="stable")
+    ordered = array[order]
+    reference = float(np.median(ordered[:3])) if len(ordered) else 1.0
+    return Drift(
+        times=tuple(float(times[i]) for i in order),
+        values=tuple(float(v) for v in ordered),
+        reference=reference,
+    )
