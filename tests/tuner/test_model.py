@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from tuner.designer.model import (
     build_model,
     fit_models,
     outcome_data,
+    replicates,
 )
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
@@ -95,6 +97,37 @@ def test_outcome_data_one_entry_per_observed_metric_objective_first() -> None:
     assert feasibility.X.shape == (5, 2)
     assert feasibility.Y.flatten().tolist() == [0.0, 0.0, 1.0, 0.0, 1.0]
     assert all(d.X.dtype == torch.float64 and d.Y.dtype == torch.float64 for d in data)
+
+
+def test_a_repeated_trial_trains_one_row_per_repeat_with_its_mean_and_spread() -> None:
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    raw = [140.0, 150.0, 175.0]  # the stored mean and spread of three repeats
+    mean, spread = sum(raw) / 3, statistics.stdev(raw)
+    repeated = Trial(2, {"x": 0.4, "n": 2}, S.COMPLETED,
+                     {"tps": mean, "p95": 25.0, "hit": 0.7}, repeats=3,
+                     spread={"tps": spread, "p95": 0.0, "hit": 0.0})  # fmt: skip
+    history = (_history()[0], repeated)
+    tps, p95, _ = outcome_data(spec, encoder, history)
+    assert tps.X.shape == (4, 2) and torch.equal(tps.X, p95.X)  # 1 + 3 rows, shared
+    values = tps.Y.flatten().tolist()[1:]
+    assert statistics.fmean(values) == pytest.approx(mean)
+    assert statistics.stdev(values) == pytest.approx(spread)
+    assert p95.Y.flatten().tolist()[1:] == [25.0] * 3
+    # the GP trained on the rebuilt rows is the GP trained on the raw repeats
+    X = tps.X
+    rebuilt = SingleTaskGP(X, tps.Y)
+    exact = SingleTaskGP(X, torch.tensor([[100.0], *[[v] for v in raw]], dtype=torch.float64))
+    for gp in (rebuilt, exact):
+        gp.likelihood.noise = torch.tensor([0.3])
+        gp.eval()
+    grid = torch.rand(5, 2, dtype=torch.float64)
+    assert torch.allclose(rebuilt.posterior(grid).mean, exact.posterior(grid).mean, atol=1e-6)
+    # a reconstruction that would go negative keeps copies of the mean
+    wild = Trial(3, {"x": 0.5, "n": 1}, S.COMPLETED, {"tps": 10.0}, repeats=2,
+                 spread={"tps": 30.0})  # fmt: skip
+    assert replicates(wild, "tps") == [10.0, 10.0]
+    assert replicates(_history()[0], "tps") == [100.0]
 
 
 def test_no_feasibility_outcome_while_everything_completed() -> None:

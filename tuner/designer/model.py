@@ -15,6 +15,15 @@ every posterior and likelihood evaluation).
 Positive metrics spanning more than an order of magnitude (latencies, throughputs) are
 modelled in log space, where they are closer to Gaussian.
 
+A trial measured several times (the session's measurement protocol) trains the GPs with one
+row per repeat: ``replicates`` rebuilds ``k`` values with the trial's stored mean and
+standard deviation, which gives the GP exactly the posterior and marginal likelihood the raw
+repeats would. So the noise is inferred from the repeats' spread where there are repeats
+(and from the fit elsewhere), and a trial's mean of ``k`` repeats counts with ``1/k`` of a
+single measurement's noise: a lucky single sample no longer outweighs a well-measured
+configuration. (A per-trial fixed noise from two or three repeats would be a poor estimate
+of the noise; one pooled, inferred noise level is the better-determined model.)
+
 With ``impute_failures`` (the designer sets it for candidate-list studies) the objective's
 GP of a single-objective study also learns from the configurations that broke the system:
 each INFEASIBLE or TIMED_OUT trial without an objective value counts as the worst value
@@ -186,10 +195,11 @@ def outcome_data(
     linear = {o.name for o in spec.objectives} if spec.multi_objective else set()
     out: list[OutcomeData] = []
     for name in spec.metric_names:
-        rows = [t for t in observed if _finite(t.metrics.get(name))]
-        if not rows:
+        found = [(t, replicates(t, name)) for t in observed if _finite(t.metrics.get(name))]
+        if not found:
             continue
-        values = torch.tensor([[t.metrics[name]] for t in rows], dtype=torch.float64)
+        rows = [t for t, values in found for _ in values]
+        values = torch.tensor([[v] for _, vs in found for v in vs], dtype=torch.float64)
         use_log = (
             bool((values > 0).all())
             and float(values.max() / values.min()) > _LOG_SPAN
@@ -218,6 +228,29 @@ def outcome_data(
             )
         )
     return out
+
+
+def replicates(trial: Trial, name: str) -> list[float]:
+    """Training values of one trial's metric: its mean, or, for a trial measured ``k > 1``
+    times, ``k`` values with the repeats' mean and standard deviation (module doc).
+
+    The values are ``mean + spread * c * (j - (k - 1) / 2)`` for ``j = 0..k-1`` with
+    ``c = sqrt(12 / (k (k + 1)))``: their mean is the trial's and their sample variance its
+    ``spread ** 2``, so a GP's posterior and marginal likelihood are exactly those it gets
+    from the raw repeats. A positive metric whose reconstruction would not stay positive
+    keeps ``k`` copies of the mean (the same posterior; only the noise estimate loses the
+    spread).
+    """
+    mean = trial.metrics[name]
+    k = trial.repeats
+    spread = trial.spread.get(name)
+    if k < 2 or spread is None or not math.isfinite(spread):
+        return [mean]
+    c = math.sqrt(12.0 / (k * (k + 1)))
+    values = [mean + spread * c * (j - (k - 1) / 2) for j in range(k)]
+    if mean > 0 and min(values) <= 0:
+        return [mean] * k
+    return values
 
 
 def fit_models(

@@ -1,0 +1,51 @@
+"""Ranking measured configurations by the objective GP's posterior mean."""
+
+from __future__ import annotations
+
+from tuner.designer.posterior_best import posterior_means, rank_by_posterior
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+SPEC = StudySpec.from_dict(
+    {
+        "name": "p",
+        "knobs": [{"name": "x", "kind": "float", "low": 0.0, "high": 1.0}],
+        "objectives": [{"name": "tps", "goal": "maximize"}],
+    }
+)
+
+
+def trial(id_: int, x: float, tps: float, repeats: int = 1, spread: float = 0.0) -> Trial:
+    return Trial(
+        id_, {"x": x}, TrialStatus.COMPLETED, {"tps": tps}, repeats=repeats,
+        spread={"tps": spread} if repeats > 1 else {},
+    )  # fmt: skip
+
+
+def history() -> list[Trial]:
+    """A flat system near 100 with a rise toward x = 0.8 (measured three times there) and
+    one lucky single measurement at x = 0.5 whose neighbours measured the plain 100."""
+    values = {0.0: 99.0, 0.1: 101.0, 0.2: 100.0, 0.3: 98.0, 0.4: 100.0, 0.45: 101.0,
+              0.55: 99.0, 0.65: 104.0, 0.7: 110.0, 0.9: 112.0, 1.0: 101.0}  # fmt: skip
+    trials = [trial(i + 1, x, v) for i, (x, v) in enumerate(values.items())]
+    return [*trials, trial(20, 0.5, 140.0), trial(21, 0.8, 121.0, repeats=3, spread=2.0)]
+
+
+def test_a_lucky_single_measurement_ranks_below_a_well_measured_configuration() -> None:
+    trials = history()
+    lucky, steady = trials[-2], trials[-1]
+    assert lucky.metrics["tps"] > steady.metrics["tps"]
+    means = posterior_means(SPEC, trials)
+    assert means is not None
+    assert means[lucky.id] < lucky.metrics["tps"] - 10  # shrunk toward its neighbours
+    assert max(means, key=means.__getitem__) == steady.id
+    assert rank_by_posterior(SPEC, trials, [lucky, steady])[0] is steady
+
+
+def test_too_few_trials_rank_by_their_measured_means() -> None:
+    trials = [trial(1, 0.1, 100.0), trial(2, 0.5, 140.0), trial(3, 0.8, 120.0)]
+    assert posterior_means(SPEC, trials) is None
+    assert [t.id for t in rank_by_posterior(SPEC, trials, trials)] == [2, 3, 1]
+    minimize = StudySpec.from_dict({**SPEC.to_dict(), "objectives": [
+        {"name": "tps", "goal": "minimize"}]}, knobs=SPEC.space.knobs)  # fmt: skip
+    assert [t.id for t in rank_by_posterior(minimize, trials, trials)] == [1, 3, 2]

@@ -1,0 +1,69 @@
+"""The best measured configuration by the model's posterior mean, not by the largest sample.
+
+On a noisy system the trial with the best measured value is often just the luckiest
+measurement: with ``n`` configurations of about equal merit, the largest of ``n`` noisy
+samples beats the truth by about ``sigma * sqrt(2 ln n)``. Ax picks the best point by its
+model's predictions for the same reason (``BestPointMixin`` with
+``use_model_predictions``): a GP fitted to all trials shrinks a lone lucky sample toward
+what its neighbours measured, and a configuration measured several times (whose mean has
+less noise: ``model.replicates``) counts for more.
+
+``rank_by_posterior`` fits the objective's GP (the designer's model, ``model.py``) on every
+observed trial and ranks the given trials by its posterior mean at their configurations.
+Only the ranking uses the model: feasibility stays the trials' measured means against the
+outcome constraints (``tuner.trial.is_feasible``), and the values reported are the
+measurements. Numerical trouble in the fit (``bo.NUMERICAL_ERRORS``) falls back to the
+measured means, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+
+from tuner.designer.bo import NUMERICAL_ERRORS
+from tuner.designer.model import fit_models, outcome_data
+from tuner.encoding import UnitBoxEncoder
+from tuner.study import Goal, StudySpec
+from tuner.trial import OBSERVED, Trial
+
+log = logging.getLogger(__name__)
+
+#: Fewer observed trials than this: the measured means rank (a GP on two or three points
+#: predicts little more than them).
+MIN_TRIALS = 4
+
+
+def posterior_means(spec: StudySpec, trials: Sequence[Trial]) -> dict[int, float] | None:
+    """The objective GP's posterior mean, in metric units, at each of ``trials`` that
+    reported the objective; None with too few trials or after numerical trouble."""
+    name = spec.objective.name
+    observed = tuple(t for t in trials if t.status in OBSERVED)
+    measured = [t for t in observed if name in t.metrics]
+    if len(measured) < MIN_TRIALS:
+        return None
+    encoder = UnitBoxEncoder(spec.space)
+    data = [d for d in outcome_data(spec, encoder, observed) if d.name == name]
+    try:
+        model = fit_models(data, encoder)
+        with torch.no_grad():
+            X = encoder.encode_many([t.config for t in measured])
+            mean = model.posterior(X).mean.reshape(-1)  # type: ignore[attr-defined]
+    except NUMERICAL_ERRORS as err:
+        log.warning("ranking by the measured means: the objective's GP failed (%s)", err)
+        return None
+    values = mean.exp() if data[0].log else mean
+    return {t.id: float(v) for t, v in zip(measured, values.tolist(), strict=True)}
+
+
+def rank_by_posterior(
+    spec: StudySpec, trials: Sequence[Trial], among: Sequence[Trial]
+) -> list[Trial]:
+    """``among`` best first by the posterior mean of a GP fitted to all ``trials`` (by
+    their measured means when there is no model: module doc); ties keep the earlier."""
+    sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
+    name = spec.objective.name
+    means = posterior_means(spec, trials) or {}
+    return sorted(among, key=lambda t: (-sign * means.get(t.id, t.metrics[name]), t.id))
