@@ -70,26 +70,23 @@ from rich.table import Table
 
 from server.app import DEFAULT_LEASES
 from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
+from server.measurement import Confirmation, confirm, machine_noise
 from server.plot import plot_convergence
 from server.security import read_file, read_token
 from server.service import ON_EXPIRY
-from server.session import (
-    Confirmation,
-    SessionResult,
-    confirm,
-    run_phases,
-    run_session,
-    summarize,
-)
+from server.session import SessionResult, ranked, run_phases, run_session, summarize
 from server.storage import SQLiteStorage
 from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
 from tuner import runtime
 from tuner.errors import TunerError, ValidationError
+from tuner.measurement_stats import RatioInterval
 from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob, value_key
-from tuner.study import StudySpec
+from tuner.study import Goal, StudySpec
 from tuner.trial import (
     OBSERVED,
+    Measurement,
+    MeasurementKind,
     Trial,
     TrialStatus,
     best_trial,
@@ -130,7 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    overrides = {"trials": args.trials, "db": args.db, "plot": args.plot, "name": args.name}
+    overrides = {
+        "trials": args.trials, "db": args.db, "plot": args.plot, "name": args.name,
+        "repeats": args.repeats, "max_repeats": args.max_repeats,
+        "control_every": args.control_every, "confirm": args.confirm,
+    }  # fmt: skip
     config = load_config(args.config, overrides)
     if config.phases:
         return _tune_phases(args, config)
@@ -150,23 +151,41 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 value = _standing(spec, api.list_trials(spec.name))
                 progress.update(task, completed=finished, best=value)
 
-            result = run_session(api, target, spec, config.trials, on_trial)
+            protocol = config.protocol
+            result = run_session(api, target, spec, config.trials, on_trial, protocol)
             confirmation = None
-            if config.confirm:
-                check = progress.add_task("re-measuring", total=None, best="")
+            if protocol.confirm:
+                check = progress.add_task("confirming", total=None, best="")
 
                 def on_measure(done: int, total: int) -> None:
                     progress.update(check, completed=done, total=total)
 
-                confirmation = confirm(target, result, config.confirm, on_measure=on_measure)
-    _print_result(result)
-    path = plot_convergence(spec, result.trials, config.plot)
+                def store(trial_id: int, measurement: Measurement) -> None:
+                    api.add_measurements(spec.name, trial_id, [measurement])
+
+                candidates = ranked(result.spec, result.trials, skip=result.unstable)
+                confirmation = confirm(
+                    target, result.spec, result.trials, candidates, protocol.confirm,
+                    protocol.confirm_top,
+                    on_measure, store, machine_noise(
+                        result.spec, result.measurements,
+                        None if result.default is None else result.default.id,
+                    ),
+                )  # fmt: skip
+    _print_result(result, confirming=confirmation is not None)
+    if confirmation is not None:
+        _print_confirmation(result.spec, confirmation)
+        best = confirmation.best
+        if best is not None and (result.best is None or best.trial.id != result.best.id):
+            _print_trial("confirmed best configuration", best.trial)
+    path = plot_convergence(
+        spec, result.trials, config.plot, result.measurements, _confirmed(spec, confirmation)
+    )
     out.print(f"convergence plot: {path}")
     if confirmation is not None:
-        _print_confirmation(spec, confirmation)
         saved = config.plot.with_name(config.plot.stem + "-confirm.json")
         saved.write_text(json.dumps(_confirmation_dict(confirmation), indent=2) + "\n")
-        out.print(f"re-measurements: {saved}")
+        out.print(f"confirmation rounds: {saved}")
     return 0
 
 
@@ -199,7 +218,7 @@ def _tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
                 value = _standing(state["spec"], api.list_trials(state["spec"].name))
                 progress.update(task, completed=state["offset"] + finished, best=value)
 
-            results = run_phases(api, target, spec, phases, on_trial, on_phase)
+            results = run_phases(api, target, spec, phases, on_trial, on_phase, config.protocol)
     for index, phase in enumerate(results):
         out.print(f"[bold]phase {index + 1}[/]", highlight=False)
         _print_result(phase.result)
@@ -563,6 +582,28 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_measurements(args: argparse.Namespace) -> int:
+    kinds = [MeasurementKind(k) for k in args.kind] if args.kind else None
+    with _api(args.server, args.db) as api:
+        found = api.list_measurements(args.study, args.trial, kinds)
+    rows = [
+        {"trial": m.trial_id, "kind": m.kind.value, "round": m.round, "at": m.at,
+         "metrics": m.metrics}
+        for m in found
+    ]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    names = sorted({k for m in found for k in m.metrics})
+    table = Table("trial", "kind", "round", "at", *names)
+    for m in found:
+        at = datetime.fromtimestamp(m.at, UTC).strftime("%H:%M:%S")
+        table.add_row(str(m.trial_id), m.kind.value, str(m.round or ""), at,
+                      *(_fmt(m.metrics.get(n)) for n in names))  # fmt: skip
+    out.print(table)
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     with _api(args.server, args.db) as api:
         spec = api.get_study(args.study).spec
@@ -614,54 +655,114 @@ def _progress() -> Iterator[Progress]:
 
 
 def _print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
+    """The confirmation's table and its headline: the ratio with its 95 % interval."""
     name = spec.objective.name
-    table = Table("trial", "source", "first measured", f"mean {name}", "std", "feasible repeats")
+    default = confirmation.default
+    table = Table(
+        "trial", "source", f"session {name}", f"confirmed {name}", "vs default (95 % CI)",
+        "feasible rounds",
+    )  # fmt: skip
     for m in confirmation.measured:
+        found = confirmation.intervals.get(m.trial.id)
+        note = " unstable" if m.trial.id in confirmation.unstable else ""
         table.add_row(
             str(m.trial.id),
             m.trial.source,
-            _fmt(m.trial.metrics.get(name)),
-            _fmt(m.mean),
-            _fmt(m.std),
-            f"{len(m.values)}/{m.repeats}",
+            f"{_fmt(m.trial.metrics.get(name))} (n={m.trial.repeats})",
+            f"{_fmt(m.metric_mean(name))} ± {_fmt(m.std)}" if m.std else _fmt(m.metric_mean(name)),
+            ("1" if m is default else str(found) if found else "-") + note,
+            f"{sum(m.feasible)}/{m.repeats}",
         )
     out.print(table)
-    if confirmation.best is None:
-        out.print("[bold red]no candidate was feasible in every repeat[/]")
-    elif confirmation.ratio is None:
-        out.print(f"best by mean: trial {confirmation.best.trial.id}")
-    elif confirmation.significant:
+    best = confirmation.best
+    rounds = best.repeats if best else 0
+    if best is None:
         out.print(
-            f"[bold]confirmed: trial {confirmation.best.trial.id}, "
-            f"{confirmation.ratio:.2f}x the default by means[/]"
+            "[bold red]not confirmed: no candidate was feasible and stable in every round; "
+            "keep the default[/]"
         )
+        return
+    if default is not None and not confirmation.default_feasible:
+        under = ", ".join(map(str, spec.outcome_constraints))
+        broke = sum(not ok for ok in default.feasible)
+        out.print(
+            f"[bold yellow]the default breaks {under} in {broke} of {default.repeats} rounds[/]; "
+            f"trial {best.trial.id} meets it in every round",
+            highlight=False,
+        )
+        for label, m in (("default", default), (f"trial {best.trial.id}", best)):
+            values = ", ".join(f"{k} {_fmt(m.metric_mean(k))}" for k in spec.metric_names)
+            out.print(f"  {label}: {values} (means of {m.repeats} rounds)", highlight=False)
+        if confirmation.interval is not None:
+            out.print(f"  {name}: {confirmation.interval} the default's", highlight=False)
+        return
+    if confirmation.interval is None:
+        out.print(f"best by confirmed mean: trial {best.trial.id} (no default to compare with)")
+        return
+    headline = f"{confirmation.interval} the default, {rounds} interleaved repeats each"
+    if confirmation.significant:
+        out.print(f"[bold green]confirmed: trial {best.trial.id} is {headline}[/]", highlight=False)
     else:
         out.print(
-            f"[bold yellow]not confirmed: trial {confirmation.best.trial.id} is "
-            f"{confirmation.ratio:.2f}x the default by means, within the measurement noise "
-            "(less than two standard errors apart)[/]"
+            f"[bold yellow]not confirmed: no configuration beat the default beyond noise "
+            f"(best: trial {best.trial.id}, {headline})[/]",
+            highlight=False,
         )
 
 
 def _confirmation_dict(confirmation: Confirmation) -> dict[str, Any]:
+    interval = confirmation.interval
     return {
         "measured": [
             {
                 "trial": m.trial.id,
                 "source": m.trial.source,
-                "first": m.trial.metrics,
+                "session": m.trial.metrics,
+                "session_repeats": m.trial.repeats,
+                "rounds": list(m.rounds),
+                "feasible": list(m.feasible),
                 "values": list(m.values),
                 "repeats": m.repeats,
                 "mean": m.mean,
                 "std": m.std,
                 "not_counted": list(m.reasons),
+                "vs_default": _interval_dict(confirmation.intervals.get(m.trial.id)),
+                "unstable": m.trial.id in confirmation.unstable,
             }
             for m in confirmation.measured
         ],
         "best_trial": confirmation.best.trial.id if confirmation.best else None,
+        "best_config": confirmation.best.trial.config if confirmation.best else None,
+        "default_feasible": confirmation.default_feasible,
         "ratio": confirmation.ratio,
+        "interval": _interval_dict(interval),
         "significant": confirmation.significant,
     }
+
+
+def _confirmed(
+    spec: StudySpec, confirmation: Confirmation | None
+) -> tuple[float, float, float] | None:
+    """The confirmation's best in metric units for the plot: the default's confirmed mean
+    times the ratio and its interval (divided by them when minimizing)."""
+    if confirmation is None or confirmation.interval is None or confirmation.default is None:
+        return None
+    base = confirmation.default.metric_mean(spec.objective.name)
+    if base is None:
+        return None
+    found = confirmation.interval
+    if spec.objective.goal is Goal.MAXIMIZE:
+        return base * found.ratio, base * found.low, base * found.high
+    return base / found.ratio, base / found.high, base / found.low
+
+
+def _interval_dict(interval: RatioInterval | None) -> dict[str, Any] | None:
+    if interval is None:
+        return None
+    return {
+        "ratio": interval.ratio, "low": interval.low, "high": interval.high,
+        "level": interval.level, "pairs": interval.n,
+    }  # fmt: skip
 
 
 def _standing(spec: StudySpec, trials: list[Trial]) -> str:
@@ -692,7 +793,10 @@ def _print_front(spec: StudySpec, front: Sequence[Trial], default: Trial | None 
     out.print(table)
 
 
-def _print_result(result: SessionResult) -> None:
+def _print_result(result: SessionResult, confirming: bool = False) -> None:
+    """The session's default and best (by trial means), what the measurements say about
+    the machine, and the session's own ratio (labelled as unconfirmed when a confirmation
+    follows: that one is the headline)."""
     spec = result.spec
     name = spec.objective.name
     if result.default is not None:
@@ -700,6 +804,7 @@ def _print_result(result: SessionResult) -> None:
     if spec.multi_objective:
         _print_multi_result(result)
         return
+    _print_noise(result)
     if result.best is None:
         out.print("[bold red]no feasible configuration found[/]")
         return
@@ -720,9 +825,42 @@ def _print_result(result: SessionResult) -> None:
         )
     elif result.ratio is not None:
         word = "higher" if spec.objective.goal.value == "maximize" else "lower"
+        if confirming:
+            out.print(
+                f"session estimate: {result.ratio:.2f}x ({name} {word} than the default's, by "
+                "trial means; the confirmation below re-measures it)",
+                highlight=False,
+            )
+        else:
+            out.print(
+                f"[bold green]improvement: {result.ratio:.2f}x[/] ({name} {word} than the "
+                f"default's, feasible under {under}; unconfirmed: session.confirm = 0)",
+                highlight=False,
+            )
+
+
+def _print_noise(result: SessionResult) -> None:
+    """What the repeats and controls say: the machine's drift and unstable trials."""
+    drift = result.drift
+    if drift is not None and len(drift.values) > 1:
+        factors = drift.factors
+        low, high = min(factors), max(factors)
+        goal = result.spec.objective.goal.value == "maximize"
+        at, worst = drift.worst(goal)
+        after = max((t.id for t in result.trials if t.updated_at <= at), default=0)
+        text = (
+            f"the default measured {low:.2f}x to {high:.2f}x of its first measurements over "
+            f"{len(factors)} measurements (repeats and controls); most off: {worst:.2f}x "
+            f"after trial {after}"
+        )
+        if drift.changed():
+            out.print(f"[bold yellow]the machine drifted:[/] {text}", highlight=False)
+        else:
+            out.print(f"machine steady: {text}", highlight=False)
+    if result.unstable:
         out.print(
-            f"[bold green]improvement: {result.ratio:.2f}x[/] ({name} {word} than the "
-            f"default's, feasible under {under})",
+            f"[yellow]unstable (repeats disagree beyond the measured noise; never the best): "
+            f"trials {', '.join(map(str, result.unstable))}[/]",
             highlight=False,
         )
 
@@ -849,6 +987,13 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
     tune.add_argument("--name", help="study name (overrides [study] name)")
     tune.add_argument("--plot", type=Path, help="convergence plot PNG path")
+    for flag, help_ in (
+        ("--repeats", "measurements of every trial"),
+        ("--max-repeats", "measurements of a promising trial and of the default (0: --repeats)"),
+        ("--control-every", "re-measure the default after every N trials (0: never)"),
+        ("--confirm", "interleaved confirmation rounds at the end (0: none)"),
+    ):
+        tune.add_argument(flag, type=int, help=f"{help_} (overrides [session])")
 
     daemon = command("daemon", cmd_daemon, "tune, apply the best, watch, re-tune (unattended)")
     daemon.set_defaults(db=None)
@@ -941,6 +1086,17 @@ def _parser() -> argparse.ArgumentParser:
         p = command(name, func, help_)
         p.add_argument("study")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+    meas = command(
+        "measurements", cmd_measurements, "list a study's measurements: repeats, controls, "
+        "confirmation rounds",
+    )  # fmt: skip
+    meas.add_argument("study")
+    meas.add_argument("--trial", type=int, help="only this trial's")
+    meas.add_argument(
+        "--kind", action="append", choices=[k.value for k in MeasurementKind],
+        help="only these kinds (repeatable)",
+    )  # fmt: skip
+    meas.add_argument("--json", action="store_true", help="machine-readable output")
     plot = command("plot", cmd_plot, "write a study's convergence plot")
     plot.add_argument("study")
     plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")

@@ -27,11 +27,12 @@ the command runs in.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from server.daemon import DaemonSettings, parse_daemon
+from server.measurement import MeasurementProtocol
 from server.session import Phase
 from targets.base import Target
 from targets.registry import build_target
@@ -40,7 +41,17 @@ from tuner.space import Config, Knob, knob_from_dict
 from tuner.study import StudySpec
 
 _TABLES = ("study", "target", "session", "daemon")
-_SESSION_KEYS = ("trials", "db", "plot", "confirm", "phases")
+_SESSION_KEYS = (
+    "trials", "db", "plot", "phases",
+    "repeats", "max_repeats", "control_every", "confirm", "confirm_top",
+)  # fmt: skip
+_PROTOCOL_KEYS = ("repeats", "max_repeats", "control_every", "confirm", "confirm_top")
+#: A session's measurement protocol when ``[session]`` says nothing: one measurement per
+#: trial (three for a promising one and the default), a control every five trials, and a
+#: five-round confirmation. A single sample is never the headline (see server/measurement.py).
+DEFAULT_PROTOCOL = MeasurementProtocol(
+    repeats=1, max_repeats=3, control_every=5, confirm=5, confirm_top=3
+)
 DEFAULT_DB = Path("runs/tuner.db")
 
 
@@ -53,13 +64,14 @@ class SessionConfig:
     trials: int
     db: Path
     plot: Path
-    confirm: int = 0  # repeats of the default and the best few after the session (0: none)
+    protocol: MeasurementProtocol = field(default_factory=MeasurementProtocol)
     phases: tuple[Phase, ...] = ()  # tune these knob groups one after another (see run_phases)
     daemon: DaemonSettings | None = None  # the [daemon] table, for `tuner daemon`
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SessionConfig:
-    """Read and validate a config file; ``overrides`` replace ``[session]``/``study.name``."""
+    """Read and validate a config file; ``overrides`` (None: not given) replace
+    ``[session]`` settings (trials, db, plot and the protocol's) and ``study.name``."""
     return parse_config(_read_toml(Path(path)), overrides or {})
 
 
@@ -139,11 +151,15 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         raise ValidationError("session.trials", f"got {trials!r}", "an integer in [1, 100000]")
     db = Path(overrides.get("db") or session.get("db", DEFAULT_DB))
     plot = Path(overrides.get("plot") or session.get("plot", db.parent / f"{spec.name}.png"))
-    confirm = session.get("confirm", 0)
-    if isinstance(confirm, bool) or not isinstance(confirm, int) or not 0 <= confirm <= 100:
-        raise ValidationError(
-            "session.confirm", f"got {confirm!r}", "an integer in [0, 100] (0: no re-measuring)"
-        )
+    given = {k: overrides[k] for k in _PROTOCOL_KEYS if overrides.get(k) is not None}
+    given = {**{k: session[k] for k in _PROTOCOL_KEYS if k in session}, **given}
+    repeats = given.get("repeats")
+    if "max_repeats" not in given and isinstance(repeats, int) and not isinstance(repeats, bool):
+        given["max_repeats"] = max(DEFAULT_PROTOCOL.max_repeats, repeats)  # at least repeats
+    protocol = replace(DEFAULT_PROTOCOL, **given)
+    if "confirm" not in given and (spec.multi_objective or session.get("phases") is not None):
+        protocol = replace(protocol, confirm=0)
+    confirm = protocol.confirm
     if confirm and spec.multi_objective:
         raise ValidationError(
             "session.confirm",
@@ -171,7 +187,7 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
                 raise ValidationError(
                     f"daemon.watch[{i}]", f"the target reports no metric {name!r}", available
                 )
-    return SessionConfig(spec, target, trials, db, plot, confirm, phases, daemon)
+    return SessionConfig(spec, target, trials, db, plot, protocol, phases, daemon)
 
 
 def _phases(value: Any, spec: StudySpec, trials_given: Any) -> tuple[Phase, ...]:

@@ -3,6 +3,10 @@
 Each measured trial is a dot (feasible) or a cross (it violated an outcome constraint);
 configurations that broke the system (INFEASIBLE, TIMED_OUT) are marked on the bottom edge.
 The line is the best feasible value so far, and the dashed line the default configuration.
+A trial measured several times shows its mean with a bar of plus or minus one standard
+deviation of its repeats; the default's controls (re-measured between trials) are grey
+diamonds, so a machine that drifted is visible; with a confirmation, its best candidate is
+drawn at the right: the default's confirmed mean times the ratio, with its 95 % interval.
 
 A study with several objectives gets a trade-off plot instead: every measured trial at its
 first two objectives, coloured by trial id, with the Pareto front as a staircase and the
@@ -11,6 +15,7 @@ default configuration marked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +26,8 @@ import matplotlib.pyplot as plt
 
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
+    Measurement,
+    MeasurementKind,
     StepKind,
     Trial,
     TrialStatus,
@@ -31,8 +38,19 @@ from tuner.trial import (
 )
 
 
-def plot_convergence(spec: StudySpec, trials: list[Trial], path: str | Path) -> Path:
-    """Write the study's convergence plot to ``path`` (PNG) and return the path."""
+def plot_convergence(
+    spec: StudySpec,
+    trials: list[Trial],
+    path: str | Path,
+    measurements: Sequence[Measurement] = (),
+    confirmed: tuple[float, float, float] | None = None,
+) -> Path:
+    """Write the study's convergence plot to ``path`` (PNG) and return the path.
+
+    Args:
+        measurements: The study's stored measurements (the controls are drawn).
+        confirmed: The confirmation's best in metric units: (value, low, high).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     spec = with_resolved_constraints(spec, trials)
@@ -53,6 +71,12 @@ def plot_convergence(spec: StudySpec, trials: list[Trial], path: str | Path) -> 
         )
         if default is not None:
             ax.axhline(default.metrics[name], color="grey", ls="--", lw=1, label="default config")
+        _draw_controls(ax, trials, measurements, name)
+        if confirmed is not None:
+            value, low, high = confirmed
+            x = max(t.id for t in trials) + 2
+            ax.errorbar([x], [value], yerr=[[value - low], [high - value]], fmt="D",
+                        color="tab:green", capsize=4, label="confirmed best (95 % CI)")  # fmt: skip
         constraints = ", ".join(str(c) for c in spec.outcome_constraints) or "none"
         ax.set_title(
             f"{spec.name}: {spec.objective.goal.value} {name} (constraints: {constraints})"
@@ -136,6 +160,21 @@ def plot_front(spec: StudySpec, trials: list[Trial], path: Path) -> Path:
     return path
 
 
+def _draw_controls(
+    ax: plt.Axes, trials: list[Trial], measurements: Sequence[Measurement], name: str
+) -> None:
+    """The default's controls, each after the last trial finished before it."""
+    controls = [m for m in measurements if m.kind is MeasurementKind.CONTROL and name in m.metrics]
+    if not controls:
+        return
+    xs = [
+        max((t.id for t in trials if t.updated_at and t.updated_at <= m.at), default=0) + 0.5
+        for m in controls
+    ]
+    ax.scatter(xs, [m.metrics[name] for m in controls], marker="d", s=24, color="grey",
+               label="default re-measured (control)", zorder=2)  # fmt: skip
+
+
 def _draw_points(ax: plt.Axes, spec: StudySpec, trials: list[Trial], name: str) -> None:
     measured = [t for t in trials if t.status is TrialStatus.COMPLETED and name in t.metrics]
     ok = [t for t in measured if is_feasible(spec, t)]
@@ -148,6 +187,18 @@ def _draw_points(ax: plt.Axes, spec: StudySpec, trials: list[Trial], name: str) 
             color="tab:blue",
             label="feasible trial",
             zorder=3,
+        )
+    spread = [t for t in measured if t.repeats > 1 and name in t.spread]
+    if spread:
+        ax.errorbar(
+            [t.id for t in spread],
+            [t.metrics[name] for t in spread],
+            yerr=[t.spread[name] for t in spread],
+            fmt="none",
+            ecolor="tab:blue",
+            alpha=0.5,
+            capsize=2,
+            label="± std of a trial's repeats",
         )
     if bad:
         ax.scatter(

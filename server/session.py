@@ -6,11 +6,12 @@ session that was killed and started again gets its unfinished trial back (the se
 an ACTIVE trial to the same client) and continues toward the same trial budget instead of
 starting over.
 
-``confirm`` re-measures what a session found: a single measurement of a noisy system (a
-30-second benchmark window on a shared machine) can be off by more than the knobs change,
-so the default and the best few configurations are run again, ``repeats`` times each and
-interleaved (so that drift of the machine touches every configuration alike), and compared
-by their means.
+Every trial is measured through the session's ``MeasurementProtocol``
+(``server/measurement.py``): repeats (fixed, or more for promising trials), the default
+re-measured as a control between trials, and a closing confirmation that the CLI prints as
+the headline. ``summarize`` reads the stored measurements back: the control series says
+whether the machine drifted, and a trial whose repeats disagree beyond the study's noise is
+flagged unstable and never reported as the best.
 """
 
 from __future__ import annotations
@@ -19,18 +20,28 @@ import contextlib
 import logging
 import math
 import socket
-import statistics
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from server.measurement import (
+    Measured,
+    MeasurementProtocol,
+    could_win,
+    machine_noise,
+    measure,
+    pooled_noise,
+)
 from targets.base import Target
 from tuner.errors import StateError, TargetError, ValidationError
+from tuner.measurement_stats import Drift, drift, unstable
 from tuner.space import Config, Knob, Scalar
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
+    Measurement,
+    MeasurementKind,
     StepKind,
     Trial,
     TrialStatus,
@@ -50,6 +61,17 @@ class TuningAPI(Protocol):
 
     def create_study(self, spec: StudySpec) -> tuple[object, bool]: ...
 
+    def add_measurements(
+        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+    ) -> list[Measurement]: ...
+
+    def list_measurements(
+        self,
+        study: str,
+        trial_id: int | None = None,
+        kinds: Collection[MeasurementKind] | None = None,
+    ) -> list[Measurement]: ...
+
     def suggest_trials(self, study: str, count: int, client_id: str = "") -> list[Trial]: ...
 
     def complete_trial(
@@ -59,6 +81,8 @@ class TuningAPI(Protocol):
         metrics: Mapping[str, float] | None = None,
         status: TrialStatus = TrialStatus.COMPLETED,
         reason: str = "",
+        request_id: str = "",
+        measurements: Sequence[Measurement] = (),
     ) -> Trial: ...
 
     def list_trials(
@@ -79,6 +103,11 @@ class SessionResult:
         ratio: How many times better the best is than the default (``best / default`` when
             maximizing, ``default / best`` when minimizing); None when not computable.
         front: The Pareto front (``tuner.trial.pareto_front``); with one objective, the best.
+        measurements: Every stored measurement (repeats, controls, confirmation rounds).
+        unstable: Ids of trials whose repeats disagree beyond the study's measured noise
+            (``tuner.measurement_stats.unstable``); none of them is ``best``.
+        drift: The default's measurements (its repeats and the controls) over time, by the
+            objective; None without any.
     """
 
     spec: StudySpec
@@ -87,6 +116,9 @@ class SessionResult:
     best: Trial | None
     ratio: float | None
     front: tuple[Trial, ...] = ()
+    measurements: tuple[Measurement, ...] = ()
+    unstable: tuple[int, ...] = ()
+    drift: Drift | None = None
 
 
 def client_id_for(spec: StudySpec) -> str:
@@ -99,8 +131,10 @@ def run_session(
     spec: StudySpec,
     trials: int,
     on_trial: Callable[[Trial, int], None] | None = None,
+    protocol: MeasurementProtocol | None = None,
 ) -> SessionResult:
-    """Run trials on ``target`` until the study has ``trials`` finished trials.
+    """Run trials on ``target`` until the study has ``trials`` finished trials, measuring
+    each by ``protocol`` (default: once, no controls).
 
     Args:
         on_trial: Called after each reported trial with the trial and the number of
@@ -110,24 +144,69 @@ def run_session(
         TargetError: ``MAX_CONSECUTIVE_FAILURES`` trials in a row FAILED (the target is
             broken, not the configurations).
     """
+    protocol = protocol or MeasurementProtocol()
     api.create_study(spec)
     client_id = client_id_for(spec)
     finished = sum(t.status.is_final for t in api.list_trials(spec.name))
-    failures = 0
+    failures = since_control = 0
     while finished < trials:
         [trial] = api.suggest_trials(spec.name, 1, client_id)
         with keep_alive(api, spec.name, trial):
-            outcome = target.run_trial(trial.config)
+            measured = _measure_trial(api, target, spec, trial, protocol)
         reported = api.complete_trial(
-            spec.name, trial.id, outcome.metrics, outcome.status, outcome.reason
-        )
+            spec.name, trial.id, None, measured.status, measured.reason,
+            measurements=measured.repeats,
+        )  # fmt: skip
         finished += 1
-        failures = failures + 1 if outcome.status is TrialStatus.FAILED else 0
+        failures = failures + 1 if measured.status is TrialStatus.FAILED else 0
         if on_trial is not None:
             on_trial(reported, finished)
         if failures >= MAX_CONSECUTIVE_FAILURES:
-            raise TargetError(f"{failures} trials in a row failed; last reason: {outcome.reason}")
-    return summarize(spec, api.list_trials(spec.name))
+            raise TargetError(f"{failures} trials in a row failed; last reason: {measured.reason}")
+        since_control += trial.step is not StepKind.DEFAULT
+        if protocol.control_every and since_control >= protocol.control_every:
+            since_control = 0
+            _control(api, target, spec)
+    return summarize(spec, api.list_trials(spec.name), api.list_measurements(spec.name))
+
+
+def _measure_trial(
+    api: TuningAPI, target: Target, spec: StudySpec, trial: Trial, protocol: MeasurementProtocol
+) -> Measured:
+    """``trial`` measured by ``protocol``: the default as often as any trial may be, the
+    others ``repeats`` times and, while they could still win, up to ``max_repeats``."""
+    if trial.step is StepKind.DEFAULT:
+        return measure(target, trial.config, protocol.most)
+    if protocol.most == protocol.repeats:
+        return measure(target, trial.config, protocol.repeats)
+    history = api.list_trials(spec.name)
+    resolved = with_resolved_constraints(spec, history)
+    noise = pooled_noise(resolved, api.list_measurements(spec.name))
+    incumbent = best_trial(resolved, history)
+    metrics = None if incumbent is None else incumbent.metrics
+
+    def more(values: list[Mapping[str, float]]) -> bool:
+        return could_win(resolved, values, metrics, noise)
+
+    return measure(target, trial.config, protocol.repeats, more, protocol.most)
+
+
+def _control(api: TuningAPI, target: Target, spec: StudySpec) -> None:
+    """Measure the default configuration once more and store it as a control of the
+    default trial (nothing without a COMPLETED default trial)."""
+    default = next(
+        (t for t in api.list_trials(spec.name, [TrialStatus.COMPLETED])
+         if t.step is StepKind.DEFAULT),
+        None,
+    )  # fmt: skip
+    if default is None:
+        return
+    outcome = target.run_trial(default.config)
+    if outcome.status is not TrialStatus.COMPLETED:
+        log.warning("control run of the default: %s (%s)", outcome.status.value, outcome.reason)
+        return
+    control = Measurement(dict(outcome.metrics), MeasurementKind.CONTROL, time.time())
+    api.add_measurements(spec.name, default.id, [control])
 
 
 @contextlib.contextmanager
@@ -228,6 +307,7 @@ def run_phases(
     phases: Sequence[Phase],
     on_trial: Callable[[Trial, int], None] | None = None,
     on_phase: Callable[[int, StudySpec, dict[str, Scalar]], None] | None = None,
+    protocol: MeasurementProtocol | None = None,
 ) -> list[PhaseResult]:
     """Tune the knobs phase by phase (PolyThrottle's two-phase mode, say).
 
@@ -255,7 +335,7 @@ def run_phases(
             held[knob.name] = value
         if on_phase is not None:
             on_phase(index, sub, held)
-        result = run_session(api, HeldKnobs(target, held), sub, phase.trials, on_trial)
+        result = run_session(api, HeldKnobs(target, held), sub, phase.trials, on_trial, protocol)
         done = PhaseResult(result, held)
         results.append(done)
         if result.best is None:
@@ -267,18 +347,68 @@ def run_phases(
     return results
 
 
-def summarize(spec: StudySpec, trials: list[Trial]) -> SessionResult:
+def summarize(
+    spec: StudySpec, trials: list[Trial], measurements: Sequence[Measurement] = ()
+) -> SessionResult:
     """The default trial, the best trial and the improvement ratio of a study's trials.
 
-    The result's spec has its relative outcome constraints resolved against the default."""
+    The best is the feasible trial (by its measured means) with the best posterior mean of
+    the objective's GP (``ranked``), not the one with the luckiest measurement. With the
+    stored ``measurements``: trials whose repeats disagree beyond the machine's noise are
+    flagged and left out of the best, and the default's series (repeats and controls) gives
+    the drift. The result's spec has its relative outcome constraints
+    resolved against the default."""
     trials = sorted(trials, key=lambda t: t.id)
     spec = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
     front = tuple(pareto_front(spec, trials))
+    measurements = tuple(measurements)
     if spec.multi_objective:
-        return SessionResult(spec, trials, default, None, None, front)
-    best = best_trial(spec, trials)
-    return SessionResult(spec, trials, default, best, improvement(spec, default, best), front)
+        return SessionResult(spec, trials, default, None, None, front, measurements)
+    name = spec.objective.name
+    flagged = tuple(
+        t.id for t in trials
+        if t.repeats > 1 and t is not default and _unstable(spec, t, default, measurements)
+    )  # fmt: skip
+    series = [
+        m for m in measurements
+        if default is not None and m.trial_id == default.id and name in m.metrics
+        and m.kind in (MeasurementKind.REPEAT, MeasurementKind.CONTROL) and m.metrics[name] > 0
+    ]  # fmt: skip
+    found = drift([m.at for m in series], [m.metrics[name] for m in series]) if series else None
+    best = next(iter(ranked(spec, trials, skip=flagged)), None)
+    ratio = improvement(spec, default, best)
+    return SessionResult(spec, trials, default, best, ratio, front, measurements, flagged, found)
+
+
+def ranked(spec: StudySpec, trials: Sequence[Trial], skip: Collection[int] = ()) -> list[Trial]:
+    """The feasible trials (by their measured means) but the default and ``skip``, best
+    first by the objective GP's posterior mean (``tuner.designer.posterior_best``)."""
+    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
+
+    spec = with_resolved_constraints(spec, trials)
+    among = [
+        t for t in trials
+        if is_feasible(spec, t) and t.id not in skip and t.step is not StepKind.DEFAULT
+    ]  # fmt: skip
+    return rank_by_posterior(spec, trials, among)
+
+
+def _unstable(
+    spec: StudySpec, trial: Trial, default: Trial | None, measurements: Sequence[Measurement]
+) -> bool:
+    """Whether ``trial``'s repeats disagree, on the objective, beyond the machine's noise
+    (``machine_noise``)."""
+    name = spec.objective.name
+    values = [
+        m.metrics[name] for m in measurements
+        if m.trial_id == trial.id and m.kind is MeasurementKind.REPEAT and name in m.metrics
+    ]  # fmt: skip
+    if len(values) < 2 or min(values) <= 0:
+        return False
+    default_id = None if default is None else default.id
+    noise = machine_noise(spec, measurements, default_id, exclude=trial.id).get(name)
+    return unstable(values, noise)
 
 
 def improvement(spec: StudySpec, default: Trial | None, best: Trial | None) -> float | None:
@@ -295,108 +425,7 @@ def improvement(spec: StudySpec, default: Trial | None, best: Trial | None) -> f
     return _ratio(spec, default.metrics[name], best.metrics[name])
 
 
-@dataclass(frozen=True)
-class Remeasured:
-    """One configuration measured again.
-
-    Attributes:
-        trial: The study's trial whose configuration was re-run.
-        values: The objective of each repeat that was COMPLETED and met the outcome
-            constraints, in order.
-        repeats: How many repeats ran.
-        reasons: Why the other repeats do not count (status and reason).
-    """
-
-    trial: Trial
-    values: tuple[float, ...]
-    repeats: int
-    reasons: tuple[str, ...] = ()
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.fmean(self.values) if self.values else None
-
-    @property
-    def std(self) -> float | None:
-        return statistics.stdev(self.values) if len(self.values) > 1 else None
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    """The outcome of ``confirm``.
-
-    Attributes:
-        measured: The default first (when there is one), then the candidates best first.
-        best: The candidate with the best mean among those feasible in every repeat.
-        ratio: ``best`` against the default, by means (as ``SessionResult.ratio``).
-        significant: Whether the two means differ by more than twice the standard error of
-            their difference (Welch); False when either has fewer than two values.
-    """
-
-    measured: tuple[Remeasured, ...]
-    best: Remeasured | None
-    ratio: float | None
-    significant: bool
-
-
-def confirm(
-    target: Target,
-    result: SessionResult,
-    repeats: int,
-    top: int = 3,
-    on_measure: Callable[[int, int], None] | None = None,
-) -> Confirmation:
-    """Run the default and the ``top`` best feasible configurations ``repeats`` times each,
-    round-robin; nothing is written to the study (its trials stay as measured).
-
-    Args:
-        on_measure: Called with (measurements done, measurements in all), for progress.
-    """
-    spec = result.spec
-    name = spec.objective.name
-    sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
-    feasible = [t for t in result.trials if is_feasible(spec, t) and name in t.metrics]
-    ranked = sorted(
-        (t for t in feasible if result.default is None or t.id != result.default.id),
-        key=lambda t: -sign * t.metrics[name],
-    )[:top]
-    trials = ([result.default] if result.default is not None else []) + ranked
-    values: dict[int, list[float]] = {t.id: [] for t in trials}
-    reasons: dict[int, list[str]] = {t.id: [] for t in trials}
-    total, done = repeats * len(trials), 0
-    for _ in range(repeats):
-        for trial in trials:
-            outcome = target.run_trial(trial.config)
-            again = Trial(trial.id, trial.config, outcome.status, dict(outcome.metrics))
-            if is_feasible(spec, again) and name in again.metrics:
-                values[trial.id].append(again.metrics[name])
-            else:
-                reasons[trial.id].append(f"{outcome.status.value}: {outcome.reason}"[:200])
-            done += 1
-            if on_measure is not None:
-                on_measure(done, total)
-    measured = tuple(
-        Remeasured(t, tuple(values[t.id]), repeats, tuple(reasons[t.id])) for t in trials
-    )
-    candidates = [m for m in measured[len(trials) - len(ranked) :] if len(m.values) == repeats]
-    best = max(candidates, key=lambda m: sign * (m.mean or 0.0), default=None)
-    default = measured[0] if result.default is not None else None
-    ratio = significant = None
-    if best is not None and default is not None and default.mean is not None:
-        ratio = _ratio(spec, default.mean, best.mean or 0.0)
-        significant = _differ(default, best)
-    return Confirmation(measured, best, ratio, bool(significant))
-
-
 def _ratio(spec: StudySpec, default: float, best: float) -> float | None:
     if not (math.isfinite(default) and math.isfinite(best)) or default <= 0 or best <= 0:
         return None
     return best / default if spec.objective.goal is Goal.MAXIMIZE else default / best
-
-
-def _differ(a: Remeasured, b: Remeasured) -> bool:
-    """Means more than two standard errors of their difference apart (Welch)."""
-    if a.mean is None or b.mean is None or len(a.values) < 2 or len(b.values) < 2:
-        return False
-    se = math.sqrt((a.std or 0.0) ** 2 / len(a.values) + (b.std or 0.0) ** 2 / len(b.values))
-    return abs(a.mean - b.mean) > 2 * se

@@ -85,7 +85,10 @@ def test_tune_runs_a_session_and_reports(
     assert main(["tune", str(config)]) == 0
     out = capsys.readouterr().out
     assert "default configuration" in out and "best configuration" in out
-    assert "improvement:" in out
+    # the session's own estimate, then the headline from the interleaved confirmation
+    flat = " ".join(out.split())
+    assert "session estimate:" in flat and "5 interleaved repeats each" in flat
+    assert (tmp_path / "runs" / "cli-confirm.json").is_file()
     png = tmp_path / "runs" / "cli.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     trials = finished(tmp_path / "runs" / "tuner.db", "cli")
@@ -249,7 +252,7 @@ def test_tune_with_a_bound_relative_to_the_default(
     default = trials[0]
     assert default.step is StepKind.DEFAULT
     bound = 1.5 * default.metrics["p95_ms"]
-    assert "improvement:" in out  # the default is feasible under its own bound
+    assert "session estimate:" in out  # the default is feasible under its own bound
     db = str(tmp_path / "runs" / "tuner.db")
     assert main(["best", "rel", "--db", db, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)

@@ -1,4 +1,4 @@
-"""Re-measuring what a session found (``server.session.confirm``) and ``[session] confirm``."""
+"""The closing confirmation (``server.measurement.confirm``) and ``[session] confirm``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any, cast
 import pytest
 
 from server.cli import main
-from server.session import SessionResult, confirm, summarize
+from server.measurement import confirm
 from targets.base import Target, TrialOutcome
 from tuner.study import StudySpec
-from tuner.trial import StepKind, Trial, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 SPEC = StudySpec.from_dict(
     {
@@ -38,20 +38,23 @@ class Scripted:
         return TrialOutcome(TrialStatus.COMPLETED, {"tps": tps, "p95_ms": p95})
 
 
-def session(first: dict[int, float]) -> SessionResult:
+def by_value(trials: list[Trial]) -> list[Trial]:
+    """The candidates best first by their measured tps (the default left out)."""
+    return sorted(trials[1:], key=lambda t: -t.metrics["tps"])
+
+
+def study(first: dict[int, float]) -> list[Trial]:
     """A finished study: the default (x = 0) first, then one trial per other ``x``."""
-    trials = [
+    return [
         Trial(i + 1, {"x": x}, TrialStatus.COMPLETED, {"tps": tps, "p95_ms": 5.0},
               step=StepKind.DEFAULT if x == 0 else StepKind.GLOBAL)
         for i, (x, tps) in enumerate(first.items())
     ]  # fmt: skip
-    return summarize(SPEC, trials)
 
 
 def test_a_lucky_measurement_is_not_confirmed() -> None:
     """x = 3 was measured once at 190 by luck; measured again it is the default's equal."""
-    result = session({0: 100.0, 1: 120.0, 2: 110.0, 3: 190.0, 4: 90.0})
-    assert result.best is not None and result.best.config == {"x": 3}
+    trials = study({0: 100.0, 1: 120.0, 2: 110.0, 3: 190.0, 4: 90.0})
     target = Scripted(
         {
             0: [(100.0, 5.0), (104.0, 5.0), (96.0, 5.0)],
@@ -61,19 +64,26 @@ def test_a_lucky_measurement_is_not_confirmed() -> None:
         }
     )
     done: list[tuple[int, int]] = []
-    outcome = confirm(cast(Target, target), result, repeats=3, on_measure=lambda *a: done.append(a))
-    # the default and the three best, round-robin: drift touches every one alike
-    assert target.calls == [0, 3, 1, 2] * 3
+    stored: list[tuple[int, Measurement]] = []
+    outcome = confirm(
+        cast(Target, target), SPEC, trials, by_value(trials), rounds=3,
+        on_measure=lambda *a: done.append(a), store=lambda i, m: stored.append((i, m)),
+    )  # fmt: skip
+    # the default and the three best by their means, in alternating order round by round:
+    # a machine that slows down during a round touches each pair alike over two rounds
+    assert target.calls == [0, 3, 1, 2, 2, 1, 3, 0, 0, 3, 1, 2]
     assert done[-1] == (12, 12)
     assert [m.trial.config["x"] for m in outcome.measured] == [0, 3, 1, 2]
     assert outcome.measured[0].mean == pytest.approx(100.0)
-    assert outcome.best is not None and outcome.best.trial.config == {"x": 3}
-    assert outcome.ratio == pytest.approx(302 / 300)
+    assert outcome.interval is not None and outcome.interval.low < 1.0 < outcome.interval.high
     assert not outcome.significant
+    # every run is kept as a CONFIRM measurement of its trial, with its round
+    assert [(i, m.round) for i, m in stored][:4] == [(1, 1), (4, 1), (2, 1), (3, 1)]
+    assert all(m.kind is MeasurementKind.CONFIRM and m.at > 0 for _, m in stored)
 
 
-def test_a_real_improvement_is_confirmed_and_infeasible_repeats_disqualify() -> None:
-    result = session({0: 100.0, 1: 150.0, 2: 180.0})
+def test_a_real_improvement_is_confirmed_and_infeasible_rounds_disqualify() -> None:
+    trials = study({0: 100.0, 1: 150.0, 2: 180.0})
     target = Scripted(
         {
             0: [(100.0, 5.0), (102.0, 5.0), (98.0, 5.0)],
@@ -81,12 +91,38 @@ def test_a_real_improvement_is_confirmed_and_infeasible_repeats_disqualify() -> 
             1: [(150.0, 5.0), (148.0, 5.0), (153.0, 5.0)],
         }
     )
-    outcome = confirm(cast(Target, target), result, repeats=3)
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=3)
     by_x = {m.trial.config["x"]: m for m in outcome.measured}
-    assert by_x[2].values == (200.0, 210.0) and len(by_x[2].reasons) == 1
+    assert by_x[2].values == (200.0, 210.0) and by_x[2].feasible == (True, False, True)
     assert outcome.best is not None and outcome.best.trial.config == {"x": 1}
-    assert outcome.ratio == pytest.approx(451 / 300)
-    assert outcome.significant
+    assert outcome.interval is not None
+    assert outcome.ratio == pytest.approx((150 / 100 * 148 / 102 * 153 / 98) ** (1 / 3))
+    assert outcome.significant and 1.3 < outcome.interval.low < 1.5 < outcome.interval.high
+
+
+def test_pairing_by_round_sees_through_a_machine_that_slows_down() -> None:
+    """The machine halves its speed every round; x = 1 is truly 1.2x the default. The
+    means of all rounds overlap, but each round's pair shows the 1.2x."""
+    trials = study({0: 100.0, 1: 120.0})
+    speeds = [1.0, 0.5, 0.25, 0.125]
+    target = Scripted(
+        {
+            0: [(100.0 * s * (1 + 0.01 * (-1) ** i), 5.0) for i, s in enumerate(speeds)],
+            1: [(120.0 * s, 5.0) for s in speeds],
+        }
+    )
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=4)
+    assert outcome.interval is not None and outcome.significant
+    assert outcome.interval.low > 1.15 and outcome.interval.high < 1.25
+
+
+def test_a_default_that_breaks_a_constraint_is_reported_beside_the_best() -> None:
+    trials = study({0: 100.0, 1: 90.0})
+    target = Scripted({0: [(100.0, 20.0), (101.0, 21.0)], 1: [(90.0, 5.0), (91.0, 5.0)]})
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=2)
+    assert not outcome.default_feasible
+    assert outcome.best is not None and outcome.best.trial.config == {"x": 1}
+    assert outcome.measured[0].metric_mean("p95_ms") == pytest.approx(20.5)
 
 
 CONFIG = """
@@ -128,19 +164,27 @@ def write(tmp_path: Path, confirm: object) -> Path:
 
 
 @pytest.mark.slow
-def test_tune_re_measures_the_default_and_the_best_on_the_real_target(
+def test_tune_confirms_the_best_against_the_default_on_the_real_target(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["tune", str(write(tmp_path, 2))]) == 0
-    out = capsys.readouterr().out
-    assert "re-measurements:" in out and ("confirmed" in out or "no candidate" in out)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "confirmation rounds:" in out
+    assert "2 interleaved repeats each" in out or "not confirmed: no candidate" in out
     saved = json.loads((tmp_path / "runs" / "c-confirm.json").read_text())
     measured = saved["measured"]
     assert measured[0]["source"] == "default" and len(measured) == 4  # default + 3 best
-    assert all(m["repeats"] == 2 and len(m["values"]) + len(m["not_counted"]) == 2
+    assert all(m["repeats"] == 2 and len(m["values"]) + len(m["not_counted"]) <= 2
                for m in measured)  # fmt: skip
     assert all(v > 0 for m in measured for v in m["values"])
     assert not list((tmp_path / "work").iterdir()), "the target left files behind"
+    # the rounds are stored with the study, as CONFIRM measurements
+    assert main(["measurements", "confirm", "--db", str(tmp_path / "runs" / "tuner.db"),
+                 "--kind", "confirm", "--json"]) == 0  # fmt: skip
+    rows = json.loads(capsys.readouterr().out)
+    completed = sum(r is not None for m in measured for r in m["rounds"])
+    assert len(rows) == completed == 8 - sum(len(m["not_counted"]) for m in measured)
+    assert {r["round"] for r in rows} <= {1, 2} and {r["kind"] for r in rows} == {"confirm"}
 
 
 @pytest.mark.parametrize("bad", ["-1", "101", "1.5", "true", '"3"'])

@@ -104,7 +104,10 @@ def test_an_envpipe_session_on_two_simulated_gpus(
             str(db),
             "--plot",
             str(tmp_path / "p.png"),
-        ]
+            # one measurement per trial and no confirmation: this checks the EnvPipe study
+            # (the protocol has its own tests), and each metric's identities hold per run
+            "--max-repeats", "0", "--control-every", "0", "--confirm", "0",
+        ]  # fmt: skip
         assert main(args) == 0
     finally:
         fake_nvml.configure([])
