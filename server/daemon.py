@@ -20,10 +20,20 @@ The daemon cycles through two phases and keeps its place in a state file:
    and round ``k + 1`` starts from the configuration now applied. A window that breaks the
    SLO puts the system's default configuration back at once and starts the next round too.
 
+With ``control_every = N`` the daemon also re-measures the default configuration every
+``N`` watch windows, as a control (the measurement protocol of sessions,
+``server/measurement.py``): the control is stored with the round's default trial, and the
+ratio of its objective to that trial's says how the machine moved. Drift of the objective
+is then judged per control (a slow-down that moved the default as much is the machine's,
+logged as ``machine_drift``, and re-tuning would not help), and after an SLO breach a control
+says whether the default meets the SLO at that moment. Each window of a trial is stored as a
+repeat of that trial.
+
 The SLO is the study's outcome constraints (bounds relative to the default resolve against
 each round's default trial). Every transition is an event: one JSON object per line on
 stdout and in ``log`` (``start``, ``resume``, ``trial``, ``slo_breach``, ``rollback``,
-``applied``, ``baseline``, ``window``, ``drift``, ``round``, ``stop``), with a UTC timestamp.
+``applied``, ``baseline``, ``window``, ``control``, ``machine_drift``, ``drift``, ``round``,
+``stop``), with a UTC timestamp.
 
 The state file (JSON, replaced atomically after every transition and every window) holds
 the round, the phase, the applied and last good configurations and the baseline. After a
@@ -54,7 +64,15 @@ from server.session import MAX_CONSECUTIVE_FAILURES, TuningAPI, keep_alive
 from targets.base import Target
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus, best_trial, with_resolved_constraints
+from tuner.trial import (
+    Measurement,
+    MeasurementKind,
+    StepKind,
+    Trial,
+    TrialStatus,
+    best_trial,
+    with_resolved_constraints,
+)
 
 DAEMON_KEYS = (
     "state",
@@ -67,6 +85,7 @@ DAEMON_KEYS = (
     "interval_s",
     "max_windows",
     "max_rounds",
+    "control_every",
 )
 TUNING, WATCHING = "tuning", "watching"
 
@@ -85,6 +104,7 @@ class DaemonSettings:
     interval_s: float = 0.0
     max_windows: int = 0  # stop after this many watch windows in all (0: never)
     max_rounds: int = 0  # stop after this many tuning rounds, once watching (0: never)
+    control_every: int = 0  # re-measure the default every this many watch windows (0: never)
 
 
 def parse_daemon(table: Mapping[str, Any], spec: StudySpec, db: Path) -> DaemonSettings:
@@ -115,6 +135,7 @@ def parse_daemon(table: Mapping[str, Any], spec: StudySpec, db: Path) -> DaemonS
         interval_s=_number(table, "interval_s", 0.0, 0.0, 86_400.0),
         max_windows=_int(table, "max_windows", 0, 0, 10**9),
         max_rounds=_int(table, "max_rounds", 0, 0, 10**6),
+        control_every=_int(table, "control_every", 0, 0, 10**6),
     )
 
 
@@ -131,6 +152,7 @@ class DaemonState:
     samples: list[dict[str, float]] = field(default_factory=list)  # windows toward a baseline
     windows: int = 0  # watch windows measured, all rounds
     drifting: int = 0  # windows in a row past the drift threshold
+    machine: float = 1.0  # the last control's objective over the round's default trial's
 
     @classmethod
     def load(cls, path: Path, fingerprint: str) -> tuple[DaemonState, str]:
@@ -270,8 +292,13 @@ class Daemon:
         while finished < self.trials:
             [trial] = self.api.suggest_trials(spec.name, 1, self.client_id)
             with keep_alive(self.api, spec.name, trial):
-                status, metrics, reason = self._measure_trial(spec, trial)
-            self.api.complete_trial(spec.name, trial.id, metrics, status, reason)
+                status, windows, reason = self._measure_trial(spec, trial)
+            metrics = _mean([w.metrics for w in windows])
+            if len({frozenset(w.metrics) for w in windows}) == 1:  # each window is a repeat
+                self.api.complete_trial(spec.name, trial.id, None, status, reason,
+                                        measurements=windows)  # fmt: skip
+            else:
+                self.api.complete_trial(spec.name, trial.id, metrics, status, reason)
             finished += 1
             self.events.emit(
                 "trial", round=self.state.round, trial=trial.id, status=status.value,
@@ -306,17 +333,19 @@ class Daemon:
 
     def _measure_trial(
         self, spec: StudySpec, trial: Trial
-    ) -> tuple[TrialStatus, dict[str, float], str]:
+    ) -> tuple[TrialStatus, list[Measurement], str]:
         """Apply, measure window by window (stop at an SLO breach), restore; roll back to
-        the last good configuration when the trial broke something."""
-        windows: list[dict[str, float]] = []
+        the last good configuration when the trial broke something. Each window is one
+        repeat of the trial (stored as such; the trial's metrics are their means); a trial
+        stopped by a breach keeps only the window that broke it."""
+        windows: list[Measurement] = []
         status, reason, broke = TrialStatus.COMPLETED, "", False
         slo = self._slo(spec)
         try:
             self.target.apply(trial.config)
             for index in range(self.settings.windows_per_trial):
                 metrics = self.target.measure()
-                windows.append(metrics)
+                windows.append(Measurement(dict(metrics), at=time.time()))
                 breach = _breach(slo, metrics)
                 if breach:
                     broke = True
@@ -324,7 +353,7 @@ class Daemon:
                         "slo_breach", round=self.state.round, trial=trial.id, window=index + 1,
                         constraint=breach, metrics=metrics,
                     )  # fmt: skip
-                    return status, metrics, reason
+                    return status, windows[-1:], reason
         except ConfigRejected as exc:
             status, reason, broke = TrialStatus.INFEASIBLE, str(exc), True
         except TrialTimedOut as exc:
@@ -334,8 +363,8 @@ class Daemon:
         finally:
             self._after_trial(broke)
         if status is not TrialStatus.COMPLETED:
-            return status, {}, reason
-        return status, _mean(windows), reason
+            return status, [], reason
+        return status, windows, reason
 
     def _after_trial(self, broke: bool) -> None:
         started = time.monotonic()
@@ -375,8 +404,14 @@ class Daemon:
                 seconds=round(time.monotonic() - started, 3),
             )  # fmt: skip
             state.applied = state.last_good = None
+            if settings.control_every:  # does the default meet the SLO now?
+                self._control(reapply=False)
             self._next_round("slo breach")
             return
+        if settings.control_every:
+            if state.windows % settings.control_every == 0:
+                self._control()
+            watched = self._for_the_machine(watched)
         if state.baseline is None:
             state.samples.append(watched)
             if len(state.samples) >= settings.baseline_windows:
@@ -396,10 +431,58 @@ class Daemon:
                 return
         state.save(settings.state)
 
+    def _control(self, reapply: bool = True) -> None:
+        """Measure the default configuration once (the target's restored state) as a
+        control, store it with the round's default trial, and apply the configuration in
+        effect again. The control says how the machine itself moved: ``state.machine`` is
+        its objective over the round's default trial's (1: as when the round tuned)."""
+        state, spec = self.state, self.round_spec()
+        self.target.restore()
+        try:
+            metrics = self.target.measure()
+        except TargetError as exc:
+            self.events.emit("control", round=state.round, error=str(exc))
+            return
+        finally:
+            if reapply and state.applied is not None:
+                self.target.apply(state.applied)
+        default = next(
+            (t for t in self.api.list_trials(spec.name, [TrialStatus.COMPLETED])
+             if t.step is StepKind.DEFAULT),
+            None,
+        )  # fmt: skip
+        name = spec.objective.name
+        fields: dict[str, Any] = {"round": state.round, "metrics": metrics}
+        if default is not None:
+            control = Measurement(dict(metrics), MeasurementKind.CONTROL, time.time())
+            self.api.add_measurements(spec.name, default.id, [control])
+            base = default.metrics.get(name)
+            if base and base > 0 and metrics.get(name, 0) > 0:
+                state.machine = metrics[name] / base
+                fields["machine"] = round(state.machine, 4)
+        fields["slo_breach"] = _breach(self._slo(spec), metrics) or None
+        self.events.emit("control", **fields)
+        if abs(math.log(state.machine)) > math.log1p(self.settings.drift):
+            self.events.emit(
+                "machine_drift", round=state.round, machine=round(state.machine, 4),
+                note="the default moved as much: the machine (or the load on every "
+                "configuration) changed; the watched objective is compared per control",
+            )  # fmt: skip
+
+    def _for_the_machine(self, watched: dict[str, float]) -> dict[str, float]:
+        """The watched metrics with the objective divided by the machine's factor (the last
+        control's): a change that moved the default as much is the machine's, and
+        re-tuning would not help; one that moved the applied configuration alone is."""
+        name = self.spec.objective.name
+        if name not in watched or self.state.machine <= 0:
+            return watched
+        return {**watched, name: watched[name] / self.state.machine}
+
     def _next_round(self, why: str) -> None:
         state = self.state
         state.round += 1
         state.phase, state.baseline, state.samples, state.drifting = TUNING, None, [], 0
+        state.machine = 1.0
         self.events.emit("round", round=state.round, reason=why, study=self.round_spec().name)
         state.save(self.settings.state)
 

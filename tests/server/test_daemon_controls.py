@@ -1,0 +1,97 @@
+"""The daemon's measurement protocol, in process: trial windows stored as repeats, controls
+of the default while watching, and drift judged per control (``daemon.control_every``)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server.daemon import Daemon, DaemonSettings, EventLog
+from server.service import TuningService
+from server.storage import SQLiteStorage
+from targets.base import Target
+from tuner.space import FloatKnob, Knob
+from tuner.study import StudySpec
+from tuner.trial import MeasurementKind, StepKind
+
+KNOBS = (FloatKnob("x", default=0.0, low=0.0, high=1.0),)
+SPEC = StudySpec.from_dict(
+    {
+        "name": "d",
+        "objectives": [{"name": "tps", "goal": "maximize"}],
+        "outcome_constraints": ["p95_ms <= 10"],
+        "designer": {"seed": 1, "initial_trials": 2},
+    },
+    knobs=KNOBS,
+)
+
+
+class Device(Target):
+    """``tps = (100 + 100 x) * speed``; after ``change_at`` measurements, ``slow`` divides
+    the speed of every configuration (the machine) or of the tuned ones only (the load)."""
+
+    kind = "device"
+
+    def __init__(self, change_at: int, machine: bool) -> None:
+        self.change_at, self.machine = change_at, machine
+        self.calls = 0
+        self.x = 0.0
+
+    def describe_knobs(self) -> tuple[Knob, ...]:
+        return KNOBS
+
+    def describe_metrics(self) -> dict[str, str]:
+        return {"tps": "higher is better", "p95_ms": "lower is better"}
+
+    def apply(self, config: dict[str, Any]) -> None:
+        self.x = float(config["x"])
+
+    def measure(self) -> dict[str, float]:
+        self.calls += 1
+        changed = self.calls > self.change_at and (self.machine or self.x > 0)
+        speed = 0.5 if changed else 1.0
+        return {"tps": (100 + 100 * self.x) * speed, "p95_ms": 5.0}
+
+    def restore(self) -> None:
+        self.x = 0.0
+
+
+def run(tmp_path: Path, target: Device, windows: int) -> tuple[TuningService, list[dict[str, Any]]]:
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
+    stream = io.StringIO()
+    settings = DaemonSettings(
+        state=tmp_path / "state.json", windows_per_trial=2, watch=("tps",), drift=0.25,
+        drift_windows=2, baseline_windows=2, max_windows=windows, control_every=2,
+    )  # fmt: skip
+    Daemon(service, target, SPEC, 4, settings, EventLog(None, stream)).run()
+    return service, [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_slower_machine_is_logged_but_does_not_start_a_new_round(tmp_path: Path) -> None:
+    # 4 trials x 2 windows = 8 calls; then windows and controls; the machine halves at 14
+    service, events = run(tmp_path, Device(change_at=14, machine=True), windows=12)
+    kinds = [e["event"] for e in events]
+    assert "machine_drift" in kinds and "drift" not in kinds and "round" not in kinds
+    controls = [e for e in events if e["event"] == "control"]
+    assert controls[0]["machine"] == pytest.approx(1.0)
+    assert controls[-1]["machine"] == pytest.approx(0.5)
+    # each trial's windows are its repeats; the controls belong to the default trial
+    trials = service.list_trials("d.r1")
+    assert all(t.repeats == 2 for t in trials)
+    default = next(t for t in trials if t.step is StepKind.DEFAULT)
+    stored = service.list_measurements("d.r1", kinds=[MeasurementKind.CONTROL])
+    assert len(stored) == len(controls) and {m.trial_id for m in stored} == {default.id}
+    service.close()
+
+
+def test_a_load_that_slows_only_the_tuned_configuration_starts_a_new_round(
+    tmp_path: Path,
+) -> None:
+    service, events = run(tmp_path, Device(change_at=14, machine=False), windows=12)
+    kinds = [e["event"] for e in events]
+    assert "drift" in kinds and "round" in kinds and "machine_drift" not in kinds
+    service.close()
