@@ -1,0 +1,427 @@
+"""Does the gain a session reports hold on a fresh deployment? The measurement protocol against
+single samples, on the real SQLite target, quiet and under interference.
+
+``python -m bench.noise [--seeds 10] [--levels quiet,moderate] [--trials 20]
+[--measure-s 1.0] [--db-mb 16] [--redeploy 10] [--out DIR] [--markdown]``
+
+For every level of background load (``quiet``: none; ``moderate``: ``targets.interference``
+with one CPU worker at half duty, 256 MiB of memory churn and 20 MB/s of fsynced writes)
+and every seed, in one run and under the same load:
+
+1. **protocol**: ``tuner tune`` (run as a user runs it, a subprocess) on the main job's
+   study (``examples/sqlite.toml``: nine PRAGMAs, maximize ops/s under ``p95_ms <= 5``) with
+   its default measurement protocol (adaptive repeats up to 3, a control every 5 trials, 5
+   interleaved confirmation rounds); the gain it reports is the confirmation's ratio for
+   its best (1.0 when nothing beat the default beyond noise: it keeps the default).
+2. **single**: ``tuner tune --repeats 1 --max-repeats 0 --control-every 0 --confirm 0``,
+   the single-sample session every release before this one ran (each trial measured once,
+   best = the largest feasible sample, ratio = best sample / default sample), with as many
+   trials as the protocol arm stored measurements, so both spend the same measurement time.
+   Results are read straight from each session's database file.
+3. **redeploy**: a fresh target (a new database file, built again) measures the default,
+   each arm's best and the well-known recipe (WAL, ``synchronous=normal``, a 64 MiB cache,
+   256 MiB of mmap, ``temp_store=memory``: what a user would pick instead of tuning) for
+   ``--redeploy`` interleaved rounds (order alternating); each configuration's gain is its
+   paired ratio to the default with a 95 % interval (``tuner.measurement_stats``).
+
+Per level and arm the summary gives the mean reported and redeployed gains, the mean of
+``reported / redeployed - 1`` (goal: within 5 %), and the share of sessions whose reported
+best loses 30 % or more on redeploy (``redeployed <= 0.7 * reported``; goal: at most 5 %;
+TUNA, EuroSys'25, measured up to 63 % without its protocol). Cells are appended to
+``DIR/cells.json`` as they finish, so a long run resumes where it stopped; ``DIR/noise.png``
+plots reported against redeployed gains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from bench.common import RESULTS_DIR, console, machine_info, show
+from targets.base import Target
+from targets.interference import Interference
+from targets.registry import build_target
+from tuner.constraints import OutcomeConstraint
+from tuner.measurement_stats import ratio_interval
+from tuner.space import Config
+from tuner.trial import StepKind, Trial, TrialStatus
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "sqlite.toml"
+OBJECTIVE = "ops_per_s"  # the main job's, maximized
+CONSTRAINTS = ("p95_ms <= 5",)
+#: What a user would set instead of tuning (SQLite's own docs and the common advice).
+RECIPE: Config = {
+    "journal_mode": "wal",
+    "synchronous": "normal",
+    "cache_size": 65536,
+    "mmap_size": 268435456,
+    "temp_store": "memory",
+}
+LEVELS: dict[str, dict[str, Any]] = {
+    "quiet": {},
+    "moderate": {"cpu": 1, "duty": 0.5, "memory_mb": 256, "disk_mb_s": 20.0},
+}
+LOSS = 0.7  # a redeployed gain at or below 70 % of the reported one loses >= 30 %
+
+
+def write_config(seed: int, args: argparse.Namespace, work: Path, name: str) -> Path:
+    """The main job's config (``examples/sqlite.toml``) for ``seed``, files under ``work``."""
+    data = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    data["study"]["name"] = name
+    data["study"]["designer"]["seed"] = seed
+    data["target"].update(
+        db_mb=args.db_mb, measure_s=args.measure_s, warmup_s=args.warmup_s, seed=seed,
+        workdir=str(work),
+    )  # fmt: skip
+    data["session"].update(db=str(work / "tuner.db"), plot=str(work / f"{name}.png"))
+    path = work / f"{name}.toml"
+    path.write_text(to_toml(data), encoding="utf-8")
+    return path
+
+
+def to_toml(data: Mapping[str, Any]) -> str:
+    """TOML for a config's nested tables of scalars, lists and inline tables."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, Mapping):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)  # strings, numbers and booleans are valid TOML this way
+
+    lines: list[str] = []
+
+    def table(prefix: str, items: Mapping[str, Any]) -> None:
+        lines.append(f"[{prefix}]")
+        nested = {k: v for k, v in items.items() if isinstance(v, Mapping)}
+        lines.extend(f"{k} = {value(v)}" for k, v in items.items() if k not in nested)
+        for key, sub in nested.items():
+            table(f"{prefix}.{key}", sub)
+
+    for name, items in data.items():
+        table(name, items)
+    return "\n".join(lines) + "\n"
+
+
+def tune(config: Path, *flags: str) -> None:
+    """``tuner tune CONFIG FLAGS`` as a user runs it (its output goes to a log beside it)."""
+    log = config.with_suffix(".log")
+    with open(log, "w", encoding="utf-8") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "server.cli", "tune", str(config), *flags],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"tuner tune {config} failed: {log.read_text()[-2000:]}")
+
+
+def stored(db: Path, study: str) -> tuple[list[Trial], int]:
+    """The study's trials and its number of stored measurements, read straight from the
+    database file, as a user's script would."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        (sid,) = conn.execute("SELECT id FROM studies WHERE name = ?", [study]).fetchone()
+        rows = conn.execute(
+            "SELECT trial_id, status, step FROM trials WHERE study_id = ? ORDER BY trial_id",
+            [sid],
+        ).fetchall()
+        configs: dict[int, dict[str, Any]] = {}
+        for tid, name, text in conn.execute(
+            "SELECT trial_id, name, value_json FROM parameters WHERE study_id = ?", [sid]
+        ):
+            configs.setdefault(tid, {})[name] = json.loads(text)
+        metrics: dict[int, dict[str, float]] = {}
+        for tid, name, number in conn.execute(
+            "SELECT trial_id, name, value FROM metrics WHERE study_id = ?", [sid]
+        ):
+            metrics.setdefault(tid, {})[name] = float(number)
+        (runs,) = conn.execute(
+            "SELECT COUNT(*) FROM measurements WHERE study_id = ?", [sid]
+        ).fetchone()
+    trials = [
+        Trial(tid, configs.get(tid, {}), TrialStatus(status), metrics.get(tid, {}),
+              step=StepKind(step))
+        for tid, status, step in rows
+    ]  # fmt: skip
+    return trials, int(runs)
+
+
+def feasible(trial: Trial) -> bool:
+    """COMPLETED, with the objective, inside the main job's constraints."""
+    constraints = [OutcomeConstraint.parse(c) for c in CONSTRAINTS]
+    return (
+        trial.status is TrialStatus.COMPLETED
+        and OBJECTIVE in trial.metrics
+        and all(c.metric in trial.metrics and c.satisfied(trial.metrics[c.metric])
+                for c in constraints)
+    )  # fmt: skip
+
+
+def protocol_arm(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """``tuner tune`` with its default measurement protocol; the gain it reports is the
+    confirmation's ratio, or 1.0 when it keeps the default (nothing confirmed)."""
+    config = write_config(seed, args, work, "protocol")
+    tune(config, "--trials", str(args.trials))
+    found = json.loads((work / "protocol-confirm.json").read_text())
+    _, runs = stored(work / "tuner.db", "protocol")
+    keeps_default = found["best_trial"] is None or not found["significant"]
+    return {
+        "runs": runs,
+        "reported": 1.0 if keeps_default else found["ratio"],
+        "confirmed_ratio": found["ratio"],
+        "interval": found["interval"],
+        "best": {} if keeps_default else found["best_config"],
+        "keeps_default": keeps_default,
+    }
+
+
+def single_arm(seed: int, args: argparse.Namespace, work: Path, runs: int) -> dict[str, Any]:
+    """The single-sample session with ``runs`` trials: best = the largest feasible sample,
+    gain = best sample / default sample (as every session reported before the protocol)."""
+    config = write_config(seed, args, work, "single")
+    tune(config, "--trials", str(runs), "--repeats", "1", "--max-repeats", "0",
+         "--control-every", "0", "--confirm", "0")  # fmt: skip
+    trials, measured = stored(work / "tuner.db", "single")
+    default = next(t for t in trials if t.step is StepKind.DEFAULT)
+    best = max(filter(feasible, trials), key=lambda t: t.metrics[OBJECTIVE], default=None)
+    ratio = 1.0
+    if best is not None and feasible(default):
+        ratio = best.metrics[OBJECTIVE] / default.metrics[OBJECTIVE]
+    return {"runs": measured, "reported": ratio, "best": {} if best is None else best.config}
+
+
+def redeploy(target: Target, configs: dict[str, Config], rounds: int) -> dict[str, Any]:
+    """Interleaved rounds of the default and ``configs`` (each over the knobs' defaults) on
+    a fresh target: each one's paired gain over the default with its 95 % interval, and the
+    share of its rounds that met the constraints."""
+    names = ["default", *configs]
+    defaults: Config = {k.name: k.default for k in target.describe_knobs() if k.default is not None}
+    values: dict[str, list[float | None]] = {n: [] for n in names}
+    met: dict[str, list[bool]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            config = {**defaults, **configs.get(name, {})}
+            outcome = target.run_trial(config)
+            trial = Trial(0, config, outcome.status, dict(outcome.metrics))
+            done = outcome.status is TrialStatus.COMPLETED  # its gain, feasible or not
+            values[name].append(trial.metrics.get(OBJECTIVE) if done else None)
+            met[name].append(feasible(trial))
+    out: dict[str, Any] = {"default_feasible_share": sum(met["default"]) / rounds}
+    for name in configs:
+        pairs = [
+            (d, c) for d, c in zip(values["default"], values[name], strict=True)
+            if d is not None and c is not None and d > 0 and c > 0
+        ]  # fmt: skip
+        found = ratio_interval([d for d, _ in pairs], [c for _, c in pairs], maximize=True)
+        out[name] = {
+            "gain": None if found is None else found.ratio,
+            "interval": None if found is None else [found.low, found.high],
+            "feasible_share": sum(met[name]) / rounds,
+        }
+    return out
+
+
+def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One seed at one load level: both arms, then the redeploy, all under the load."""
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="noise-") as tmp, load(level, Path(tmp)):
+        base = Path(tmp)
+        for sub in ("protocol", "single", "fresh"):
+            (base / sub).mkdir()
+        first = time.time()
+        protocol = protocol_arm(seed, args, base / "protocol")
+        protocol["seconds"] = time.time() - first
+        first = time.time()
+        single = single_arm(seed, args, base / "single", protocol["runs"])
+        single["seconds"] = time.time() - first
+        # a new database built from another seed: a fresh deployment
+        options = {
+            "db_mb": args.db_mb,
+            "measure_s": args.measure_s,
+            "warmup_s": args.warmup_s,
+            "seed": seed + 1000,
+            "workdir": str(base / "fresh"),
+        }
+        with build_target("sqlite", options) as fresh:  # fmt: skip
+            again = redeploy(
+                fresh,
+                {"protocol": protocol["best"], "single": single["best"], "recipe": RECIPE},
+                args.redeploy,
+            )
+    return {
+        "level": level,
+        "seed": seed,
+        "protocol": protocol,
+        "single": single,
+        "redeploy": again,
+        "seconds": time.time() - started,
+    }
+
+
+@contextlib.contextmanager
+def load(level: str, workdir: Path) -> Iterator[None]:
+    settings = LEVELS[level]
+    if not settings:
+        yield
+        return
+    with Interference(**settings, workdir=workdir):
+        yield
+
+
+def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per level and arm: reported and redeployed gains, their gap, and the share of
+    sessions whose reported best lost 30 % or more on redeploy."""
+    rows = []
+    for level in LEVELS:
+        mine = [c for c in cells if c["level"] == level]
+        if not mine:
+            continue
+        for arm in ("protocol", "single"):
+            pairs = [
+                (c[arm]["reported"], c["redeploy"][arm]["gain"])
+                for c in mine if c["redeploy"][arm]["gain"] is not None
+            ]  # fmt: skip
+            if not pairs:
+                continue
+            gaps = [r / g - 1 for r, g in pairs]
+            rows.append({
+                "level": level, "arm": arm, "sessions": len(pairs),
+                "reported": statistics.fmean(r for r, _ in pairs),
+                "redeployed": statistics.fmean(g for _, g in pairs),
+                "gap": statistics.fmean(gaps),
+                "gap_abs": statistics.fmean(abs(g) for g in gaps),
+                "lost_30": sum(g <= LOSS * r for r, g in pairs) / len(pairs),
+                "runs": statistics.fmean(c[arm]["runs"] for c in mine),
+            })  # fmt: skip
+        recipe = [c["redeploy"]["recipe"]["gain"] for c in mine]
+        recipe = [g for g in recipe if g is not None]
+        if recipe:
+            rows.append({
+                "level": level, "arm": "recipe", "sessions": len(recipe),
+                "reported": math.nan, "redeployed": statistics.fmean(recipe), "gap": math.nan,
+                "gap_abs": math.nan, "lost_30": math.nan, "runs": 0.0,
+            })  # fmt: skip
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> Table:
+    out = Table(title="reported gain vs the gain on a fresh deployment (ops/s over the default)")
+    for name in ("level", "arm", "sessions", "measurements", "reported", "redeployed",
+                 "reported/redeployed - 1", "|gap|", "lost >= 30 %"):  # fmt: skip
+        out.add_column(name, justify="left" if name in ("level", "arm") else "right")
+
+    def f(value: float, fmt: str) -> str:
+        return "-" if math.isnan(value) else format(value, fmt)
+
+    for r in rows:
+        out.add_row(
+            r["level"], r["arm"], str(r["sessions"]), f(r["runs"], ".0f"),
+            f(r["reported"], ".2f") + ("x" if not math.isnan(r["reported"]) else ""),
+            f(r["redeployed"], ".2f") + "x", f(r["gap"], "+.1%"), f(r["gap_abs"], ".1%"),
+            f(r["lost_30"], ".0%"),
+        )  # fmt: skip
+    return out
+
+
+def plot(cells: Sequence[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5), dpi=110)
+    try:
+        top = 1.0
+        for arm, marker in (("protocol", "o"), ("single", "x")):
+            for level, color in zip(LEVELS, ("tab:blue", "tab:orange"), strict=True):
+                pts = [
+                    (c[arm]["reported"], c["redeploy"][arm]["gain"]) for c in cells
+                    if c["level"] == level and c["redeploy"][arm]["gain"] is not None
+                ]  # fmt: skip
+                if pts:
+                    ax.scatter(*zip(*pts, strict=True), marker=marker, color=color,
+                               label=f"{arm}, {level}")  # fmt: skip
+                    top = max(top, *(max(p) for p in pts))
+        ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", lw=1, label="redeployed = reported")
+        ax.plot([0, top * 1.05], [0, LOSS * top * 1.05], color="grey", lw=1, ls=":",
+                label="lost 30 %")  # fmt: skip
+        ax.set_xlabel("gain the session reported")
+        ax.set_ylabel("gain on a fresh deployment (10 interleaved rounds)")
+        ax.set_title("SQLite main job: reported vs redeployed")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.noise", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--levels", default="quiet,moderate", help="comma-separated: quiet, moderate"
+    )
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--measure-s", type=float, default=1.0)
+    parser.add_argument("--warmup-s", type=float, default=0.3)
+    parser.add_argument("--db-mb", type=float, default=16.0)
+    parser.add_argument("--redeploy", type=int, default=10, help="interleaved rounds")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "noise")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    levels = [lv.strip() for lv in args.levels.split(",") if lv.strip()]
+    for level in levels:
+        if level not in LEVELS:
+            parser.error(f"--levels: unknown level {level!r} (allowed: {', '.join(LEVELS)})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "cells.json"
+    saved = json.loads(path.read_text()) if path.exists() else {"cells": []}
+    saved["machine"] = machine_info()
+    saved["settings"] = {k: v for k, v in vars(args).items() if k not in ("out", "markdown")}
+    done = {(c["level"], c["seed"]) for c in saved["cells"]}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for level in levels:
+            if (level, seed) in done:
+                continue
+            console.print(f"[bold]seed {seed}, {level}[/]: running both arms and the redeploy")
+            cell = run_cell(level, seed, args)
+            saved["cells"].append(cell)
+            path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
+            p, s = cell["protocol"], cell["single"]
+            console.print(
+                f"  protocol: reported {p['reported']:.2f}x, redeployed "
+                f"{_gain(cell, 'protocol')}; single: reported {s['reported']:.2f}x, redeployed "
+                f"{_gain(cell, 'single')}; recipe {_gain(cell, 'recipe')}; "
+                f"{cell['seconds']:.0f} s", highlight=False,
+            )  # fmt: skip
+    show(table(summarize(saved["cells"])), args.markdown)
+    plot(saved["cells"], args.out / "noise.png")
+    console.print(f"cells: {path}; plot: {args.out / 'noise.png'}")
+    return 0
+
+
+def _gain(cell: dict[str, Any], arm: str) -> str:
+    gain = cell["redeploy"][arm]["gain"]
+    return "-" if gain is None else f"{gain:.2f}x"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

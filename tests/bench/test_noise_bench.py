@@ -1,0 +1,57 @@
+"""bench.noise: both arms on the real SQLite target, the redeploy on a fresh database, and
+the summary that says how far the reported gains were from the redeployed ones."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import noise
+
+
+def cell(level: str, arm_gains: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """A finished cell whose arms reported and redeployed the given gains."""
+    out: dict[str, Any] = {"level": level, "seed": 0, "redeploy": {"recipe": {"gain": 5.0}}}
+    for arm, (reported, redeployed) in arm_gains.items():
+        out[arm] = {"reported": reported, "runs": 40}
+        out["redeploy"][arm] = {"gain": redeployed}
+    return out
+
+
+def test_the_summary_measures_the_gap_and_the_share_that_lost_30_percent() -> None:
+    cells = [
+        cell("quiet", {"protocol": (2.0, 2.1), "single": (10.0, 6.0)}),  # single lost 40 %
+        cell("quiet", {"protocol": (3.0, 3.0), "single": (8.0, 7.0)}),
+    ]
+    rows = {(r["level"], r["arm"]): r for r in noise.summarize(cells)}
+    protocol, single = rows["quiet", "protocol"], rows["quiet", "single"]
+    assert protocol["gap"] == pytest.approx((2.0 / 2.1 - 1 + 0.0) / 2)
+    assert protocol["lost_30"] == 0.0 and single["lost_30"] == 0.5
+    assert single["reported"] == pytest.approx(9.0) and single["redeployed"] == pytest.approx(6.5)
+    assert rows["quiet", "recipe"]["redeployed"] == 5.0
+    assert math.isnan(rows["quiet", "recipe"]["lost_30"])
+    assert ("moderate", "protocol") not in rows
+
+
+@pytest.mark.slow
+def test_a_tiny_run_measures_both_arms_and_redeploys_on_a_fresh_database(tmp_path: Path) -> None:
+    code = noise.main(
+        ["--seeds", "1", "--levels", "quiet", "--trials", "3", "--measure-s", "0.05",
+         "--warmup-s", "0.02", "--db-mb", "1", "--redeploy", "2", "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    [done] = json.loads((tmp_path / "cells.json").read_text())["cells"]
+    protocol, single = done["protocol"], done["single"]
+    # equal measurement time: the single-sample arm ran as many measurements
+    assert single["runs"] == protocol["runs"] > 3
+    assert protocol["reported"] >= 1.0 and single["reported"] > 0
+    for arm in ("protocol", "single", "recipe"):
+        assert done["redeploy"][arm]["gain"] is None or done["redeploy"][arm]["gain"] > 0
+    assert (tmp_path / "noise.png").stat().st_size > 0
+    # a second run with the same settings resumes: nothing is measured again
+    assert noise.main(["--seeds", "1", "--levels", "quiet", "--out", str(tmp_path)]) == 0
+    assert len(json.loads((tmp_path / "cells.json").read_text())["cells"]) == 1
