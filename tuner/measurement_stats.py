@@ -31,6 +31,7 @@ finite (throughput- or latency-like numbers).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -301,13 +302,21 @@ class Drift:
 
         return max(zip(self.times, self.factors, strict=True), key=key)
 
-    def changed(self, threshold: float = 0.2) -> bool:
-        """Whether any control deviates from the reference by more than ``threshold``.
-
-        A deviation counts on the log scale, ``|log factor| > log(1 + threshold)``, so 1.2
-        and 1 / 1.2 both sit on the threshold.
+    def changed(self, threshold: float = 0.2, window: int = 3) -> bool:
+        """Whether the controls moved away from the reference by more than ``threshold``:
+        the median of some ``window`` consecutive controls (all of them, when fewer)
+        deviates by more, on the log scale (``|log m| > log(1 + threshold)``, so 1.2 and
+        1 / 1.2 both sit on the threshold). A median, so that one noisy control is not a
+        changed machine: a change must last ``window // 2 + 1`` controls to count.
         """
-        return any(abs(math.log(f)) > math.log1p(threshold) for f in self.factors)
+        factors = self.factors
+        if not factors:
+            return False
+        width = min(window, len(factors))
+        medians = (
+            statistics.median(factors[i : i + width]) for i in range(len(factors) - width + 1)
+        )
+        return any(abs(math.log(m)) > math.log1p(threshold) for m in medians)
 
 
 def drift(times: Sequence[float], values: Sequence[float]) -> Drift:

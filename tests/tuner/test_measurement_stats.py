@@ -191,12 +191,17 @@ def test_drift_reference_is_median_of_first_three() -> None:
 
 
 def test_drift_worst_and_changed() -> None:
-    d = drift([0.0, 1.0, 2.0, 3.0], [100.0, 100.0, 100.0, 115.0])
+    d = drift([0.0, 1.0, 2.0, 3.0, 4.0], [100.0, 100.0, 100.0, 115.0, 115.0])
     assert d.worst(maximize=True) == (3.0, pytest.approx(1.15))
     assert not d.changed()
     assert d.changed(threshold=0.1)
-    slower = drift([0.0, 1.0, 2.0, 3.0], [100.0, 100.0, 100.0, 80.0])
+    slower = drift([0.0, 1.0, 2.0, 3.0, 4.0], [100.0, 100.0, 100.0, 80.0, 80.0])
     assert slower.changed()  # 0.8 = 1/1.25 is as far from 1 as 1.25 on the log scale
+    # one noisy control is not a changed machine; two in a window of three are
+    once = drift([0.0, 1.0, 2.0, 3.0, 4.0], [100.0, 100.0, 60.0, 100.0, 100.0])
+    assert not once.changed() and once.worst(maximize=True) == (2.0, 0.6)
+    late = drift([0.0, 1.0, 2.0, 3.0, 4.0], [100.0, 100.0, 100.0, 100.0, 60.0])
+    assert not late.changed()  # the last control alone: not yet
     # equal log deviations: the slower machine wins for the goal's direction
     both = drift([0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 2.0, 0.5])
     assert both.worst(maximize=True) == (3.0, 0.5)
