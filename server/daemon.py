@@ -23,10 +23,12 @@ The daemon cycles through two phases and keeps its place in a state file:
 With ``control_every = N`` the daemon also re-measures the default configuration every
 ``N`` watch windows, as a control (the measurement protocol of sessions,
 ``server/measurement.py``): the control is stored with the round's default trial, and the
-ratio of its objective to that trial's says how the machine moved. Drift of the objective
-is then judged per control (a slow-down that moved the default as much is the machine's,
-logged as ``machine_drift``, and re-tuning would not help), and after an SLO breach a control
-says whether the default meets the SLO at that moment. Each window of a trial is stored as a
+ratio of its objective to that trial's says how the machine moved. When the objective
+drifts, a control measured at that moment decides: if the default moved by the same factor
+since the baseline, every configuration slowed alike (the machine, or a load on all of
+them) and re-tuning would not help: the daemon logs ``machine_drift`` and learns a new
+baseline; otherwise it re-tunes. After an SLO breach a control says whether the default
+meets the SLO at that moment. Each window of a trial is stored as a
 repeat of that trial.
 
 The SLO is the study's outcome constraints (bounds relative to the default resolve against
@@ -153,6 +155,7 @@ class DaemonState:
     windows: int = 0  # watch windows measured, all rounds
     drifting: int = 0  # windows in a row past the drift threshold
     machine: float = 1.0  # the last control's objective over the round's default trial's
+    machine_base: float = 1.0  # ``machine`` when the baseline was set
 
     @classmethod
     def load(cls, path: Path, fingerprint: str) -> tuple[DaemonState, str]:
@@ -408,21 +411,24 @@ class Daemon:
                 self._control(reapply=False)
             self._next_round("slo breach")
             return
-        if settings.control_every:
-            if state.windows % settings.control_every == 0:
-                self._control()
-            watched = self._for_the_machine(watched)
+        if settings.control_every and state.windows % settings.control_every == 0:
+            self._control()
         if state.baseline is None:
             state.samples.append(watched)
             if len(state.samples) >= settings.baseline_windows:
                 state.baseline = _mean(state.samples)
                 state.samples = []
+                state.machine_base = state.machine
                 self.events.emit("baseline", round=state.round, baseline=state.baseline)
         else:
             moved = _relative_change(state.baseline, watched)
             far = {k: v for k, v in moved.items() if v > settings.drift}
             state.drifting = state.drifting + 1 if far else 0
             if state.drifting >= settings.drift_windows:
+                if settings.control_every and self._the_machine_moved(watched, far):
+                    state.baseline, state.samples, state.drifting = None, [], 0
+                    state.save(settings.state)
+                    return
                 self.events.emit(
                     "drift", round=state.round, windows=state.drifting, baseline=state.baseline,
                     metrics=watched, change={k: round(v, 4) for k, v in far.items()},
@@ -431,18 +437,19 @@ class Daemon:
                 return
         state.save(settings.state)
 
-    def _control(self, reapply: bool = True) -> None:
+    def _control(self, reapply: bool = True) -> float | None:
         """Measure the default configuration once (the target's restored state) as a
         control, store it with the round's default trial, and apply the configuration in
-        effect again. The control says how the machine itself moved: ``state.machine`` is
-        its objective over the round's default trial's (1: as when the round tuned)."""
+        effect again. Returns the machine's factor, the control's objective over the round's
+        default trial's (1: as when the round tuned; also kept in ``state.machine``), or
+        None when it cannot be told."""
         state, spec = self.state, self.round_spec()
         self.target.restore()
         try:
             metrics = self.target.measure()
         except TargetError as exc:
             self.events.emit("control", round=state.round, error=str(exc))
-            return
+            return None
         finally:
             if reapply and state.applied is not None:
                 self.target.apply(state.applied)
@@ -453,36 +460,46 @@ class Daemon:
         )  # fmt: skip
         name = spec.objective.name
         fields: dict[str, Any] = {"round": state.round, "metrics": metrics}
+        factor = None
         if default is not None:
             control = Measurement(dict(metrics), MeasurementKind.CONTROL, time.time())
             self.api.add_measurements(spec.name, default.id, [control])
             base = default.metrics.get(name)
             if base and base > 0 and metrics.get(name, 0) > 0:
-                state.machine = metrics[name] / base
-                fields["machine"] = round(state.machine, 4)
+                factor = state.machine = metrics[name] / base
+                fields["machine"] = round(factor, 4)
         fields["slo_breach"] = _breach(self._slo(spec), metrics) or None
         self.events.emit("control", **fields)
-        if abs(math.log(state.machine)) > math.log1p(self.settings.drift):
-            self.events.emit(
-                "machine_drift", round=state.round, machine=round(state.machine, 4),
-                note="the default moved as much: the machine (or the load on every "
-                "configuration) changed; the watched objective is compared per control",
-            )  # fmt: skip
+        return factor
 
-    def _for_the_machine(self, watched: dict[str, float]) -> dict[str, float]:
-        """The watched metrics with the objective divided by the machine's factor (the last
-        control's): a change that moved the default as much is the machine's, and
-        re-tuning would not help; one that moved the applied configuration alone is."""
+    def _the_machine_moved(self, watched: Mapping[str, float], far: Mapping[str, float]) -> bool:
+        """A drift was seen: is it the machine's? A control measured now says: when only the
+        objective moved, and the default moved by the same factor since the baseline (within
+        ``drift``), every configuration slowed alike and re-tuning would not help; the
+        daemon logs ``machine_drift`` and learns a new baseline instead."""
         name = self.spec.objective.name
-        if name not in watched or self.state.machine <= 0:
-            return watched
-        return {**watched, name: watched[name] / self.state.machine}
+        if set(far) != {name} or self.state.baseline is None:
+            return False
+        factor = self._control()
+        if factor is None or factor <= 0 or self.state.machine_base <= 0:
+            return False
+        applied = watched[name] / self.state.baseline[name]
+        machine = factor / self.state.machine_base
+        if abs(math.log(applied / machine)) > math.log1p(self.settings.drift):
+            return False
+        self.events.emit(
+            "machine_drift", round=self.state.round, objective_change=round(applied, 4),
+            default_change=round(machine, 4),
+            note="the default moved as much: the machine (or the load on every "
+            "configuration) changed; keeping the configuration, learning a new baseline",
+        )  # fmt: skip
+        return True
 
     def _next_round(self, why: str) -> None:
         state = self.state
         state.round += 1
         state.phase, state.baseline, state.samples, state.drifting = TUNING, None, [], 0
-        state.machine = 1.0
+        state.machine = state.machine_base = 1.0
         self.events.emit("round", round=state.round, reason=why, study=self.round_spec().name)
         state.save(self.settings.state)
 
