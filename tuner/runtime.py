@@ -32,8 +32,9 @@ few settings torch keeps per process are made here, by whoever starts the proces
   fused hypervolume kernel"). The choice is made once per process, so a study's suggestions
   never change path half-way.
 * where the numerical libraries' warnings go (jitter added to a covariance, a fit that
-  stopped early): into the ``py.warnings`` logger, not the terminal. They are expected in
-  normal operation; what matters reaches the trial as its warning.
+  stopped early): into the ``py.warnings`` logger, and GPyTorch's ``NumericalWarning``
+  only when debug logging is on (``tuner -v``). They are expected in normal operation;
+  what matters reaches the trial as its warning.
 
 ``warm_up()`` is for long-running processes (``tuner serve``, ``tuner daemon``): it pays at
 start-up what the process's first model-based suggestion would otherwise pay on top of its
@@ -87,7 +88,21 @@ def configure(
     linear_operator.settings._fast_covar_root_decomposition._set_state(False)
     if warnings_to_log:
         logging.captureWarnings(True)
+        noted = logging.getLogger("py.warnings")
+        if not any(isinstance(f, _ExpectedNotes) for f in noted.filters):
+            noted.addFilter(_ExpectedNotes())
     _hypervolume_kernel(fused_kernels)
+
+
+class _ExpectedNotes(logging.Filter):
+    """Lets the numerical libraries' expected notes (module doc) through only when debug
+    logging is on: a jitter added to a covariance is their designed fallback, and a trial
+    measured several times trains equal rows, whose joint posterior often needs one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "NumericalWarning" in record.getMessage():
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
 
 
 def warm_up() -> None:

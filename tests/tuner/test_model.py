@@ -28,6 +28,7 @@ from tuner.designer.model import (
     FitCache,
     OutcomeData,
     build_model,
+    distinct_rows,
     fit_models,
     outcome_data,
     replicates,
@@ -604,3 +605,12 @@ def test_large_baselines_drop_only_sure_losers_before_pruning() -> None:
     assert any(torch.equal(row, outcome.X[int(mean.argmax())]) for row in kept)
     small = outcome.X[: CONTENDERS_FROM - 1]
     assert torch.equal(_contenders(model, small, sign=-1.0), small)  # below the size: all
+
+
+def test_distinct_rows_keeps_the_first_of_each_in_order() -> None:
+    X = torch.tensor(
+        [[0.1, 0.2], [0.5, 0.5], [0.1, 0.2], [0.3, 0.4], [0.5, 0.5]], dtype=torch.float64
+    )
+    assert distinct_rows(X).tolist() == [[0.1, 0.2], [0.5, 0.5], [0.3, 0.4]]
+    unique = torch.rand(4, 3)
+    assert distinct_rows(unique) is unique

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -127,3 +128,22 @@ def test_serve_and_a_local_daemon_warm_up_and_short_commands_do_not(
     calls.clear()
     assert cli.main(["studies", "--db", str(tmp_path / "d.db")]) == 0
     assert calls == []
+
+
+def test_the_numerical_libraries_expected_notes_show_only_with_debug_logging() -> None:
+    note = logging.LogRecord(
+        "py.warnings", logging.WARNING, __file__, 1,
+        "cholesky.py:41: NumericalWarning: A not p.d., added jitter of 1.0e-08", None, None,
+    )  # fmt: skip
+    other = logging.LogRecord("py.warnings", logging.WARNING, __file__, 1, "UserWarning: x",
+                              None, None)  # fmt: skip
+    root = logging.getLogger()
+    level = root.level
+    try:
+        root.setLevel(logging.WARNING)
+        assert not runtime._ExpectedNotes().filter(note)
+        assert runtime._ExpectedNotes().filter(other)
+        root.setLevel(logging.DEBUG)
+        assert runtime._ExpectedNotes().filter(note)
+    finally:
+        root.setLevel(level)

@@ -58,7 +58,7 @@ from tuner.designer.acquisition import (
 )
 from tuner.designer.base import History, Suggestion, checked, derive_seed
 from tuner.designer.local_search import LocalSearch
-from tuner.designer.model import FitCache, fit_models, outcome_data
+from tuner.designer.model import FitCache, distinct_rows, fit_models, outcome_data
 from tuner.designer.priors import PriorRegion
 from tuner.designer.quasirandom import QuasiRandomDesigner
 from tuner.designer.strategy import (
@@ -199,7 +199,8 @@ class BODesigner(QuasiRandomDesigner):
             if pool is not None and not self.spec.multi_objective and y.numel() > 1:
                 margin = GLOBAL.candidate_margin * float(y.std())
             acquisition = build_acquisition(
-                self.spec, model, data, data[0].X, X_pending, any_feasible, seed, reference,
+                self.spec, model, data, distinct_rows(data[0].X), X_pending, any_feasible, seed,
+                reference,
                 margin,
             )  # fmt: skip
             region = self.region if isinstance(step, PriorStep) else None

@@ -253,6 +253,18 @@ def replicates(trial: Trial, name: str) -> list[float]:
     return values
 
 
+def distinct_rows(X: torch.Tensor) -> torch.Tensor:
+    """``n x d`` ``X`` without repeated rows (the first of each kept, in order): a trial
+    measured ``k`` times trains ``k`` equal rows, but the acquisition's baseline needs each
+    point once (the joint posterior over two equal points is singular)."""
+    first: dict[tuple[float, ...], int] = {}
+    for i, row in enumerate(X.tolist()):
+        first.setdefault(tuple(row), i)
+    if len(first) == X.shape[0]:
+        return X
+    return X[list(first.values())]
+
+
 def fit_models(
     data: list[OutcomeData],
     encoder: Encoder,
