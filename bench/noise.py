@@ -1,28 +1,33 @@
 """Does the gain a session reports hold on a fresh deployment? The measurement protocol against
-single samples, on the real SQLite target, quiet and under interference.
+single samples, on real SQLite and real PostgreSQL, quiet and under interference.
 
-``python -m bench.noise [--seeds 10] [--levels quiet,moderate] [--trials 20]
-[--measure-s 1.0] [--db-mb 16] [--redeploy 10] [--out DIR] [--markdown]``
+``python -m bench.noise [--system sqlite|postgres] [--seeds 10] [--levels quiet,moderate]
+[--trials N] [--measure-s S] [--redeploy 10] [--out DIR] [--markdown]``
 
 For every level of background load (``quiet``: none; ``moderate``: ``targets.interference``
 with one CPU worker at half duty, 256 MiB of memory churn and 20 MB/s of fsynced writes)
 and every seed, in one run and under the same load:
 
-1. **protocol**: ``tuner tune`` (run as a user runs it, a subprocess) on the main job's
-   study (``examples/sqlite.toml``: nine PRAGMAs, maximize ops/s under ``p95_ms <= 5``) with
-   its default measurement protocol (adaptive repeats up to 3, a control every 5 trials, 5
-   interleaved confirmation rounds); the gain it reports is the confirmation's ratio for
-   its best (1.0 when nothing beat the default beyond noise: it keeps the default).
+1. **protocol**: ``tuner tune`` (run as a user runs it, a subprocess) on the system's
+   example study (``examples/sqlite.toml``: nine PRAGMAs, maximize ops/s under
+   ``p95_ms <= 5``; ``examples/postgres.toml``: 111 knobs through a LlamaTune embedding,
+   maximize tps under ``p95_ms <= 20``, pgbench TPC-B-like) with its default measurement
+   protocol (adaptive repeats up to 3, a control every 5 trials, 5 interleaved confirmation
+   rounds); the gain it reports is the confirmation's ratio for its best (1.0 when nothing
+   beat the default beyond noise: it keeps the default).
 2. **single**: ``tuner tune --repeats 1 --max-repeats 0 --control-every 0 --confirm 0``,
    the single-sample session every release before this one ran (each trial measured once,
    best = the largest feasible sample, ratio = best sample / default sample), with as many
    trials as the protocol arm stored measurements, so both spend the same measurement time.
    Results are read straight from each session's database file.
-3. **redeploy**: a fresh target (a new database file, built again) measures the default,
-   each arm's best and the well-known recipe (WAL, ``synchronous=normal``, a 64 MiB cache,
-   256 MiB of mmap, ``temp_store=memory``: what a user would pick instead of tuning) for
+3. **redeploy**: a fresh target (a new database or cluster, built again from another seed)
+   measures the default, each arm's best and what a user would pick instead of tuning for
    ``--redeploy`` interleaved rounds (order alternating); each configuration's gain is its
-   paired ratio to the default with a 95 % interval (``tuner.measurement_stats``).
+   paired ratio to the default with a 95 % interval (``tuner.measurement_stats``). For
+   SQLite that is the well-known recipe (WAL, ``synchronous=normal``, a 64 MiB cache,
+   256 MiB of mmap, ``temp_store=memory``); for PostgreSQL, PGTune's recommendation for this
+   machine (``knobs/pgtune.py``: its published rules for an OLTP server on SSD, from the
+   machine's cgroup-aware RAM and CPU count, clamped into the catalog's ranges).
 
 Per level and arm the summary gives the mean reported and redeployed gains, the mean of
 ``reported / redeployed - 1`` (goal: within 5 %), and the share of sessions whose reported
@@ -38,6 +43,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -46,13 +52,17 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from bench.common import RESULTS_DIR, console, machine_info, show
+from knobs import pgtune
+from knobs.pgtune import within
 from targets.base import Target
+from targets.host import ram_bytes
 from targets.interference import Interference
 from targets.registry import build_target
 from tuner.constraints import OutcomeConstraint
@@ -61,17 +71,51 @@ from tuner.space import Config
 from tuner.trial import StepKind, Trial, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "sqlite.toml"
-OBJECTIVE = "ops_per_s"  # the main job's, maximized
-CONSTRAINTS = ("p95_ms <= 5",)
-#: What a user would set instead of tuning (SQLite's own docs and the common advice).
-RECIPE: Config = {
+#: What a SQLite user would set instead of tuning (SQLite's documentation and the common
+#: advice: WAL, synchronous=NORMAL, a larger cache, mmap, temporary tables in memory).
+SQLITE_RECIPE: Config = {
     "journal_mode": "wal",
     "synchronous": "normal",
     "cache_size": 65536,
     "mmap_size": 268435456,
     "temp_store": "memory",
 }
+
+
+@dataclass(frozen=True)
+class System:
+    """A real target the benchmark tunes: its example study and what a user would pick."""
+
+    name: str
+    example: Path
+    objective: str  # maximized
+    constraints: tuple[str, ...]
+    trials: int  # default --trials
+    measure_s: float  # default --measure-s
+
+    def options(self, args: argparse.Namespace, seed: int, work: Path) -> dict[str, Any]:
+        """The target's options for ``seed``, its files under ``work``."""
+        if self.name == "sqlite":
+            return {"db_mb": args.db_mb, "measure_s": args.measure_s,
+                    "warmup_s": args.warmup_s, "seed": seed, "workdir": str(work)}  # fmt: skip
+        return {"scale": args.pg_scale, "measure_s": max(1, round(args.measure_s)),
+                "warmup_s": max(0, round(args.warmup_s)), "seed": seed,
+                "workdir": str(work)}  # fmt: skip
+
+    def recipe(self, target: Target) -> tuple[Config, list[str]]:
+        """What a user would set instead of tuning, and notes on how it was fitted."""
+        if self.name == "sqlite":
+            return SQLITE_RECIPE, []
+        ram = ram_bytes() or 0
+        return within(pgtune.recommend(ram, os.cpu_count() or 1), target.describe_knobs())
+
+
+SYSTEMS = {
+    "sqlite": System("sqlite", ROOT / "examples" / "sqlite.toml", "ops_per_s",
+                     ("p95_ms <= 5",), trials=20, measure_s=1.0),
+    "postgres": System("postgres", ROOT / "examples" / "postgres.toml", "tps",
+                       ("p95_ms <= 20",), trials=15, measure_s=10.0),
+}  # fmt: skip
 LEVELS: dict[str, dict[str, Any]] = {
     "quiet": {},
     "moderate": {"cpu": 1, "duty": 0.5, "memory_mb": 256, "disk_mb_s": 20.0},
@@ -80,14 +124,12 @@ LOSS = 0.7  # a redeployed gain at or below 70 % of the reported one loses >= 30
 
 
 def write_config(seed: int, args: argparse.Namespace, work: Path, name: str) -> Path:
-    """The main job's config (``examples/sqlite.toml``) for ``seed``, files under ``work``."""
-    data = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    """The system's example config for ``seed``, its files under ``work``."""
+    system: System = args.system
+    data = tomllib.loads(system.example.read_text(encoding="utf-8"))
     data["study"]["name"] = name
     data["study"]["designer"]["seed"] = seed
-    data["target"].update(
-        db_mb=args.db_mb, measure_s=args.measure_s, warmup_s=args.warmup_s, seed=seed,
-        workdir=str(work),
-    )  # fmt: skip
+    data["target"].update(system.options(args, seed, work))
     data["session"].update(db=str(work / "tuner.db"), plot=str(work / f"{name}.png"))
     path = work / f"{name}.toml"
     path.write_text(to_toml(data), encoding="utf-8")
@@ -160,12 +202,12 @@ def stored(db: Path, study: str) -> tuple[list[Trial], int]:
     return trials, int(runs)
 
 
-def feasible(trial: Trial) -> bool:
-    """COMPLETED, with the objective, inside the main job's constraints."""
-    constraints = [OutcomeConstraint.parse(c) for c in CONSTRAINTS]
+def feasible(system: System, trial: Trial) -> bool:
+    """COMPLETED, with the objective, inside the system's constraints."""
+    constraints = [OutcomeConstraint.parse(c) for c in system.constraints]
     return (
         trial.status is TrialStatus.COMPLETED
-        and OBJECTIVE in trial.metrics
+        and system.objective in trial.metrics
         and all(c.metric in trial.metrics and c.satisfied(trial.metrics[c.metric])
                 for c in constraints)
     )  # fmt: skip
@@ -196,15 +238,20 @@ def single_arm(seed: int, args: argparse.Namespace, work: Path, runs: int) -> di
     tune(config, "--trials", str(runs), "--repeats", "1", "--max-repeats", "0",
          "--control-every", "0", "--confirm", "0")  # fmt: skip
     trials, measured = stored(work / "tuner.db", "single")
+    system: System = args.system
+    name = system.objective
     default = next(t for t in trials if t.step is StepKind.DEFAULT)
-    best = max(filter(feasible, trials), key=lambda t: t.metrics[OBJECTIVE], default=None)
+    ok = [t for t in trials if feasible(system, t)]
+    best = max(ok, key=lambda t: t.metrics[name], default=None)
     ratio = 1.0
-    if best is not None and feasible(default):
-        ratio = best.metrics[OBJECTIVE] / default.metrics[OBJECTIVE]
+    if best is not None and feasible(system, default):
+        ratio = best.metrics[name] / default.metrics[name]
     return {"runs": measured, "reported": ratio, "best": {} if best is None else best.config}
 
 
-def redeploy(target: Target, configs: dict[str, Config], rounds: int) -> dict[str, Any]:
+def redeploy(
+    system: System, target: Target, configs: dict[str, Config], rounds: int
+) -> dict[str, Any]:
     """Interleaved rounds of the default and ``configs`` (each over the knobs' defaults) on
     a fresh target: each one's paired gain over the default with its 95 % interval, and the
     share of its rounds that met the constraints."""
@@ -218,8 +265,8 @@ def redeploy(target: Target, configs: dict[str, Config], rounds: int) -> dict[st
             outcome = target.run_trial(config)
             trial = Trial(0, config, outcome.status, dict(outcome.metrics))
             done = outcome.status is TrialStatus.COMPLETED  # its gain, feasible or not
-            values[name].append(trial.metrics.get(OBJECTIVE) if done else None)
-            met[name].append(feasible(trial))
+            values[name].append(trial.metrics.get(system.objective) if done else None)
+            met[name].append(feasible(system, trial))
     out: dict[str, Any] = {"default_feasible_share": sum(met["default"]) / rounds}
     for name in configs:
         pairs = [
@@ -240,6 +287,7 @@ def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="noise-") as tmp, load(level, Path(tmp)):
         base = Path(tmp)
+        base.chmod(0o755)  # a PostgreSQL cluster run by another OS user (as root) enters it
         for sub in ("protocol", "single", "fresh"):
             (base / sub).mkdir()
         first = time.time()
@@ -248,21 +296,19 @@ def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         first = time.time()
         single = single_arm(seed, args, base / "single", protocol["runs"])
         single["seconds"] = time.time() - first
-        # a new database built from another seed: a fresh deployment
-        options = {
-            "db_mb": args.db_mb,
-            "measure_s": args.measure_s,
-            "warmup_s": args.warmup_s,
-            "seed": seed + 1000,
-            "workdir": str(base / "fresh"),
-        }
-        with build_target("sqlite", options) as fresh:  # fmt: skip
+        # a new database (cluster) built from another seed: a fresh deployment
+        system: System = args.system
+        options = system.options(args, seed + 1000, base / "fresh")
+        with build_target(system.name, options) as fresh:
+            recipe, notes = system.recipe(fresh)
             again = redeploy(
-                fresh,
-                {"protocol": protocol["best"], "single": single["best"], "recipe": RECIPE},
+                system, fresh,
+                {"protocol": protocol["best"], "single": single["best"], "recipe": recipe},
                 args.redeploy,
-            )
+            )  # fmt: skip
+            again["recipe"]["notes"] = notes
     return {
+        "system": args.system.name,
         "level": level,
         "seed": seed,
         "protocol": protocol,
@@ -319,7 +365,7 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(rows: Sequence[dict[str, Any]]) -> Table:
-    out = Table(title="reported gain vs the gain on a fresh deployment (ops/s over the default)")
+    out = Table(title="reported gain vs the gain on a fresh deployment (over the default)")
     for name in ("level", "arm", "sessions", "measurements", "reported", "redeployed",
                  "reported/redeployed - 1", "|gap|", "lost >= 30 %"):  # fmt: skip
         out.add_column(name, justify="left" if name in ("level", "arm") else "right")
@@ -337,7 +383,7 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
     return out
 
 
-def plot(cells: Sequence[dict[str, Any]], path: Path) -> None:
+def plot(cells: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -361,7 +407,7 @@ def plot(cells: Sequence[dict[str, Any]], path: Path) -> None:
                 label="lost 30 %")  # fmt: skip
         ax.set_xlabel("gain the session reported")
         ax.set_ylabel("gain on a fresh deployment (10 interleaved rounds)")
-        ax.set_title("SQLite main job: reported vs redeployed")
+        ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
@@ -374,19 +420,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.noise", description=__doc__.split("\n")[0]
     )
+    parser.add_argument("--system", choices=sorted(SYSTEMS), default="sqlite")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument(
-        "--levels", default="quiet,moderate", help="comma-separated: quiet, moderate"
-    )
-    parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--measure-s", type=float, default=1.0)
-    parser.add_argument("--warmup-s", type=float, default=0.3)
-    parser.add_argument("--db-mb", type=float, default=16.0)
+    parser.add_argument("--levels", default="quiet,moderate", help="comma-separated levels")
+    parser.add_argument("--trials", type=int, help="per session (sqlite 20, postgres 15)")
+    parser.add_argument("--measure-s", type=float, help="window (sqlite 1.0, postgres 10)")
+    parser.add_argument("--warmup-s", type=float, default=0.3, help="(postgres: rounded)")
+    parser.add_argument("--db-mb", type=float, default=16.0, help="sqlite database size")
+    parser.add_argument("--pg-scale", type=int, default=2, help="pgbench -s")
     parser.add_argument("--redeploy", type=int, default=10, help="interleaved rounds")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "noise")
+    parser.add_argument("--out", type=Path, help="default bench/results/noise/SYSTEM")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
+    system = args.system = SYSTEMS[args.system]
+    args.trials = args.trials or system.trials
+    args.measure_s = args.measure_s or system.measure_s
+    args.out = args.out or RESULTS_DIR / "noise" / system.name
     levels = [lv.strip() for lv in args.levels.split(",") if lv.strip()]
     for level in levels:
         if level not in LEVELS:
@@ -395,7 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = args.out / "cells.json"
     saved = json.loads(path.read_text()) if path.exists() else {"cells": []}
     saved["machine"] = machine_info()
-    saved["settings"] = {k: v for k, v in vars(args).items() if k not in ("out", "markdown")}
+    saved["settings"] = {
+        **{k: v for k, v in vars(args).items() if k not in ("out", "markdown", "system")},
+        "system": system.name,
+    }
     done = {(c["level"], c["seed"]) for c in saved["cells"]}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for level in levels:
@@ -413,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{cell['seconds']:.0f} s", highlight=False,
             )  # fmt: skip
     show(table(summarize(saved["cells"])), args.markdown)
-    plot(saved["cells"], args.out / "noise.png")
+    plot(saved["cells"], args.out / "noise.png", f"{system.name}: reported vs redeployed gains")
     console.print(f"cells: {path}; plot: {args.out / 'noise.png'}")
     return 0
 
