@@ -545,13 +545,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         )
         return 0
     metrics = list(spec.metric_names)
-    table = Table("id", "status", "source", *metrics, *spec.space.names, "reason")
+    table = Table("id", "status", "source", "n", *metrics, *spec.space.names, "reason")
     for t in trials:
         table.add_row(
             str(t.id),
             t.status.value,
             t.source,
-            *[_fmt(t.metrics.get(m)) for m in metrics],
+            str(t.repeats) if t.status.is_final else "-",
+            *[_mean_and_spread(t, m) for m in metrics],
             *[_fmt(t.config[k]) for k in spec.space.names],
             t.reason[:60],
         )
@@ -837,6 +838,14 @@ def _print_result(result: SessionResult, confirming: bool = False) -> None:
                 f"default's, feasible under {under}; unconfirmed: session.confirm = 0)",
                 highlight=False,
             )
+        then = result.relative.get(result.best.id)
+        if then and result.drift is not None and result.drift.changed():
+            then = then if spec.objective.goal.value == "maximize" else 1 / then
+            out.print(
+                f"against the default as the machine was then (interpolated between the "
+                f"nearest controls): {then:.2f}x",
+                highlight=False,
+            )
 
 
 def _print_noise(result: SessionResult) -> None:
@@ -907,12 +916,22 @@ def _print_trial(title: str, trial: Trial) -> None:
     out.print(table)
 
 
+def _mean_and_spread(trial: Trial, name: str) -> str:
+    """A metric of a trial: its mean, and ± the repeats' standard deviation when measured
+    more than once."""
+    spread = trial.spread.get(name)
+    text = _fmt(trial.metrics.get(name))
+    return f"{text} ± {_fmt(spread)}" if spread is not None and trial.repeats > 1 else text
+
+
 def _trial_dict(trial: Trial) -> dict[str, Any]:
     return {
         "id": trial.id,
         "status": trial.status.value,
         "config": trial.config,
         "metrics": trial.metrics,
+        "repeats": trial.repeats,
+        "spread": trial.spread,
         "reason": trial.reason,
         "source": trial.source,
         "client_id": trial.client_id,

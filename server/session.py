@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from server.measurement import (
@@ -108,6 +108,10 @@ class SessionResult:
             (``tuner.measurement_stats.unstable``); none of them is ``best``.
         drift: The default's measurements (its repeats and the controls) over time, by the
             objective; None without any.
+        relative: With a drift series, each measured trial's objective over the default's
+            value at the trial's time (interpolated between the nearest controls): the
+            trial's ratio to the default on the machine as it was then. The raw values stay
+            in ``trials``.
     """
 
     spec: StudySpec
@@ -119,6 +123,7 @@ class SessionResult:
     measurements: tuple[Measurement, ...] = ()
     unstable: tuple[int, ...] = ()
     drift: Drift | None = None
+    relative: dict[int, float] = field(default_factory=dict)
 
 
 def client_id_for(spec: StudySpec) -> str:
@@ -378,7 +383,16 @@ def summarize(
     found = drift([m.at for m in series], [m.metrics[name] for m in series]) if series else None
     best = next(iter(ranked(spec, trials, skip=flagged)), None)
     ratio = improvement(spec, default, best)
-    return SessionResult(spec, trials, default, best, ratio, front, measurements, flagged, found)
+    relative = {}
+    if found is not None and found.values:
+        relative = {
+            t.id: t.metrics[name] / (found.reference * found.factor_at(t.updated_at))
+            for t in trials
+            if t.status is TrialStatus.COMPLETED and t.metrics.get(name, 0) > 0
+        }
+    return SessionResult(
+        spec, trials, default, best, ratio, front, measurements, flagged, found, relative
+    )
 
 
 def ranked(spec: StudySpec, trials: Sequence[Trial], skip: Collection[int] = ()) -> list[Trial]:

@@ -228,6 +228,16 @@ def test_a_machine_that_slows_down_is_reported_as_drift(service: TuningService) 
     assert worst == pytest.approx(0.5, rel=0.15)
     # the first controls saw the old machine
     assert result.drift.factors[0] == pytest.approx(1.0, rel=0.1)
+    # trials measured once the machine had slowed (after the last two controls' times):
+    # their raw ratio to the default is half the truth, but against the default as the
+    # machine was then, they are right
+    late = [t for t in result.trials if t.updated_at > result.drift.times[-2]]
+    assert late and all(t.id in result.relative for t in late)
+    default = truth(0.0)
+    for t in late:
+        true_ratio = truth(float(t.config["x"])) / default
+        assert result.relative[t.id] == pytest.approx(true_ratio, rel=0.12)
+        assert t.metrics["tps"] / result.drift.reference < 0.7 * true_ratio
 
 
 def test_a_trial_whose_repeats_disagree_is_flagged_and_never_the_best(
