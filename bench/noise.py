@@ -367,7 +367,7 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def table(rows: Sequence[dict[str, Any]]) -> Table:
     out = Table(title="reported gain vs the gain on a fresh deployment (over the default)")
     for name in ("level", "arm", "sessions", "measurements", "reported", "redeployed",
-                 "reported/redeployed - 1", "|gap|", "lost >= 30 %"):  # fmt: skip
+                 "reported/redeployed - 1", "abs gap", "lost >= 30 %"):  # fmt: skip
         out.add_column(name, justify="left" if name in ("level", "arm") else "right")
 
     def f(value: float, fmt: str) -> str:
