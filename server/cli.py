@@ -74,7 +74,7 @@ from server.measurement import Confirmation, confirm, machine_noise
 from server.plot import plot_convergence
 from server.security import read_file, read_token
 from server.service import ON_EXPIRY
-from server.session import SessionResult, ranked, run_phases, run_session, summarize
+from server.session import SessionResult, run_phases, run_session, summarize
 from server.storage import SQLiteStorage
 from targets.command import env_name, format_value
 from targets.signals import terminate_on_sigterm
@@ -163,9 +163,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 def store(trial_id: int, measurement: Measurement) -> None:
                     api.add_measurements(spec.name, trial_id, [measurement])
 
-                candidates = ranked(result.spec, result.trials, skip=result.unstable)
                 confirmation = confirm(
-                    target, result.spec, result.trials, candidates, protocol.confirm,
+                    target, result.spec, result.trials, result.ranking, protocol.confirm,
                     protocol.confirm_top,
                     on_measure, store, machine_noise(
                         result.spec, result.measurements,

@@ -112,6 +112,8 @@ class SessionResult:
             value at the trial's time (interpolated between the nearest controls): the
             trial's ratio to the default on the machine as it was then. The raw values stay
             in ``trials``.
+        ranking: The feasible trials but the default and the unstable ones, best first by
+            posterior mean (``ranked``): the confirmation's candidates.
     """
 
     spec: StudySpec
@@ -124,6 +126,7 @@ class SessionResult:
     unstable: tuple[int, ...] = ()
     drift: Drift | None = None
     relative: dict[int, float] = field(default_factory=dict)
+    ranking: tuple[Trial, ...] = ()
 
 
 def client_id_for(spec: StudySpec) -> str:
@@ -381,7 +384,8 @@ def summarize(
         and m.kind in (MeasurementKind.REPEAT, MeasurementKind.CONTROL) and m.metrics[name] > 0
     ]  # fmt: skip
     found = drift([m.at for m in series], [m.metrics[name] for m in series]) if series else None
-    best = next(iter(ranked(spec, trials, skip=flagged)), None)
+    ranking = tuple(ranked(spec, trials, skip=flagged))
+    best = ranking[0] if ranking else None
     ratio = improvement(spec, default, best)
     relative = {}
     if found is not None and found.values:
@@ -391,8 +395,9 @@ def summarize(
             if t.status is TrialStatus.COMPLETED and t.metrics.get(name, 0) > 0
         }
     return SessionResult(
-        spec, trials, default, best, ratio, front, measurements, flagged, found, relative
-    )
+        spec, trials, default, best, ratio, front, measurements, flagged, found, relative,
+        ranking,
+    )  # fmt: skip
 
 
 def ranked(spec: StudySpec, trials: Sequence[Trial], skip: Collection[int] = ()) -> list[Trial]:
