@@ -12,15 +12,19 @@ and every seed, in one run and under the same load:
    example study (``examples/sqlite.toml``: nine PRAGMAs, maximize ops/s under
    ``p95_ms <= 5``; ``examples/postgres.toml``: 111 knobs through a LlamaTune embedding,
    maximize tps under ``p95_ms <= 20``, pgbench TPC-B-like) with its default measurement
-   protocol (adaptive repeats up to 3, a control every 5 trials, 5 interleaved confirmation
-   rounds); the gain it reports is the confirmation's ratio for its best (1.0 when nothing
-   beat the default beyond noise: it keeps the default).
+   protocol (adaptive repeats up to 3, a control every 5 trials, 2 interleaved rounds that
+   choose among the 3 best, 5 fresh rounds that estimate the chosen one's ratio); the gain
+   it reports is the confirmation's ratio for its best (1.0 when nothing beat the default
+   beyond noise: it keeps the default).
 2. **single**: ``tuner tune --repeats 1 --max-repeats 0 --control-every 0 --confirm 0``,
    the single-sample session every release before this one ran (each trial measured once,
    best = the largest feasible sample, ratio = best sample / default sample), with as many
    trials as the protocol arm stored measurements, so both spend the same measurement time.
    Results are read straight from each session's database file.
-3. **redeploy**: a fresh target (a new database or cluster, built again from another seed)
+3. **confirm**: single samples (``--max-repeats 1 --control-every 0``) and only the closing
+   confirmation; as many trials as leave the protocol arm's measurement count. It asks
+   what the honest headline costs without adaptive repeats and controls.
+4. **redeploy**: a fresh target (a new database or cluster, built again from another seed)
    measures the default, each arm's best and what a user would pick instead of tuning for
    ``--redeploy`` interleaved rounds (order alternating); each configuration's gain is its
    paired ratio to the default with a 95 % interval (``tuner.measurement_stats``). For
@@ -121,6 +125,8 @@ LEVELS: dict[str, dict[str, Any]] = {
     "moderate": {"cpu": 1, "duty": 0.5, "memory_mb": 256, "disk_mb_s": 20.0},
 }
 LOSS = 0.7  # a redeployed gain at or below 70 % of the reported one loses >= 30 %
+#: The sessions every cell runs: the protocol, single samples, single samples + confirmation.
+ARMS = ("protocol", "single", "confirm")
 
 
 def write_config(seed: int, args: argparse.Namespace, work: Path, name: str) -> Path:
@@ -172,9 +178,9 @@ def tune(config: Path, *flags: str) -> None:
         raise RuntimeError(f"tuner tune {config} failed: {log.read_text()[-2000:]}")
 
 
-def stored(db: Path, study: str) -> tuple[list[Trial], int]:
-    """The study's trials and its number of stored measurements, read straight from the
-    database file, as a user's script would."""
+def stored(db: Path, study: str) -> tuple[list[Trial], int, int]:
+    """The study's trials, its number of stored measurements and how many of them the
+    confirmation took, read straight from the database file, as a user's script would."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
         (sid,) = conn.execute("SELECT id FROM studies WHERE name = ?", [study]).fetchone()
         rows = conn.execute(
@@ -194,12 +200,15 @@ def stored(db: Path, study: str) -> tuple[list[Trial], int]:
         (runs,) = conn.execute(
             "SELECT COUNT(*) FROM measurements WHERE study_id = ?", [sid]
         ).fetchone()
+        (confirming,) = conn.execute(
+            "SELECT COUNT(*) FROM measurements WHERE study_id = ? AND kind = 'confirm'", [sid]
+        ).fetchone()
     trials = [
         Trial(tid, configs.get(tid, {}), TrialStatus(status), metrics.get(tid, {}),
               step=StepKind(step))
         for tid, status, step in rows
     ]  # fmt: skip
-    return trials, int(runs)
+    return trials, int(runs), int(confirming)
 
 
 def feasible(system: System, trial: Trial) -> bool:
@@ -213,16 +222,19 @@ def feasible(system: System, trial: Trial) -> bool:
     )  # fmt: skip
 
 
-def protocol_arm(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """``tuner tune`` with its default measurement protocol; the gain it reports is the
-    confirmation's ratio, or 1.0 when it keeps the default (nothing confirmed)."""
-    config = write_config(seed, args, work, "protocol")
-    tune(config, "--trials", str(args.trials))
-    found = json.loads((work / "protocol-confirm.json").read_text())
-    _, runs = stored(work / "tuner.db", "protocol")
+def confirmed_arm(
+    seed: int, args: argparse.Namespace, work: Path, name: str, *flags: str
+) -> dict[str, Any]:
+    """``tuner tune`` with ``flags``; the gain it reports is the confirmation's ratio, or
+    1.0 when it keeps the default (nothing confirmed)."""
+    config = write_config(seed, args, work, name)
+    tune(config, *flags)
+    found = json.loads((work / f"{name}-confirm.json").read_text())
+    _, runs, confirming = stored(work / "tuner.db", name)
     keeps_default = found["best_trial"] is None or not found["significant"]
     return {
         "runs": runs,
+        "confirm_runs": confirming,
         "reported": 1.0 if keeps_default else found["ratio"],
         "confirmed_ratio": found["ratio"],
         "interval": found["interval"],
@@ -237,7 +249,7 @@ def single_arm(seed: int, args: argparse.Namespace, work: Path, runs: int) -> di
     config = write_config(seed, args, work, "single")
     tune(config, "--trials", str(runs), "--repeats", "1", "--max-repeats", "0",
          "--control-every", "0", "--confirm", "0")  # fmt: skip
-    trials, measured = stored(work / "tuner.db", "single")
+    trials, measured, _ = stored(work / "tuner.db", "single")
     system: System = args.system
     name = system.objective
     default = next(t for t in trials if t.step is StepKind.DEFAULT)
@@ -283,19 +295,30 @@ def redeploy(
 
 
 def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One seed at one load level: both arms, then the redeploy, all under the load."""
+    """One seed at one load level: every arm, then the redeploy, all under the load."""
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="noise-") as tmp, load(level, Path(tmp)):
         base = Path(tmp)
         base.chmod(0o755)  # a PostgreSQL cluster run by another OS user (as root) enters it
-        for sub in ("protocol", "single", "fresh"):
+        for sub in (*ARMS, "fresh"):
             (base / sub).mkdir()
         first = time.time()
-        protocol = protocol_arm(seed, args, base / "protocol")
+        protocol = confirmed_arm(
+            seed, args, base / "protocol", "protocol", "--trials", str(args.trials)
+        )
         protocol["seconds"] = time.time() - first
         first = time.time()
         single = single_arm(seed, args, base / "single", protocol["runs"])
         single["seconds"] = time.time() - first
+        first = time.time()
+        # as many single-sample trials as the protocol's measurements leave beside the
+        # confirmation (its cost as the protocol arm paid it)
+        trials = max(protocol["runs"] - protocol["confirm_runs"], args.trials)
+        confirmed = confirmed_arm(
+            seed, args, base / "confirm", "confirm", "--trials", str(trials), "--repeats", "1",
+            "--max-repeats", "1", "--control-every", "0",
+        )  # fmt: skip
+        confirmed["seconds"] = time.time() - first
         # a new database (cluster) built from another seed: a fresh deployment
         system: System = args.system
         options = system.options(args, seed + 1000, base / "fresh")
@@ -303,7 +326,8 @@ def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             recipe, notes = system.recipe(fresh)
             again = redeploy(
                 system, fresh,
-                {"protocol": protocol["best"], "single": single["best"], "recipe": recipe},
+                {"protocol": protocol["best"], "single": single["best"],
+                 "confirm": confirmed["best"], "recipe": recipe},
                 args.redeploy,
             )  # fmt: skip
             again["recipe"]["notes"] = notes
@@ -313,6 +337,7 @@ def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "seed": seed,
         "protocol": protocol,
         "single": single,
+        "confirm": confirmed,
         "redeploy": again,
         "seconds": time.time() - started,
     }
@@ -336,10 +361,10 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         mine = [c for c in cells if c["level"] == level]
         if not mine:
             continue
-        for arm in ("protocol", "single"):
+        for arm in ARMS:
             pairs = [
                 (c[arm]["reported"], c["redeploy"][arm]["gain"])
-                for c in mine if c["redeploy"][arm]["gain"] is not None
+                for c in mine if arm in c and c["redeploy"][arm]["gain"] is not None
             ]  # fmt: skip
             if not pairs:
                 continue
@@ -351,7 +376,7 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "gap": statistics.fmean(gaps),
                 "gap_abs": statistics.fmean(abs(g) for g in gaps),
                 "lost_30": sum(g <= LOSS * r for r, g in pairs) / len(pairs),
-                "runs": statistics.fmean(c[arm]["runs"] for c in mine),
+                "runs": statistics.fmean(c[arm]["runs"] for c in mine if arm in c),
             })  # fmt: skip
         recipe = [c["redeploy"]["recipe"]["gain"] for c in mine]
         recipe = [g for g in recipe if g is not None]
@@ -392,11 +417,11 @@ def plot(cells: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 5), dpi=110)
     try:
         top = 1.0
-        for arm, marker in (("protocol", "o"), ("single", "x")):
+        for arm, marker in zip(ARMS, ("o", "x", "^"), strict=True):
             for level, color in zip(LEVELS, ("tab:blue", "tab:orange"), strict=True):
                 pts = [
                     (c[arm]["reported"], c["redeploy"][arm]["gain"]) for c in cells
-                    if c["level"] == level and c["redeploy"][arm]["gain"] is not None
+                    if c["level"] == level and arm in c and c["redeploy"][arm]["gain"] is not None
                 ]  # fmt: skip
                 if pts:
                     ax.scatter(*zip(*pts, strict=True), marker=marker, color=color,
@@ -454,17 +479,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for level in levels:
             if (level, seed) in done:
                 continue
-            console.print(f"[bold]seed {seed}, {level}[/]: running both arms and the redeploy")
+            console.print(f"[bold]seed {seed}, {level}[/]: running every arm and the redeploy")
             cell = run_cell(level, seed, args)
             saved["cells"].append(cell)
             path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
-            p, s = cell["protocol"], cell["single"]
+            arms = "; ".join(
+                f"{arm}: reported {cell[arm]['reported']:.2f}x, redeployed {_gain(cell, arm)}"
+                for arm in ARMS
+            )
             console.print(
-                f"  protocol: reported {p['reported']:.2f}x, redeployed "
-                f"{_gain(cell, 'protocol')}; single: reported {s['reported']:.2f}x, redeployed "
-                f"{_gain(cell, 'single')}; recipe {_gain(cell, 'recipe')}; "
-                f"{cell['seconds']:.0f} s", highlight=False,
-            )  # fmt: skip
+                f"  {arms}; recipe {_gain(cell, 'recipe')}; {cell['seconds']:.0f} s",
+                highlight=False,
+            )
     show(table(summarize(saved["cells"])), args.markdown)
     plot(saved["cells"], args.out / "noise.png", f"{system.name}: reported vs redeployed gains")
     console.print(f"cells: {path}; plot: {args.out / 'noise.png'}")

@@ -70,7 +70,7 @@ from rich.table import Table
 
 from server.app import DEFAULT_LEASES
 from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
-from server.measurement import Confirmation, confirm, machine_noise
+from server.measurement import Confirmation, Remeasured, confirm, machine_noise
 from server.plot import plot_convergence
 from server.security import read_file, read_token
 from server.service import ON_EXPIRY
@@ -87,6 +87,7 @@ from tuner.trial import (
     OBSERVED,
     Measurement,
     MeasurementKind,
+    StepKind,
     Trial,
     TrialStatus,
     best_trial,
@@ -131,6 +132,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "trials": args.trials, "db": args.db, "plot": args.plot, "name": args.name,
         "repeats": args.repeats, "max_repeats": args.max_repeats,
         "control_every": args.control_every, "confirm": args.confirm,
+        "confirm_select": args.confirm_select,
     }  # fmt: skip
     config = load_config(args.config, overrides)
     if config.phases:
@@ -169,7 +171,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     on_measure, store, machine_noise(
                         result.spec, result.measurements,
                         None if result.default is None else result.default.id,
-                    ),
+                    ), protocol.confirm_select,
                 )  # fmt: skip
     _print_result(result, confirming=confirmation is not None)
     if confirmation is not None:
@@ -655,24 +657,21 @@ def _progress() -> Iterator[Progress]:
 
 
 def _print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
-    """The confirmation's table and its headline: the ratio with its 95 % interval."""
+    """The confirmation's tables and its headline: the ratio with its 95 % interval."""
     name = spec.objective.name
     default = confirmation.default
-    table = Table(
-        "trial", "source", f"session {name}", f"confirmed {name}", "vs default (95 % CI)",
-        "feasible rounds",
-    )  # fmt: skip
-    for m in confirmation.measured:
-        found = confirmation.intervals.get(m.trial.id)
-        note = " unstable" if m.trial.id in confirmation.unstable else ""
-        table.add_row(
-            str(m.trial.id),
-            m.trial.source,
-            f"{_fmt(m.trial.metrics.get(name))} (n={m.trial.repeats})",
-            f"{_fmt(m.metric_mean(name))} ± {_fmt(m.std)}" if m.std else _fmt(m.metric_mean(name)),
-            ("1" if m is default else str(found) if found else "-") + note,
-            f"{sum(m.feasible)}/{m.repeats}",
+    if confirmation.selection:
+        rounds = confirmation.selection[0].repeats
+        chosen = confirmation.best.trial.id if confirmation.best else None
+        out.print(
+            f"selection: {rounds} interleaved rounds of the default and the "
+            f"{len(confirmation.selection) - 1} best by the model choose "
+            + (f"trial {chosen}" if chosen is not None else "none")
+            + "; fresh rounds estimate its ratio",
+            highlight=False,
         )
+        out.print(_confirmation_table(spec, confirmation, confirmation.selection, "selection"))
+    table = _confirmation_table(spec, confirmation, confirmation.measured, "confirmed")
     out.print(table)
     best = confirmation.best
     rounds = best.repeats if best else 0
@@ -710,29 +709,61 @@ def _print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
         )
 
 
+def _confirmation_table(
+    spec: StudySpec, confirmation: Confirmation, rows: Sequence[Remeasured], label: str
+) -> Table:
+    name = spec.objective.name
+    table = Table(
+        "trial", "source", f"session {name}", f"{label} {name}", "vs default (95 % CI)",
+        "feasible rounds",
+    )  # fmt: skip
+    for m in rows:
+        found = confirmation.intervals.get(m.trial.id)
+        if label == "confirmed" and confirmation.best is not None and m is confirmation.best:
+            found = confirmation.interval
+        note = " unstable" if m.trial.id in confirmation.unstable else ""
+        table.add_row(
+            str(m.trial.id),
+            m.trial.source,
+            f"{_fmt(m.trial.metrics.get(name))} (n={m.trial.repeats})",
+            f"{_fmt(m.metric_mean(name))} ± {_fmt(m.std)}" if m.std else _fmt(m.metric_mean(name)),
+            ("1" if m.trial.step is StepKind.DEFAULT else str(found) if found else "-") + note,
+            f"{sum(m.feasible)}/{m.repeats}",
+        )
+    return table
+
+
 def _confirmation_dict(confirmation: Confirmation) -> dict[str, Any]:
     interval = confirmation.interval
+
+    def row(m: Remeasured, found: RatioInterval | None) -> dict[str, Any]:
+        return {
+            "trial": m.trial.id,
+            "source": m.trial.source,
+            "session": m.trial.metrics,
+            "session_repeats": m.trial.repeats,
+            "rounds": list(m.rounds),
+            "feasible": list(m.feasible),
+            "values": list(m.values),
+            "repeats": m.repeats,
+            "mean": m.mean,
+            "std": m.std,
+            "not_counted": list(m.reasons),
+            "vs_default": _interval_dict(found),
+            "unstable": m.trial.id in confirmation.unstable,
+        }
+
+    best = confirmation.best
     return {
         "measured": [
-            {
-                "trial": m.trial.id,
-                "source": m.trial.source,
-                "session": m.trial.metrics,
-                "session_repeats": m.trial.repeats,
-                "rounds": list(m.rounds),
-                "feasible": list(m.feasible),
-                "values": list(m.values),
-                "repeats": m.repeats,
-                "mean": m.mean,
-                "std": m.std,
-                "not_counted": list(m.reasons),
-                "vs_default": _interval_dict(confirmation.intervals.get(m.trial.id)),
-                "unstable": m.trial.id in confirmation.unstable,
-            }
+            row(m, interval if m is best else confirmation.intervals.get(m.trial.id))
             for m in confirmation.measured
         ],
-        "best_trial": confirmation.best.trial.id if confirmation.best else None,
-        "best_config": confirmation.best.trial.config if confirmation.best else None,
+        "selection": [
+            row(m, confirmation.intervals.get(m.trial.id)) for m in confirmation.selection
+        ],
+        "best_trial": best.trial.id if best else None,
+        "best_config": best.trial.config if best else None,
         "default_feasible": confirmation.default_feasible,
         "ratio": confirmation.ratio,
         "interval": _interval_dict(interval),
@@ -1010,6 +1041,7 @@ def _parser() -> argparse.ArgumentParser:
         ("--max-repeats", "measurements of a promising trial and of the default (0: --repeats)"),
         ("--control-every", "re-measure the default after every N trials (0: never)"),
         ("--confirm", "interleaved confirmation rounds at the end (0: none)"),
+        ("--confirm-select", "rounds that choose the confirmed candidate first (0: none)"),
     ):
         tune.add_argument(flag, type=int, help=f"{help_} (overrides [session])")
 

@@ -43,14 +43,17 @@ from tuner.study import StudySpec
 _TABLES = ("study", "target", "session", "daemon")
 _SESSION_KEYS = (
     "trials", "db", "plot", "phases",
-    "repeats", "max_repeats", "control_every", "confirm", "confirm_top",
+    "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
 )  # fmt: skip
-_PROTOCOL_KEYS = ("repeats", "max_repeats", "control_every", "confirm", "confirm_top")
+_PROTOCOL_KEYS = (
+    "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
+)  # fmt: skip
 #: A session's measurement protocol when ``[session]`` says nothing: one measurement per
 #: trial (three for a promising one and the default), a control every five trials, and a
-#: five-round confirmation. A single sample is never the headline (see server/measurement.py).
+#: confirmation: two rounds choose among the three best, five fresh rounds estimate the
+#: chosen one's ratio. A single sample is never the headline (see server/measurement.py).
 DEFAULT_PROTOCOL = MeasurementProtocol(
-    repeats=1, max_repeats=3, control_every=5, confirm=5, confirm_top=3
+    repeats=1, max_repeats=3, control_every=5, confirm=5, confirm_top=3, confirm_select=2
 )
 DEFAULT_DB = Path("runs/tuner.db")
 

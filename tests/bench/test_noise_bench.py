@@ -1,4 +1,4 @@
-"""bench.noise: both arms on the real SQLite target, the redeploy on a fresh database, and
+"""bench.noise: every arm on the real SQLite target, the redeploy on a fresh database, and
 the summary that says how far the reported gains were from the redeployed ones."""
 
 from __future__ import annotations
@@ -38,18 +38,23 @@ def test_the_summary_measures_the_gap_and_the_share_that_lost_30_percent() -> No
 
 
 @pytest.mark.slow
-def test_a_tiny_run_measures_both_arms_and_redeploys_on_a_fresh_database(tmp_path: Path) -> None:
+def test_a_tiny_run_measures_every_arm_and_redeploys_on_a_fresh_database(tmp_path: Path) -> None:
     code = noise.main(
         ["--seeds", "1", "--levels", "quiet", "--trials", "3", "--measure-s", "0.05",
          "--warmup-s", "0.02", "--db-mb", "1", "--redeploy", "2", "--out", str(tmp_path)]
     )  # fmt: skip
     assert code == 0
     [done] = json.loads((tmp_path / "cells.json").read_text())["cells"]
-    protocol, single = done["protocol"], done["single"]
-    # equal measurement time: the single-sample arm ran as many measurements
+    protocol, single, confirmed = done["protocol"], done["single"], done["confirm"]
+    # equal measurement time: the single-sample arm ran as many measurements, and the
+    # confirm-only arm as many trials as the protocol's measurements outside its confirmation
     assert single["runs"] == protocol["runs"] > 3
-    assert protocol["reported"] >= 1.0 and single["reported"] > 0
-    for arm in ("protocol", "single", "recipe"):
+    assert protocol["confirm_runs"] > 0 and confirmed["confirm_runs"] > 0
+    assert confirmed["runs"] - confirmed["confirm_runs"] == max(
+        protocol["runs"] - protocol["confirm_runs"], 3
+    )
+    assert protocol["reported"] >= 1.0 and single["reported"] > 0 and confirmed["reported"] >= 1
+    for arm in ("protocol", "single", "confirm", "recipe"):
         assert done["redeploy"][arm]["gain"] is None or done["redeploy"][arm]["gain"] > 0
     assert (tmp_path / "noise.png").stat().st_size > 0
     # a second run with the same settings resumes: nothing is measured again

@@ -125,6 +125,54 @@ def test_a_default_that_breaks_a_constraint_is_reported_beside_the_best() -> Non
     assert outcome.measured[0].metric_mean("p95_ms") == pytest.approx(20.5)
 
 
+def test_selection_rounds_choose_and_fresh_rounds_estimate() -> None:
+    """x = 1 and x = 2 are both truly 1.1x. In the selection rounds x = 2 looks 1.5x by
+    luck and is chosen; its headline comes from the fresh rounds alone, where it is 1.1x."""
+    trials = study({0: 100.0, 1: 120.0, 2: 118.0, 3: 90.0})
+    target = Scripted(
+        {
+            0: [(100.0, 5.0)] * 5,
+            1: [(111.0, 5.0), (109.0, 5.0)],
+            2: [(150.0, 5.0), (151.0, 5.0), (111.0, 5.0), (109.0, 5.0), (110.0, 5.0)],
+            3: [(90.0, 5.0), (91.0, 5.0)],
+        }
+    )
+    stored: list[tuple[int, Measurement]] = []
+    done: list[tuple[int, int]] = []
+    outcome = confirm(
+        cast(Target, target), SPEC, trials, by_value(trials), rounds=3, select=2,
+        on_measure=lambda *a: done.append(a), store=lambda i, m: stored.append((i, m)),
+    )  # fmt: skip
+    assert target.calls == [0, 1, 2, 3, 3, 2, 1, 0, 0, 2, 2, 0, 0, 2]
+    assert done[-1] == (14, 14)
+    assert [m.trial.config["x"] for m in outcome.selection] == [0, 1, 2, 3]
+    assert [m.trial.config["x"] for m in outcome.measured] == [0, 2]
+    assert outcome.best is not None and outcome.best.trial.config == {"x": 2}
+    assert outcome.best.values == (111.0, 109.0, 110.0)
+    assert outcome.ratio == pytest.approx(1.1, rel=0.01)  # not the 1.5x that chose it
+    assert outcome.intervals[4].ratio == pytest.approx(0.905, rel=0.01)  # x = 3, selection
+    assert [m.round for _, m in stored] == [1] * 4 + [2] * 4 + [3, 3, 4, 4, 5, 5]
+
+
+def test_a_selection_that_finds_no_feasible_candidate_measures_no_more() -> None:
+    trials = study({0: 100.0, 1: 120.0, 2: 118.0})
+    target = Scripted(
+        {0: [(100.0, 5.0)] * 2, 1: [(130.0, 50.0), (131.0, 5.0)], 2: [(140.0, 5.0), (141.0, 40.0)]}
+    )
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=5, select=2)
+    assert len(target.calls) == 6 and outcome.best is None and outcome.interval is None
+    assert [m.trial.config["x"] for m in outcome.measured] == [0]
+    assert len(outcome.selection) == 3 and not outcome.significant
+
+
+def test_one_candidate_needs_no_selection() -> None:
+    trials = study({0: 100.0, 1: 120.0})
+    target = Scripted({0: [(100.0, 5.0)] * 3, 1: [(120.0, 5.0), (121.0, 5.0), (119.0, 5.0)]})
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=3, select=2)
+    assert len(target.calls) == 6 and outcome.selection == ()
+    assert outcome.significant and outcome.ratio == pytest.approx(1.2, rel=0.01)
+
+
 CONFIG = """
 [study]
 name = "confirm"
@@ -172,19 +220,23 @@ def test_tune_confirms_the_best_against_the_default_on_the_real_target(
     assert "confirmation rounds:" in out
     assert "2 interleaved repeats each" in out or "not confirmed: no candidate" in out
     saved = json.loads((tmp_path / "runs" / "c-confirm.json").read_text())
-    measured = saved["measured"]
-    assert measured[0]["source"] == "default" and len(measured) == 4  # default + 3 best
+    # two selection rounds of the default and the three best choose one; two fresh rounds
+    # of the default and that one estimate its ratio
+    selection, measured = saved["selection"], saved["measured"]
+    assert selection[0]["source"] == "default" and len(selection) == 4
+    assert [m["trial"] for m in measured] == [selection[0]["trial"], saved["best_trial"]]
+    assert saved["best_trial"] in [m["trial"] for m in selection[1:]]
     assert all(m["repeats"] == 2 and len(m["values"]) + len(m["not_counted"]) <= 2
-               for m in measured)  # fmt: skip
+               for m in selection + measured)  # fmt: skip
     assert all(v > 0 for m in measured for v in m["values"])
     assert not list((tmp_path / "work").iterdir()), "the target left files behind"
-    # the rounds are stored with the study, as CONFIRM measurements
+    # the rounds are stored with the study, as CONFIRM measurements numbered on
     assert main(["measurements", "confirm", "--db", str(tmp_path / "runs" / "tuner.db"),
                  "--kind", "confirm", "--json"]) == 0  # fmt: skip
     rows = json.loads(capsys.readouterr().out)
-    completed = sum(r is not None for m in measured for r in m["rounds"])
-    assert len(rows) == completed == 8 - sum(len(m["not_counted"]) for m in measured)
-    assert {r["round"] for r in rows} <= {1, 2} and {r["kind"] for r in rows} == {"confirm"}
+    completed = sum(r is not None for m in selection + measured for r in m["rounds"])
+    assert len(rows) == completed == 12 - sum(len(m["not_counted"]) for m in selection + measured)
+    assert {r["round"] for r in rows} <= {1, 2, 3, 4} and {r["kind"] for r in rows} == {"confirm"}
 
 
 @pytest.mark.parametrize("bad", ["-1", "101", "1.5", "true", '"3"'])

@@ -108,6 +108,7 @@ def service(tmp_path: Path) -> Iterator[TuningService]:
         ({"control_every": -1}, "session.control_every", "[0, 10000]"),
         ({"repeats": 3, "max_repeats": 2}, "session.max_repeats", "[3, 100]"),
         ({"confirm": 101}, "session.confirm", "[0, 100]"),
+        ({"confirm_select": -1}, "session.confirm_select", "[0, 100]"),
     ],
 )
 def test_a_bad_protocol_names_the_field_and_the_allowed_values(
