@@ -3,7 +3,7 @@
 ``python -m bench.cloud [--seeds 50] [--budget 30] [--objectives runtime_s,cost_usd]
 [--methods ours,random,optuna] [--jobs 2] [--resume [--redo ours]]``
 
-Every method searches the ``cloud_replay`` target (``targets/cloud.py``): 18 Scout
+Every method searches the ``cloud_replay`` target (``targets/cloud/target.py``): 18 Scout
 workloads (Hadoop and Spark jobs), each measured on 69 AWS deployments (c4/m4/r4, large to
 2xlarge, 4 to 48 nodes), read from ``../shared/benchdata/cloud_config_scout_bbo_arena`` at
 run time. A run that failed or timed out in the measurements is an INFEASIBLE evaluation:
@@ -46,7 +46,7 @@ import numpy as np
 from rich.table import Table
 
 from bench.common import console, limit_threads, load_note, machine_info, show, write_json
-from targets.cloud import CloudReplayTarget, read_lookup
+from targets.cloud.target import CloudReplayTarget, read_lookup
 from tuner.loop import run_trials
 from tuner.space import Config
 from tuner.study import StudySpec

@@ -35,7 +35,7 @@ start)
     say "machine"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv
     say "capacity at the default clocks (closed loop, batch 64)"
-    capacity=$(python3 -m targets.inference --model encoder --batch 64 --seconds 3 \
+    capacity=$(python3 -m targets.workloads.inference --model encoder --batch 64 --seconds 3 \
         --warmup-s 1 --device cuda | python3 -c 'import json,sys; print(json.loads(sys.stdin.readlines()[-1])["requests_per_s"])') || exit 1
     low=$(python3 -c "print(round(0.15 * $capacity))")
     high=$(python3 -c "print(round(0.6 * $capacity))")

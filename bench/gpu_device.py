@@ -11,8 +11,8 @@ per cell as ``python -m server.sweep`` does (seconds of torch import and CUDA st
     python -m bench.gpu_device live-config --table DIR/gpu-inference.csv --out live.toml \
         --results DIR
 
-``sweep`` measures ``targets.inference``'s encoder over SM clock x power limit x batch size
-(x memory clock where the GPU lists several): six SM clocks from 35 % to 100 % of the top
+``sweep`` measures ``targets.workloads.inference``'s encoder over SM clock x power limit x
+batch size (x memory clock where the GPU lists several): six SM clocks from 35 % to 100 % of the top
 one, three power limits from the lowest allowed to the default, batches 8, 64, 256 and 1024.
 Each pass measures the default cell first and then every cell in a new seeded order, and the
 default cell again every ``--control-every`` cells (an interleaved control that shows drift);
@@ -22,9 +22,10 @@ knob columns are ``sm_mhz, power_w, batch`` (and ``mem_mhz``), and a line of
 ``DIR/sweep-log.jsonl`` with its pass and start time. Energy is the GPU's total-energy counter
 over the timed part only.
 
-``pipeline`` runs ``targets.pipeline``'s GPipe training job with its four stages on the one GPU
-(``--layers 8,8,4,2``) at eight SM clocks, two interleaved passes: the single-GPU form of
-EnvPipe's question, how much energy a lower clock saves within 1 % of the top throughput.
+``pipeline`` runs ``targets.workloads.pipeline``'s GPipe training job with its four stages on
+the one GPU (``--layers 8,8,4,2``) at eight SM clocks, two interleaved passes: the single-GPU
+form of EnvPipe's question, how much energy a lower clock saves within 1 % of the top
+throughput.
 One GPU has one clock, so the per-stage clocks EnvPipe sets on separate GPUs do not apply.
 
 ``live-config`` writes a ``tuner tune`` config for the same study on the live GPU (the real
@@ -48,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from targets import grid
-from targets.device import metered
-from targets.nvgpu import NvidiaGpuTarget
-from targets.signals import terminate_on_sigterm
+from targets.hardware.device import metered
+from targets.hardware.nvgpu import NvidiaGpuTarget
+from targets.host.signals import terminate_on_sigterm
 from tuner.errors import ConfigRejected, TargetError
 
 BATCHES = (8, 64, 256, 1024)
@@ -190,7 +191,7 @@ def run_grid(
 def cmd_sweep(args: argparse.Namespace) -> int:
     import torch
 
-    from targets.inference import build_model, serve
+    from targets.workloads.inference import build_model, serve
 
     device = torch.device(args.device)
     model, shape = build_model("encoder")
@@ -223,7 +224,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_pipeline(args: argparse.Namespace) -> int:
     import torch
 
-    from targets.pipeline import build_stages, train
+    from targets.workloads.pipeline import build_stages, train
 
     device = torch.device(args.device)
     layers = [8, 8, 4, 2]
@@ -288,7 +289,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             except TargetError as exc:
                 report[f"{name}_reset"] = f"{type(exc).__name__}: {exc}"
     if args.device.startswith("cuda"):
-        from targets.nvgpu_probe import sm_clock_under_load
+        from targets.hardware.nvgpu_probe import sm_clock_under_load
 
         report["sm_under_load_unlocked"] = sm_clock_under_load(nvml, handle)
         with target:
@@ -349,7 +350,8 @@ sm_levels = 12
 settle_s = 0.5
 timeout_s = 60
 command = [
-    "{sys.executable}", "-m", "targets.inference", "--model", "encoder", "--batch", "{{batch}}",
+    "{sys.executable}", "-m", "targets.workloads.inference", "--model", "encoder",
+    "--batch", "{{batch}}",
     "--seconds", "{args.seconds}", "--warmup-s", "0.5", "--device", "cuda",
 ]
 metrics = ["requests", "requests_per_s", "p50_ms", "p99_ms"]
@@ -371,7 +373,7 @@ def cmd_restore_check(args: argparse.Namespace) -> int:
     target = gpu_target(args.nvml)
     if not args.no_reset:
         target.reset_device()
-    from targets.nvgpu_probe import sm_clock_under_load
+    from targets.hardware.nvgpu_probe import sm_clock_under_load
 
     clock = sm_clock_under_load(target.nvml, target.handle)
     limit = target.nvml.nvmlDeviceGetPowerManagementLimit(target.handle) / 1000

@@ -3,8 +3,8 @@
 ``python -m bench.gpusched [--seeds N] [--budget B] [--methods ours,random,optuna]
 [--aggregate worst,geomean]``
 
-Each method tunes the ``gpusched`` target (``targets/gpusched.py``: number of queues, queue
-limits, starvation promotion and its interval) on the *training* traces, minimizing
+Each method tunes the ``gpusched`` target (``targets/scheduler/gpusched.py``: number of
+queues, queue limits, starvation promotion and its interval) on the *training* traces, minimizing
 ``jct_ratio_geomean`` (average JCT relative to Tiresias's default policy, geometric mean
 over the traces) subject to ``p99_ratio_worst <= P99_LIMIT``: the 99th-percentile JCT may
 grow by at most that factor on *every* training trace, so a policy that starves long jobs
@@ -49,8 +49,8 @@ from rich.table import Table
 
 from bench.common import console, limit_threads, load_note, machine_info, show, write_json
 from targets.base import full_config
-from targets.gpusched import GpuSchedTarget, policy_of, tiresias_policy
-from targets.schedsim import Policy, simulate
+from targets.scheduler.gpusched import GpuSchedTarget, policy_of, tiresias_policy
+from targets.scheduler.simulator import Policy, simulate
 from tuner.loop import run_trials
 from tuner.space import Config, FloatKnob, IntKnob, Knob, SearchSpace
 from tuner.study import StudySpec

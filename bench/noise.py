@@ -4,7 +4,7 @@ single samples, on real SQLite and real PostgreSQL, quiet and under interference
 ``python -m bench.noise [--system sqlite|postgres] [--seeds 10] [--levels quiet,moderate]
 [--trials N] [--measure-s S] [--redeploy 10] [--out DIR] [--markdown]``
 
-For every level of background load (``quiet``: none; ``moderate``: ``targets.interference``
+For every level of background load (``quiet``: none; ``moderate``: ``targets.host.interference``
 with one CPU worker at half duty, 256 MiB of memory churn and 20 MB/s of fsynced writes)
 and every seed, in one run and under the same load:
 
@@ -66,8 +66,8 @@ from bench.common import RESULTS_DIR, console, machine_info, show
 from knobs import pgtune
 from knobs.pgtune import within
 from targets.base import Target
-from targets.host import ram_bytes
-from targets.interference import Interference
+from targets.host.facts import ram_bytes
+from targets.host.interference import Interference
 from targets.registry import build_target
 from tuner.constraints import OutcomeConstraint
 from tuner.measurement_stats import ratio_interval

@@ -22,14 +22,14 @@ cannot be built here. Families:
   guard (``bench/hdbo.py``), 16-dimensional embedding, known optima.
 * ``cloud:<workload>:<objective>``: one Scout workload (both input sizes of each listed
   application, ``_bigdata`` and ``_huge``) and ``runtime_s`` or ``cost_usd``, minimized
-  over the ``cloud_replay`` target's measured deployments (``targets/cloud.py``): the
+  over the ``cloud_replay`` target's measured deployments (``targets/cloud/target.py``): the
   candidates are those deployments, their features the totals of ``vcpus`` and
   ``memory_gib`` (as ``bench/cloud.py`` passes them); a failed or timed-out run is
   ``infeasible``; the optimum is the best completed run (``bench.cloud.optima``). The knobs
   lose the catalog's default deployment, as in ``bench/cloud.py`` (no method gets a free
   known point).
-* ``sched:gavel:<trace>``: Tiresias 2D-LAS parameters (``targets/gpusched.py``) on one Gavel
-  trace, cluster and restart cost as ``bench/gpusched.py`` (load 0.9, 30 s, first 300
+* ``sched:gavel:<trace>``: Tiresias 2D-LAS parameters (``targets/scheduler/gpusched.py``) on
+  one Gavel trace, cluster and restart cost as ``bench/gpusched.py`` (load 0.9, 30 s, first 300
   jobs); minimize ``jct_ratio`` subject to ``p99_ratio <= 1.1`` (ratios to Tiresias's
   defaults, which the knobs keep as their defaults: the configuration a user starts from).
   The simulator is deterministic, so each problem caches its evaluations by configuration.
@@ -57,8 +57,8 @@ from bench.contract import Measurement, SuiteProblem
 from bench.gpusched import DATA, LOAD, MAX_JOBS, P99_LIMIT, RESTART_S
 from bench.hdbo import KnobProblem
 from targets.base import full_config
-from targets.cloud import CloudReplayTarget
-from targets.gpusched import GpuSchedTarget
+from targets.cloud.target import CloudReplayTarget
+from targets.scheduler.gpusched import GpuSchedTarget
 from tuner.space import Config, value_key
 from tuner.trial import TrialStatus
 
@@ -260,7 +260,7 @@ def _cloud(workload: str, objective: str, half: str, budget: int, data_dir: Path
         candidates=target.describe_candidates(),
         candidate_features=target.describe_candidate_features(),
         optimum=_cloud_optima(table)[(workload, objective)],
-        source=f"Scout via bbo-arena, {CLOUD_TABLE.name}: {workload} (targets/cloud.py)",
+        source=f"Scout via bbo-arena, {CLOUD_TABLE.name}: {workload} (targets/cloud/target.py)",
     )
 
 
@@ -300,7 +300,7 @@ def _sched(name: str, half: str, budget: int, data_dir: Path) -> SuiteProblem:
         measure=measure,
         true_value=true_value,
         source=f"Gavel trace {trace} (stanford-futuredata/gavel@c4fa400), first {MAX_JOBS} "
-        f"jobs, load {LOAD}, restart {RESTART_S:g} s (targets/gpusched.py)",
+        f"jobs, load {LOAD}, restart {RESTART_S:g} s (targets/scheduler/gpusched.py)",
     )
 
 

@@ -76,8 +76,8 @@ from server.security import read_file, read_token
 from server.service import ON_EXPIRY
 from server.session import SessionResult, run_phases, run_session, summarize
 from server.storage import SQLiteStorage
-from targets.command import env_name, format_value
-from targets.signals import terminate_on_sigterm
+from targets.command.target import env_name, format_value
+from targets.host.signals import terminate_on_sigterm
 from tuner import runtime
 from tuner.errors import TunerError, ValidationError
 from tuner.measurement_stats import RatioInterval

@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from server.config import load_config
 from targets import grid
-from targets.signals import terminate_on_sigterm
+from targets.host.signals import terminate_on_sigterm
 from tuner.errors import TunerError, ValidationError
 from tuner.space import BoolKnob, CategoricalKnob, Knob, OrdinalKnob, Scalar, SearchSpace
 

@@ -12,7 +12,7 @@ server, GPU clocks, ...). Its life cycle is a context manager::
 configuration broke the system) becomes INFEASIBLE, ``TrialTimedOut`` becomes TIMED_OUT and
 any other ``TargetError`` (infrastructure) becomes FAILED, each with the error text as the
 reason. ``restore()`` runs
-whatever happens; pair the session with ``targets.signals.terminate_on_sigterm`` so that a
+whatever happens; pair the session with ``targets.host.signals.terminate_on_sigterm`` so that a
 SIGTERM unwinds through it too.
 
 The option helpers at the bottom let adapters validate their keyword-only constructor

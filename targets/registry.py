@@ -21,16 +21,16 @@ from targets.base import Target, option_names
 from tuner.errors import TargetError, ValidationError
 
 _ADAPTERS: dict[str, str] = {
-    "sqlite": "targets.sqlite:SqliteTarget",
-    "postgres": "targets.postgres:PostgresTarget",
-    "command": "targets.command:CommandTarget",
-    "cpufreq": "targets.cpufreq:CpuFreqTarget",
-    "nvgpu": "targets.nvgpu:NvidiaGpuTarget",
-    "jetson": "targets.jetson:JetsonTarget",
+    "sqlite": "targets.db.sqlite.target:SqliteTarget",
+    "postgres": "targets.db.postgres.target:PostgresTarget",
+    "command": "targets.command.target:CommandTarget",
+    "cpufreq": "targets.hardware.cpufreq:CpuFreqTarget",
+    "nvgpu": "targets.hardware.nvgpu:NvidiaGpuTarget",
+    "jetson": "targets.hardware.jetson:JetsonTarget",
     "replay": "targets.replay:ReplayTarget",
-    "gpusched": "targets.gpusched:GpuSchedTarget",
-    "cloud_replay": "targets.cloud:CloudReplayTarget",
-    "cloud_launch": "targets.cloud:CloudLaunchTarget",
+    "gpusched": "targets.scheduler.gpusched:GpuSchedTarget",
+    "cloud_replay": "targets.cloud.target:CloudReplayTarget",
+    "cloud_launch": "targets.cloud.target:CloudLaunchTarget",
 }
 TARGET_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from targets.base import Target, option_int
-from targets.command import metric_names
+from targets.command.target import metric_names
 from tuner.constraints import is_number
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.space import CategoricalKnob, Config, Knob, OrdinalKnob, Scalar

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench import gpu_device
-from targets import fake_nvml, grid
-from targets.fake_nvml import FakeDevice
+from targets import grid
+from targets.hardware import fake_nvml
+from targets.hardware.fake_nvml import FakeDevice
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def gpu() -> Iterator[FakeDevice]:
 def test_the_sweep_measures_controls_between_cells_and_leaves_the_clocks_reset(
     gpu: FakeDevice, tmp_path: Path
 ) -> None:
-    target = gpu_device.gpu_target("targets.fake_nvml")
+    target = gpu_device.gpu_target("targets.hardware.fake_nvml")
     levels = {name: values[:2] for name, values in gpu_device.sweep_levels(target).items()}
     default = gpu_device.default_cell(target, list(levels))
     seen: list[tuple[int, int]] = []

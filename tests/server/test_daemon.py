@@ -18,7 +18,7 @@ import pytest
 
 from server.config import load_config, parse_config
 from server.storage import SQLiteStorage
-from targets.signals import SIGTERM_EXIT_STATUS
+from targets.host.signals import SIGTERM_EXIT_STATUS
 from tuner.errors import ValidationError
 from tuner.trial import StepKind, TrialStatus
 
@@ -274,8 +274,8 @@ def test_the_gpu_example_tunes_applies_and_restores_a_simulated_gpu(tmp_path: Pa
     """examples/daemon_gpu.toml end to end on the fake NVML, the workload on the CPU in open
     loop at the rate in its load file; the GPU's clocks and power limit are back after."""
     from server.cli import main
-    from targets import fake_nvml
-    from targets.fake_nvml import FakeDevice
+    from targets.hardware import fake_nvml
+    from targets.hardware.fake_nvml import FakeDevice
 
     text = (ROOT / "examples" / "daemon_gpu.toml").read_text(encoding="utf-8")
     replacements = {
@@ -284,8 +284,8 @@ def test_the_gpu_example_tunes_applies_and_restores_a_simulated_gpu(tmp_path: Pa
         '"runs/gpu-load.txt"': json.dumps(str(tmp_path / "load.txt")),
         '"--seconds", "3", "--warmup-s", "0.5"': '"--seconds", "0.3", "--warmup-s", "0"',
         '"--device", "cuda"': '"--device", "cpu"',
-        "device = 0\n": f'device = 0\nnvml = "targets.fake_nvml"\nworkdir = {json.dumps(str(ROOT))}'
-        + "\n",
+        "device = 0\n": 'device = 0\nnvml = "targets.hardware.fake_nvml"\n'
+        + f"workdir = {json.dumps(str(ROOT))}\n",
         "settle_s = 0.5": "settle_s = 0",
         "trials = 8 ": "trials = 3 ",
         "initial_trials = 4": "initial_trials = 2",

@@ -22,7 +22,7 @@ import pytest
 from server.cli import main
 from server.config import load_config
 from server.storage import SQLiteStorage
-from targets.postgres_tools import DIR_PREFIX, find_tools
+from targets.db.postgres.tools import DIR_PREFIX, find_tools
 from tuner.errors import TargetError, ValidationError
 from tuner.trial import StepKind, TrialStatus
 

@@ -11,7 +11,7 @@ import pytest
 from server.cli import main
 from server.config import load_config
 from server.storage import SQLiteStorage
-from targets.cloud import CloudLaunchTarget, CloudReplayTarget
+from targets.cloud.target import CloudLaunchTarget, CloudReplayTarget
 from tuner.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 
 from knobs.cloud import load_cloud_catalog
 from server.config import parse_config
-from targets.cloud import DEFAULT_TABLE, CloudLaunchTarget, CloudReplayTarget
+from targets.cloud.target import DEFAULT_TABLE, CloudLaunchTarget, CloudReplayTarget
 from targets.registry import build_target
 from tuner.errors import ValidationError
 from tuner.trial import TrialStatus

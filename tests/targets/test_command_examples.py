@@ -14,7 +14,7 @@ import pytest
 from server.cli import main
 from server.config import load_config
 from server.storage import SQLiteStorage
-from targets.command import CommandTarget
+from targets.command.target import CommandTarget
 from tuner.trial import StepKind, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]

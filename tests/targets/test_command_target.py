@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from server.config import parse_config
-from targets.command import CommandTarget, env_name, parse_metrics
+from targets.command.target import CommandTarget, env_name, parse_metrics
 from targets.registry import build_target
 from tuner.errors import TargetError, ValidationError
 from tuner.trial import TrialStatus
@@ -302,7 +302,7 @@ SESSION = textwrap.dedent(
     """
     import sys
     from targets.registry import build_target
-    from targets.signals import terminate_on_sigterm
+    from targets.host.signals import terminate_on_sigterm
     pid_file, marker = sys.argv[1], sys.argv[2]
     sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
     restore = "import sys; open(sys.argv[1], 'w').write('restored')"

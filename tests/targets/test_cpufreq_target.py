@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from server.config import parse_config
-from targets.cpufreq import CPUFREQ, CpuFreqTarget
-from targets.fake_sysfs import ACPI_TABLE, add_rapl_zone, make_cpufreq_tree
-from targets.rapl import RaplMeter
+from targets.hardware.cpufreq import CPUFREQ, CpuFreqTarget
+from targets.hardware.fake_sysfs import ACPI_TABLE, add_rapl_zone, make_cpufreq_tree
+from targets.hardware.rapl import RaplMeter
 from targets.registry import build_target
 from tuner.errors import TargetError, ValidationError
 from tuner.trial import TrialStatus

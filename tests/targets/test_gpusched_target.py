@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from server.config import load_config, parse_config
-from targets.gpusched import (
+from targets.registry import build_target
+from targets.scheduler.gpusched import (
     GpuSchedTarget,
     cluster_size,
     knobs,
     policy_of,
     tiresias_policy,
 )
-from targets.registry import build_target
-from targets.schedsim import Job, Policy, read_tiresias, simulate
+from targets.scheduler.simulator import Job, Policy, read_tiresias, simulate
 from tuner.constraints import METRIC_NAME
 from tuner.errors import ValidationError
 from tuner.space import SearchSpace

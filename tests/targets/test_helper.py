@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from targets import fake_nvml
-from targets.fake_nvml import FakeDevice
-from targets.fake_sysfs import make_cpufreq_tree
-from targets.helper import HelperClient, HelperServer, Policy
+from targets.hardware import fake_nvml
+from targets.hardware.fake_nvml import FakeDevice
+from targets.hardware.fake_sysfs import make_cpufreq_tree
+from targets.hardware.helper import HelperClient, HelperServer, Policy
 from targets.registry import build_target
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.trial import TrialStatus
@@ -82,7 +82,7 @@ def test_gpu_setters_go_through_the_helper_and_invalid_values_are_infeasible(
     (device,) = fake_nvml.configure([FakeDevice()])
     try:
         options = {
-            "nvml": "targets.fake_nvml", "command": SLEEP, "metrics": ["requests"],
+            "nvml": "targets.hardware.fake_nvml", "command": SLEEP, "metrics": ["requests"],
             "settle_s": 0, "helper": str(helper.path),
         }  # fmt: skip
         with build_target("nvgpu", options) as target:
@@ -134,7 +134,7 @@ def test_peers_of_other_users_are_refused(helper: Running) -> None:
 
 
 def test_an_unreachable_helper_says_how_to_start_it(tmp_path: Path) -> None:
-    with pytest.raises(TargetError, match=r"python -m targets\.helper --socket"):
+    with pytest.raises(TargetError, match=r"python -m targets\.hardware\.helper --socket"):
         HelperClient(tmp_path / "none.sock").ping()
     with pytest.raises(ValidationError) as info:
         root = str(make_cpufreq_tree(tmp_path / "s"))
@@ -156,7 +156,7 @@ def test_rejected_values_become_config_rejected(helper: Running) -> None:
 def test_the_helper_program_serves_until_sigterm(tmp_path: Path, tree: Path) -> None:
     sock = tmp_path / "h.sock"
     proc = subprocess.Popen(
-        [PY, "-m", "targets.helper", "--socket", str(sock), "--root", str(tree)],
+        [PY, "-m", "targets.hardware.helper", "--socket", str(sock), "--root", str(tree)],
         cwd=Path(__file__).resolve().parents[2],
         stderr=subprocess.PIPE,
         text=True,

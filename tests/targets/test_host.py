@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import targets.sqlite as sqlite_module
-from targets.host import ram_bytes
-from targets.sqlite import SqliteTarget
+import targets.db.sqlite.target as sqlite_module
+from targets.db.sqlite.target import SqliteTarget
+from targets.host.facts import ram_bytes
 
 GIB = 1 << 30
 

@@ -9,13 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from targets.fake_sysfs import add_rapl_zone, make_cpufreq_tree
-from targets.inference import percentile
+from targets.hardware.fake_sysfs import add_rapl_zone, make_cpufreq_tree
 from targets.registry import build_target
+from targets.workloads.inference import percentile
 from tuner.trial import TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = [sys.executable, "-m", "targets.inference", "--seconds", "0.3", "--warmup-s", "0.05"]
+RUN = [
+    sys.executable,
+    "-m",
+    "targets.workloads.inference",
+    "--seconds",
+    "0.3",
+    "--warmup-s",
+    "0.05",
+]
 
 
 @pytest.mark.parametrize("model", ["encoder", "cnn"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from targets.interference import Interference
+from targets.host.interference import Interference
 from tuner.errors import ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_each_load_runs_until_stopped(tmp_path: Path) -> None:
 
 SCRIPT = """
 import sys, time
-from targets.interference import Interference
+from targets.host.interference import Interference
 load = Interference(cpu=1, memory_mb=8)
 load.start()
 print(*load.pids, flush=True)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-import targets.jetson as jetson
-from targets.fake_sysfs import ORIN_EMC_KHZ, ORIN_GPU_HZ, make_jetson_tree
-from targets.jetson import DEVFREQ, EMC, JetsonTarget
+import targets.hardware.jetson as jetson
+from targets.hardware.fake_sysfs import ORIN_EMC_KHZ, ORIN_GPU_HZ, make_jetson_tree
+from targets.hardware.jetson import DEVFREQ, EMC, JetsonTarget
 from targets.registry import build_target
 from tuner.errors import ValidationError
 from tuner.trial import TrialStatus

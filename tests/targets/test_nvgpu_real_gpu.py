@@ -2,8 +2,8 @@
 
 Marked ``gpu``; each test is skipped, with the reason, where there is no NVIDIA GPU or no
 root. A locked clock cannot be read through NVML and an idle GPU sits at its lowest clock, so
-every check runs a load (``targets.nvgpu_probe.sm_clock_under_load``): while a lock at ``f``
-is set the SM clock under load stays at or below ``f``; after the restore it rises well above.
+every check runs a load (``targets.hardware.nvgpu_probe.sm_clock_under_load``): while a lock at
+``f`` is set the SM clock under load stays at or below ``f``; after the restore it rises well above.
 The power limit is read back directly. Each exit path is checked: a completed trial, a
 workload that fails, one that runs past its timeout, and a session stopped by SIGTERM.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from targets.nvgpu import NvidiaGpuTarget
+from targets.hardware.nvgpu import NvidiaGpuTarget
 from targets.registry import build_target
 from tuner.trial import TrialStatus
 
@@ -79,7 +79,7 @@ def _low(target: NvidiaGpuTarget) -> tuple[int, int | None]:
 
 
 def _clock(target: NvidiaGpuTarget) -> float:
-    from targets.nvgpu_probe import sm_clock_under_load
+    from targets.hardware.nvgpu_probe import sm_clock_under_load
 
     return sm_clock_under_load(target.nvml, target.handle)
 
@@ -106,7 +106,17 @@ def test_a_completed_trial_locks_the_clock_then_restores_it(unlocked: float) -> 
     import pynvml
 
     target = _target(
-        [PY, "-m", "targets.inference", "--batch", "512", "--seconds", "2", "--device", "cuda"],
+        [
+            PY,
+            "-m",
+            "targets.workloads.inference",
+            "--batch",
+            "512",
+            "--seconds",
+            "2",
+            "--device",
+            "cuda",
+        ],
         metrics=["requests", "requests_per_s", "p99_ms"],
     )
     sm, power = _low(target)
@@ -136,7 +146,7 @@ def _lock_then(seen: Path, tail: str) -> list[str]:
     """A workload that writes the SM clock it saw under load to ``seen``, then runs ``tail``."""
     script = (
         "import json, pynvml, sys\n"
-        "from targets.nvgpu_probe import sm_clock_under_load\n"
+        "from targets.hardware.nvgpu_probe import sm_clock_under_load\n"
         "pynvml.nvmlInit()\n"
         "seen = sm_clock_under_load(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))\n"
         f"open({str(seen)!r}, 'w').write(json.dumps(seen))\n"
@@ -183,7 +193,7 @@ def test_the_clock_is_restored_when_the_session_gets_sigterm(
         f"""
         import sys
         from targets.registry import build_target
-        from targets.signals import terminate_on_sigterm
+        from targets.host.signals import terminate_on_sigterm
         command = [sys.executable, "-c", "import time; time.sleep(60)"]
         target = build_target("nvgpu", dict(command=command, metrics=["requests"], settle_s=0))
         config = dict(sm_mhz={sm}) | ({{"power_w": {power}}} if {power!r} else {{}})

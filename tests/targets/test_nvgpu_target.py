@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from targets import fake_nvml
-from targets.fake_nvml import FakeDevice
-from targets.nvgpu import NvidiaGpuTarget
+from targets.hardware import fake_nvml
+from targets.hardware.fake_nvml import FakeDevice
+from targets.hardware.nvgpu import NvidiaGpuTarget
 from targets.registry import build_target
 from tuner.errors import TargetError, ValidationError
 from tuner.trial import TrialStatus
@@ -32,7 +32,7 @@ def gpu_target(**options: Any) -> NvidiaGpuTarget:
     built = build_target(
         "nvgpu",
         {
-            "nvml": "targets.fake_nvml",
+            "nvml": "targets.hardware.fake_nvml",
             "command": SLEEP,
             "metrics": ["requests"],
             "settle_s": 0,
@@ -142,14 +142,14 @@ def test_the_gpu_example_config_mixes_device_and_workload_knobs(gpu: FakeDevice)
 
     root = Path(__file__).resolve().parents[2]
     data = tomllib.loads((root / "examples" / "gpu_inference.toml").read_text(encoding="utf-8"))
-    data["target"]["nvml"] = "targets.fake_nvml"
+    data["target"]["nvml"] = "targets.hardware.fake_nvml"
     config = parse_config(data, {})
     space = config.spec.space
     assert space.names == ("sm_mhz", "power_w", "batch")
     assert len(space["sm_mhz"].choices) == 24  # type: ignore[attr-defined]
     assert space["power_w"].default == 700
     pareto = tomllib.loads((root / "examples" / "gpu_pareto.toml").read_text(encoding="utf-8"))
-    pareto["target"]["nvml"] = "targets.fake_nvml"
+    pareto["target"]["nvml"] = "targets.hardware.fake_nvml"
     front = parse_config(pareto, {}).spec
     assert front.space == space and front.multi_objective
     assert [o.name for o in front.objectives] == ["gpu_energy_j_per_request", "p99_ms"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from targets.owned_dirs import OWNER_FILE, make_owned_dir, owner_alive, reap_orphans
+from targets.host.owned_dirs import OWNER_FILE, make_owned_dir, owner_alive, reap_orphans
 
 
 def _dead_pid() -> int:

@@ -16,13 +16,13 @@ from torch import nn
 from server.cli import main
 from server.config import parse_config
 from server.storage import SQLiteStorage
-from targets import fake_nvml
-from targets.fake_nvml import FakeDevice
-from targets.pipeline import CLASSES, build_stages, train
+from targets.hardware import fake_nvml
+from targets.hardware.fake_nvml import FakeDevice
+from targets.workloads.pipeline import CLASSES, build_stages, train
 from tuner.trial import StepKind, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = [sys.executable, "-m", "targets.pipeline", "--seconds", "0.3", "--warmup-s", "0"]
+RUN = [sys.executable, "-m", "targets.workloads.pipeline", "--seconds", "0.3", "--warmup-s", "0"]
 
 
 def test_stages_hold_their_blocks_and_the_last_one_the_head() -> None:
@@ -70,7 +70,7 @@ def test_the_envpipe_example_has_a_clock_per_gpu_and_a_relative_bound() -> None:
     fake_nvml.configure([FakeDevice() for _ in range(4)])
     try:
         data = tomllib.loads((ROOT / "examples" / "envpipe.toml").read_text(encoding="utf-8"))
-        data["target"]["nvml"] = "targets.fake_nvml"
+        data["target"]["nvml"] = "targets.hardware.fake_nvml"
         spec = parse_config(data, {}).spec
     finally:
         fake_nvml.configure([])
@@ -83,7 +83,9 @@ def test_an_envpipe_session_on_two_simulated_gpus(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = (ROOT / "examples" / "envpipe.toml").read_text(encoding="utf-8")
-    text = text.replace("devices = [0, 1, 2, 3]", 'devices = [0, 1]\nnvml = "targets.fake_nvml"')
+    text = text.replace(
+        "devices = [0, 1, 2, 3]", 'devices = [0, 1]\nnvml = "targets.hardware.fake_nvml"'
+    )
     text = text.replace('"cuda:0,cuda:1,cuda:2,cuda:3"', '"cpu,cpu"').replace('"8,8,4,2"', '"2,1"')
     text = text.replace('"4096"', '"64"').replace('"512"', '"64"').replace('"python3"', "PY")
     text = text.replace(

@@ -21,18 +21,18 @@ from typing import Any
 import pytest
 
 from knobs.loader import load_catalog
-from targets import postgres_tools
-from targets.postgres import PostgresTarget
-from targets.postgres_bench import (
+from targets.db.postgres import tools as postgres_tools
+from targets.db.postgres.cluster import Setting
+from targets.db.postgres.host_knobs import Host, conf_line, resolve_knobs, same
+from targets.db.postgres.pgbench import (
     Workload,
     WorkloadResultError,
     parse_summary,
     read_latencies,
     summarize,
 )
-from targets.postgres_cluster import Setting
-from targets.postgres_knobs import Host, conf_line, resolve_knobs, same
-from targets.postgres_tools import DIR_PREFIX, find_tools, reap_orphans
+from targets.db.postgres.target import PostgresTarget
+from targets.db.postgres.tools import DIR_PREFIX, find_tools, reap_orphans
 from tuner.errors import StateError, TargetError, ValidationError
 from tuner.space import CategoricalKnob, Config, IntKnob, Knob
 from tuner.trial import TrialStatus
@@ -384,8 +384,8 @@ def test_a_workdir_the_postgres_user_cannot_enter_is_refused(tmp_path: Path) -> 
 ORPHAN_SCRIPT = """
 import sys, time
 from pathlib import Path
-from targets.postgres_cluster import Cluster
-from targets.postgres_tools import find_tools
+from targets.db.postgres.cluster import Cluster
+from targets.db.postgres.tools import find_tools
 
 cluster = Cluster(find_tools(), Path(sys.argv[1]))
 cluster.create()

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from targets.schedsim import Job, Policy, cluster_gpus, read_gavel, read_tiresias, simulate
+from targets.scheduler.simulator import (
+    Job,
+    Policy,
+    cluster_gpus,
+    read_gavel,
+    read_tiresias,
+    simulate,
+)
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "benchdata" / "gpu_sched_traces"
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from knobs.loader import load_catalog
-from targets.sqlite import PRAGMAS, SqliteTarget, _apply_pragmas
-from targets.sqlite_workload import WorkloadMix, _Operations
+from targets.db.sqlite.target import PRAGMAS, SqliteTarget, _apply_pragmas
+from targets.db.sqlite.workload import WorkloadMix, _Operations
 from tuner.errors import ConfigRejected, StateError, ValidationError
 from tuner.space import Config, IntKnob, Knob, OrdinalKnob
 from tuner.trial import TrialStatus
@@ -314,8 +314,8 @@ def test_files_are_removed_after_an_exception_in_measure(tmp_path: Path) -> None
 
 SIGTERM_SCRIPT = """
 import sys
-from targets.signals import terminate_on_sigterm
-from targets.sqlite import SqliteTarget
+from targets.host.signals import terminate_on_sigterm
+from targets.db.sqlite.target import SqliteTarget
 
 with terminate_on_sigterm(), SqliteTarget(
     db_mb=1, measure_s=600, warmup_s=0, workdir=sys.argv[1]

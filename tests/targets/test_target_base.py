@@ -1,4 +1,4 @@
-"""Tests for the target contract (targets.base) and SIGTERM handling (targets.signals)."""
+"""Tests for the target contract (targets.base) and SIGTERM handling (targets.host.signals)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from targets.base import (
     option_names_list,
     option_number,
 )
-from targets.signals import SIGTERM_EXIT_STATUS, terminate_on_sigterm
+from targets.host.signals import SIGTERM_EXIT_STATUS, terminate_on_sigterm
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.space import BoolKnob, Config, IntKnob, Knob
 from tuner.trial import TrialStatus

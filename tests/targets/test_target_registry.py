@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from targets.base import Target
+from targets.db.sqlite.target import SqliteTarget
 from targets.registry import TARGET_KINDS, build_target, target_class, target_options
-from targets.sqlite import SqliteTarget
 from tuner.errors import ValidationError
 
 

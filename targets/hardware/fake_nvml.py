@@ -4,9 +4,9 @@ It implements the subset the ``nvgpu`` target calls, with pynvml's names, consta
 (MHz, mW, mJ) and error classes (``NVMLError`` with ``.value``, one subclass per code), over
 simulated devices whose state the tests can inspect::
 
-    from targets import fake_nvml
+    from targets.hardware import fake_nvml
     fake_nvml.configure([fake_nvml.FakeDevice()])       # one H100-like device
-    build_target("nvgpu", {"nvml": "targets.fake_nvml", ...})
+    build_target("nvgpu", {"nvml": "targets.hardware.fake_nvml", ...})
 
 The simulated power draw under load grows with the SM clock (``idle_w + dynamic_w *
 (clock / max)^3``); a power limit below that draw lowers the effective clock, as the

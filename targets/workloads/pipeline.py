@@ -2,7 +2,7 @@
 
 Run it as a program (the workload command of the ``nvgpu`` target with ``devices``)::
 
-    python -m targets.pipeline --devices cuda:0,cuda:1,cuda:2,cuda:3 --layers 6,6,4,2
+    python -m targets.workloads.pipeline --devices cuda:0,cuda:1,cuda:2,cuda:3 --layers 6,6,4,2
     {"samples": 24576, "samples_per_s": 4915.2, "step_ms_p50": 104.1, "steps": 48, ...}
 
 The model is built in code with seeded weights (nothing is downloaded): stage ``i`` is
@@ -19,7 +19,8 @@ USENIX ATC 2023) turns into energy savings by lowering those GPUs' SM clocks. Af
 ``--warmup-s`` of untimed steps it trains for ``--seconds`` and prints one JSON line:
 ``samples`` (as ``requests`` too, so a metering target reports energy per sample),
 ``samples_per_s``, ``step_ms_p50``, ``step_ms_p99``, ``steps``, ``loss``, ``seconds`` and
-the timed window (``window_start_s``, ``window_end_s``, as ``targets.inference`` reports it).
+the timed window (``window_start_s``, ``window_end_s``, as ``targets.workloads.inference``
+reports it).
 Devices may repeat (``cpu,cpu``), so the workload also runs, slowly, on one CPU.
 """
 
@@ -33,7 +34,7 @@ import time
 import torch
 from torch import nn
 
-from targets.inference import percentile
+from targets.workloads.inference import percentile
 
 CLASSES = 10
 
@@ -124,7 +125,9 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m targets.pipeline", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m targets.workloads.pipeline", description=__doc__
+    )
     parser.add_argument("--devices", default="cpu,cpu", help="one device per stage")
     parser.add_argument("--layers", default="2,1", help="blocks per stage, comma-separated")
     parser.add_argument("--width", type=int, default=512)

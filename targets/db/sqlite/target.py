@@ -1,7 +1,7 @@
 """Embedded SQLite target: tune PRAGMAs on a real file-backed database with Python's sqlite3.
 
 ``setup()`` makes a private temporary directory (prefix ``tuner-sqlite-``) and bulk-loads a
-database of about ``db_mb`` MiB once (``targets.sqlite_workload``). Each trial then works on
+database of about ``db_mb`` MiB once (``targets.db.sqlite.workload``). Each trial then works on
 a fresh, fsynced copy of that database, so trials never see each other's writes, WAL files
 or dirty pages:
 
@@ -44,9 +44,7 @@ from targets.base import (
     option_names_list,
     option_number,
 )
-from targets.host import ram_bytes
-from targets.owned_dirs import make_owned_dir, reap_orphans
-from targets.sqlite_workload import (
+from targets.db.sqlite.workload import (
     METRICS,
     WorkloadMix,
     build_database,
@@ -54,6 +52,8 @@ from targets.sqlite_workload import (
     rows_for_size,
     run_workload,
 )
+from targets.host.facts import ram_bytes
+from targets.host.owned_dirs import make_owned_dir, reap_orphans
 from tuner.errors import ConfigRejected, StateError, TargetError, ValidationError
 from tuner.space import Config, IntKnob, Knob, OrdinalKnob, Scalar
 

@@ -5,7 +5,7 @@ NVML's ``Set*``/``Reset*`` calls). Rather than run the tuner server or daemon as
 small process as root and point the targets at its socket (``helper = "/run/tuner/helper.sock"``
 in ``[target]`` of the ``cpufreq``, ``jetson`` and ``nvgpu`` targets)::
 
-    sudo python -m targets.helper --socket /run/tuner/helper.sock --allow-uid 1000 \\
+    sudo python -m targets.hardware.helper --socket /run/tuner/helper.sock --allow-uid 1000 \\
         --root /sys --root /sys/kernel/debug [--nvml pynvml]
 
 It listens on a Unix socket and answers one JSON request per line with one JSON reply. It
@@ -92,7 +92,7 @@ class HelperClient:
         except (OSError, ValueError) as exc:
             raise TargetError(
                 f"cannot reach the privileged helper at {self.path}: {exc} (start it as root: "
-                f"python -m targets.helper --socket {self.path} --allow-uid {os.getuid()})"
+                f"python -m targets.hardware.helper --socket {self.path} --allow-uid {os.getuid()})"
             ) from exc
         if reply.get("ok"):
             return dict(reply)
@@ -106,7 +106,7 @@ class HelperClient:
 
 def writer(helper: HelperClient | None, what: str) -> Callable[[Path, str], None]:
     """The write function a target passes around: through ``helper``, or direct."""
-    from targets import sysfs
+    from targets.hardware import sysfs
 
     if helper is None:
         return lambda path, text: sysfs.write(path, text, what)
@@ -261,7 +261,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m targets.helper", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m targets.hardware.helper", description=__doc__)
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--allow-uid", type=int, action="append", default=[])
     parser.add_argument("--root", type=Path, action="append", default=[], help="writable tree")

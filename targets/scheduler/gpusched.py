@@ -1,8 +1,8 @@
 """GPU-cluster scheduler parameters as knobs: Tiresias-style 2D-LAS on recorded job traces.
 
-Each trial replays one or more job traces through the simulator of ``targets/schedsim.py``
-under the discretized 2D-LAS policy (Tiresias, NSDI'19) with the trial's parameters, and
-reports the schedule's metrics::
+Each trial replays one or more job traces through the simulator of
+``targets/scheduler/simulator.py`` under the discretized 2D-LAS policy (Tiresias, NSDI'19)
+with the trial's parameters, and reports the schedule's metrics::
 
     [target]
     kind = "gpusched"
@@ -62,7 +62,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from targets.base import Target, full_config, option_int, option_number
-from targets.schedsim import Job, Policy, cluster_gpus, read_gavel, read_tiresias, simulate
+from targets.scheduler.simulator import (
+    Job,
+    Policy,
+    cluster_gpus,
+    read_gavel,
+    read_tiresias,
+    simulate,
+)
 from tuner.errors import TargetError, ValidationError
 from tuner.space import Config, FloatKnob, IntKnob, Knob
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from targets.cpufreq import CPUFREQ
-from targets.rapl import POWERCAP
+from targets.hardware.cpufreq import CPUFREQ
+from targets.hardware.rapl import POWERCAP
 
 ACPI_TABLE = (800_000, 1_200_000, 1_600_000, 2_000_000, 2_400_000, 2_800_000)
 DEFAULT_MAX_RANGE_UJ = 262_143_999_938

@@ -6,17 +6,18 @@ cpufreq policy at the trial's ``cpu_khz`` level, reads the limits back, runs the
 command (exactly as the command target runs its program: argument list, ``{knob}``
 placeholders, ``TUNER_<KNOB>`` variables, metrics from its last JSON line, timeout kills the
 process group), and adds ``energy_j`` and ``power_w`` from RAPL where readable (and
-``energy_j_per_request`` when ``metrics`` lists ``requests``, which ``targets/inference.py``
-reports)::
+``energy_j_per_request`` when ``metrics`` lists ``requests``, which
+``targets/workloads/inference.py`` reports)::
 
     [target]
     kind = "cpufreq"
-    command = ["python3", "-m", "targets.inference", "--batch", "{batch}", "--threads", "{threads}"]
+    command = ["python3", "-m", "targets.workloads.inference",
+               "--batch", "{batch}", "--threads", "{threads}"]
     metrics = ["requests", "requests_per_s", "p99_ms"]
     mode = "pin"             # or "cap"
     policies = ["policy0"]   # default: every policy
     levels = 8               # frequency levels when the driver has no table (intel_pstate)
-    sysfs = "/sys"           # a fake tree in tests (targets/fake_sysfs.py)
+    sysfs = "/sys"           # a fake tree in tests (targets/hardware/fake_sysfs.py)
 
 Levels: ``scaling_available_frequencies`` where the driver has a table (acpi-cpufreq,
 Tegra); otherwise (``intel_pstate`` in active mode, the default with HWP, which has no
@@ -28,9 +29,9 @@ trial and at close, on every exit path (the governor is never changed).
 
 Writing these files needs root; without it a trial fails with a message that says so.
 ``helper = "/run/tuner/helper.sock"`` sends the writes to the privileged helper
-(``targets/helper.py``) instead, so the tuner itself runs unprivileged. Energy needs a readable RAPL
-zone: otherwise ``energy_j`` is not among the target's metrics at all, so a study that asks
-for it is rejected with the metrics that are available.
+(``targets/hardware/helper.py``) instead, so the tuner itself runs unprivileged. Energy needs
+a readable RAPL zone: otherwise ``energy_j`` is not among the target's metrics at all, so a
+study that asks for it is rejected with the metrics that are available.
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from targets import sysfs
 from targets.base import option_int, option_names_list
-from targets.command import CommandTarget
-from targets.device import DeviceTarget
-from targets.helper import option_helper, writer
-from targets.rapl import RaplMeter
+from targets.command.target import CommandTarget
+from targets.hardware import sysfs
+from targets.hardware.device import DeviceTarget
+from targets.hardware.helper import option_helper, writer
+from targets.hardware.rapl import RaplMeter
 from tuner.errors import ConfigRejected, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
 

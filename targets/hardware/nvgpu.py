@@ -10,7 +10,8 @@ default, so the first trial measures the GPU as it comes::
 
     [target]
     kind = "nvgpu"
-    command = ["python3", "-m", "targets.inference", "--batch", "{batch}", "--device", "cuda"]
+    command = ["python3", "-m", "targets.workloads.inference",
+               "--batch", "{batch}", "--device", "cuda"]
     metrics = ["requests", "requests_per_s", "p99_ms"]
     device = 0
     settle_s = 1.5      # after the clocks change, before the workload starts
@@ -36,10 +37,10 @@ one of them fails, then reports the first failure.
 
 NVML's setters need root; without it the trial fails with a message that says so.
 ``helper = "/run/tuner/helper.sock"`` sends them to the privileged helper
-(``targets/helper.py``, started as root with ``--nvml pynvml``) so the tuner runs
+(``targets/hardware/helper.py``, started as root with ``--nvml pynvml``) so the tuner runs
 unprivileged, while reading clocks and energy stays in-process. The NVML module is imported
 when the target is built (``nvml = "pynvml"``, from ``nvidia-ml-py``);
-``nvml = "targets.fake_nvml"`` selects the simulated GPU that the tests use.
+``nvml = "targets.hardware.fake_nvml"`` selects the simulated GPU that the tests use.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ from types import ModuleType
 from typing import Any, ClassVar
 
 from targets.base import option_int, option_number
-from targets.command import CommandTarget
-from targets.device import DeviceTarget, EnergyMeter, EnergyTrace, SampledPower
-from targets.helper import option_helper
+from targets.command.target import CommandTarget
+from targets.hardware.device import DeviceTarget, EnergyMeter, EnergyTrace, SampledPower
+from targets.hardware.helper import option_helper
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
 
@@ -342,7 +343,7 @@ class _NvmlMeter:
     """The total-energy counter (Volta and later), else sampled power; SM clock samples.
 
     Each power sample also reads the counter, so ``between`` can give the energy of the
-    workload's own timed window (``targets.device``)."""
+    workload's own timed window (``targets.hardware.device``)."""
 
     def __init__(self, target: NvidiaGpuTarget, gpu: _Gpu) -> None:
         self.nvml, self.handle = target.nvml, gpu.handle

@@ -2,7 +2,7 @@
 
 Run it as a program (the workload command of the ``cpufreq`` or ``command`` targets)::
 
-    python -m targets.inference --model encoder --batch 8 --threads 2 --seconds 5
+    python -m targets.workloads.inference --model encoder --batch 8 --threads 2 --seconds 5
     {"requests": 1184, "requests_per_s": 236.5, "p50_ms": 33.6, "p99_ms": 41.2, ...}
 
 The model is built in code with seeded random weights (nothing is downloaded): ``encoder``,
@@ -206,7 +206,9 @@ def read_rate(path: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m targets.inference", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m targets.workloads.inference", description=__doc__
+    )
     parser.add_argument("--model", choices=MODELS, default="encoder")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)

@@ -48,8 +48,8 @@ import resource
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from targets.host import ram_bytes as host_ram_bytes
-from targets.postgres_cluster import Setting
+from targets.db.postgres.cluster import Setting
+from targets.host.facts import ram_bytes as host_ram_bytes
 from tuner.errors import ValidationError
 from tuner.space import FloatKnob, IntKnob, Knob, OrdinalKnob, Scalar
 

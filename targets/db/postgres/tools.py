@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from targets import owned_dirs
+from targets.host import owned_dirs
 from tuner.errors import TargetError
 
 TOOLS = ("initdb", "postgres", "psql", "pgbench")
@@ -110,7 +110,7 @@ def _version_key(path: str) -> tuple[int, ...]:
 
 def reap_orphans(parent: Path) -> list[Path]:
     """Remove the clusters under ``parent`` whose owner process is gone (a server still
-    running there is shut down first); the ones removed (``targets.owned_dirs``)."""
+    running there is shut down first); the ones removed (``targets.host.owned_dirs``)."""
     return owned_dirs.reap_orphans(parent, DIR_PREFIX, lambda root: _stop_orphan(root / "data"))
 
 

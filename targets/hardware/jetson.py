@@ -4,11 +4,12 @@ The PolyThrottle knobs on a Jetson (TX2, Xavier, Orin), where NVML does not exis
 
     [target]
     kind = "jetson"
-    command = ["python3", "-m", "targets.inference", "--batch", "{batch}", "--device", "cuda"]
+    command = ["python3", "-m", "targets.workloads.inference",
+               "--batch", "{batch}", "--device", "cuda"]
     metrics = ["requests", "requests_per_s", "p99_ms"]
     gpu_mode = "pin"        # or "floor": only the governor's minimum (PolyThrottle's knob)
     rails = ["VDD_IN"]      # INA3221 rails to sum for energy (default: the board input rail)
-    sysfs = "/sys"          # a fake tree in tests (targets/fake_sysfs.py)
+    sysfs = "/sys"          # a fake tree in tests (targets/hardware/fake_sysfs.py)
 
 Knobs, read from the device: ``gpu_hz`` from the GPU devfreq node's
 ``available_frequencies`` (the node under ``class/devfreq`` whose name holds gp10b, gv11b,
@@ -31,10 +32,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from targets.base import option_names_list, option_number
-from targets.command import CommandTarget
-from targets.device import DeviceTarget, SampledPower
-from targets.helper import option_helper, writer
-from targets.sysfs import read_int, read_text, restore_range, write_range
+from targets.command.target import CommandTarget
+from targets.hardware.device import DeviceTarget, SampledPower
+from targets.hardware.helper import option_helper, writer
+from targets.hardware.sysfs import read_int, read_text, restore_range, write_range
 from tuner.errors import ConfigRejected, TargetError, ValidationError
 from tuner.space import Config, Knob, OrdinalKnob
 

@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 from knobs.cloud import CloudCatalog, load_cloud_catalog
 from targets.base import Target, full_config, option_directory, option_number
-from targets.command import (
+from targets.command.target import (
     MAX_TIMEOUT_S,
     argv_option,
     parse_metrics,
@@ -62,7 +62,7 @@ from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationE
 from tuner.space import Config, Knob
 
 DEFAULT_TABLE = (
-    Path(__file__).resolve().parents[2]
+    Path(__file__).resolve().parents[3]
     / "shared"
     / "benchdata"
     / "cloud_config_scout_bbo_arena"

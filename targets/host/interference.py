@@ -15,7 +15,7 @@ measurement protocol can be tested and benchmarked under load::
   system's temporary directory by default) in 1 MiB blocks, each followed by ``fsync``,
   starting the file again at 64 MiB.
 
-Each load runs in a child process of its own session (``python -m targets.interference``).
+Each load runs in a child process of its own session (``python -m targets.host.interference``).
 ``stop`` (also on leaving the ``with`` block, at interpreter exit, and on garbage collection)
 kills them and removes the disk file; a child also exits by itself within a second when its
 parent is gone (a session killed with SIGKILL), so no load outlives the process that started
@@ -135,13 +135,13 @@ class Interference:
 
 
 def _spawn(job: list[str]) -> subprocess.Popen[bytes]:
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "targets.interference", str(os.getpid()), *job],
+        [sys.executable, "-m", "targets.host.interference", str(os.getpid()), *job],
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
@@ -210,7 +210,7 @@ def _disk(parent: int, mb_s: float, path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="one interference worker (targets/interference.py)"
+        description="one interference worker (targets/host/interference.py)"
     )
     parser.add_argument("parent", type=int)
     parser.add_argument("kind", choices=["cpu", "memory", "disk"])

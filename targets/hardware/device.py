@@ -8,8 +8,8 @@ when the workload reports ``requests``; a target without a readable energy sourc
 meter and so no energy metrics at all (never invented ones).
 
 A workload that reports the window it timed, ``window_start_s`` and ``window_end_s`` (its
-``time.monotonic()`` at the start and end of the timed part; ``targets.inference`` and
-``targets.pipeline`` do), is metered over that window only, when the meter kept a trace to
+``time.monotonic()`` at the start and end of the timed part; ``targets.workloads.inference`` and
+``targets.workloads.pipeline`` do), is metered over that window only, when the meter kept a trace to
 read it from: otherwise the energy of process start-up, imports, device initialisation and
 warm-up lands on the requests too. On the H200 that was half of a short trial's energy:
 17.7 mJ per request for the whole command against 9.0 for the timed part
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import ClassVar, Protocol
 
 from targets.base import Target
-from targets.command import CommandTarget
+from targets.command.target import CommandTarget
 from tuner.space import Config, SearchSpace
 
 

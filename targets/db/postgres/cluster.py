@@ -7,7 +7,7 @@ port is a free TCP port number, used only to name the socket. ``postgresql.conf`
 fixed settings appended, followed by ``include = 'tuner.conf'``: the file each trial
 rewrites, so a tuned knob always wins over initdb's settings and never over the fixed ones.
 
-Every program runs as the user ``targets.postgres_tools.Tools`` names (``postgres`` when
+Every program runs as the user ``targets.db.postgres.tools.Tools`` names (``postgres`` when
 this process is root, since PostgreSQL refuses root), in the cluster directory, which is
 handed to that user, with an environment that points libpq at this server only.
 
@@ -36,8 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from targets.owned_dirs import make_owned_dir
-from targets.postgres_tools import (
+from targets.db.postgres.tools import (
     DIR_PREFIX,
     SUPERUSER,
     Tools,
@@ -45,6 +44,7 @@ from targets.postgres_tools import (
     pid_file_status,
     reap_orphans,
 )
+from targets.host.owned_dirs import make_owned_dir
 from tuner.errors import ConfigRejected, StateError, TargetError, ValidationError
 
 TRIAL_CONF = "tuner.conf"

@@ -2,11 +2,11 @@
 
 ``setup()`` creates a throwaway cluster in a temporary directory (``initdb``, Unix socket
 only, run as the ``postgres`` OS user when this process is root; see
-``targets.postgres_cluster``), starts it and loads the pgbench tables at ``scale``. The one
+``targets.db.postgres.cluster``), starts it and loads the pgbench tables at ``scale``. The one
 server serves the whole session; each trial reconfigures it:
 
 * ``apply()`` writes every tuned knob into ``tuner.conf`` (included last by
-  ``postgresql.conf``), in base units (``targets.postgres_knobs.conf_line``). The server is
+  ``postgresql.conf``), in base units (``targets.db.postgres.host_knobs.conf_line``). The server is
   restarted only when a restart-only knob (catalog ``restart = true``, or context
   ``postmaster`` in ``pg_settings``) needs a value other than the running one; otherwise it
   reloads, and ``apply()`` waits until it has. Then every knob is read back from
@@ -14,7 +14,7 @@ server serves the whole session; each trial reconfigures it:
   configuration, as does a server that will not start with it. Both are INFEASIBLE, with
   the server log's error lines as the reason.
 * ``measure()`` runs a pgbench warm-up, then the measured window with a per-transaction
-  log (``targets.postgres_bench``): ``tps``, ``latency_avg_ms``, ``p50_ms``, ``p95_ms``,
+  log (``targets.db.postgres.pgbench``): ``tps``, ``latency_avg_ms``, ``p50_ms``, ``p95_ms``,
   ``p99_ms``. A run that fails while the server logs errors or dies (too few connections,
   out of memory, a crash) is the configuration's fault (INFEASIBLE); any other pgbench
   failure is FAILED.
@@ -25,7 +25,7 @@ server serves the whole session; each trial reconfigures it:
   ``apply()`` makes only if it needs other values: a second restart per trial would buy
   nothing, since every trial's configuration is applied in full and verified.
 * ``close()`` stops the server and removes the directory; so do an exception, a SIGTERM
-  (with ``targets.signals.terminate_on_sigterm``) and, as a last resort, ``atexit``.
+  (with ``targets.host.signals.terminate_on_sigterm``) and, as a last resort, ``atexit``.
 
 A restart empties the buffer cache and a reload does not, so the warm-up (``warmup_s``)
 is what makes trials comparable; short windows on a small machine are noisy (see
@@ -45,7 +45,14 @@ from targets.base import (
     option_int,
     option_names_list,
 )
-from targets.postgres_bench import (
+from targets.db.postgres.cluster import (
+    START_TIMEOUT_S,
+    Cluster,
+    Setting,
+    probe_settings,
+)
+from targets.db.postgres.host_knobs import conf_line, host_facts, resolve_knobs, same
+from targets.db.postgres.pgbench import (
     METRICS,
     SCRIPTS,
     Workload,
@@ -54,14 +61,7 @@ from targets.postgres_bench import (
     read_latencies,
     summarize,
 )
-from targets.postgres_cluster import (
-    START_TIMEOUT_S,
-    Cluster,
-    Setting,
-    probe_settings,
-)
-from targets.postgres_knobs import conf_line, host_facts, resolve_knobs, same
-from targets.postgres_tools import find_tools
+from targets.db.postgres.tools import find_tools
 from tuner.errors import ConfigRejected, StateError, TargetError, ValidationError
 from tuner.space import Config, Knob
 

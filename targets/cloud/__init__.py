@@ -1,0 +1,1 @@
+"""Cloud deployments as a target: instance family, size and node count."""

@@ -1,0 +1,1 @@
+"""Any program as a target: a command per trial, metrics read from its output."""

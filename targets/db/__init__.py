@@ -1,0 +1,1 @@
+"""Database targets: embedded SQLite and a private PostgreSQL cluster."""

@@ -1,0 +1,1 @@
+"""The PostgreSQL target: a throwaway cluster, its knobs on this host, pgbench."""

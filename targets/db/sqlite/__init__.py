@@ -1,0 +1,1 @@
+"""The embedded SQLite target: PRAGMAs on a real database file, and its workload."""

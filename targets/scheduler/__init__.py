@@ -1,0 +1,1 @@
+"""GPU-cluster scheduler parameters as a target, on a trace-driven simulator."""
