@@ -68,13 +68,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from runner.measurement import Confirmation, Remeasured, confirm, machine_noise
+from runner.session import SessionResult, run_phases, run_session, summarize
 from server.app import DEFAULT_LEASES
 from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
-from server.measurement import Confirmation, Remeasured, confirm, machine_noise
 from server.plot import plot_convergence
 from server.security import read_file, read_token
 from server.service import ON_EXPIRY
-from server.session import SessionResult, run_phases, run_session, summarize
 from server.storage import SQLiteStorage
 from targets.command.target import env_name, format_value
 from targets.host.signals import terminate_on_sigterm

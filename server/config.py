@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol
+from runner.session import Phase
 from server.daemon import DaemonSettings, parse_daemon
-from server.measurement import MeasurementProtocol
-from server.session import Phase
 from targets.base import Target
 from targets.registry import build_target
 from tuner.errors import ValidationError
@@ -48,13 +48,6 @@ _SESSION_KEYS = (
 _PROTOCOL_KEYS = (
     "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
 )  # fmt: skip
-#: A session's measurement protocol when ``[session]`` says nothing: one measurement per
-#: trial (three for a promising one and the default), a control every five trials, and a
-#: confirmation: two rounds choose among the three best, five fresh rounds estimate the
-#: chosen one's ratio. A single sample is never the headline (see server/measurement.py).
-DEFAULT_PROTOCOL = MeasurementProtocol(
-    repeats=1, max_repeats=3, control_every=5, confirm=5, confirm_top=3, confirm_select=2
-)
 DEFAULT_DB = Path("runs/tuner.db")
 
 

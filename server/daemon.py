@@ -22,7 +22,7 @@ The daemon cycles through two phases and keeps its place in a state file:
 
 With ``control_every = N`` the daemon also re-measures the default configuration every
 ``N`` watch windows, as a control (the measurement protocol of sessions,
-``server/measurement.py``): the control is stored with the round's default trial, and the
+``runner/measurement.py``): the control is stored with the round's default trial, and the
 ratio of its objective to that trial's says how the machine moved. When the objective
 drifts, a control measured at that moment decides: if the default moved by the same factor
 since the baseline, every configuration slowed alike (the machine, or a load on all of
@@ -62,7 +62,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from server.session import MAX_CONSECUTIVE_FAILURES, TuningAPI, keep_alive
+from runner.session import MAX_CONSECUTIVE_FAILURES, TuningAPI, keep_alive
 from targets.base import Target
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.study import StudySpec

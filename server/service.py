@@ -25,7 +25,6 @@ import hashlib
 import json
 import logging
 import math
-import statistics
 import threading
 import time
 from collections import Counter
@@ -45,6 +44,7 @@ from tuner.trial import (
     TrialStatus,
     best_trial,
     pareto_front,
+    repeat_summary,
 )
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ class TuningService:
                 _check_metrics(spec, repeat.metrics, status, f"measurements[{i}].metrics")
             spread: dict[str, float] = {}
             if repeats:
-                metrics, spread = _mean_and_spread(repeats)
+                metrics, spread = repeat_summary(repeats)
             _check_metrics(spec, metrics, status)
             self._expire(study)
             trial = self.storage.finish_trial(
@@ -575,16 +575,6 @@ def _repeats(
                 sorted(names),
             )
     return items
-
-
-def _mean_and_spread(
-    repeats: Sequence[Measurement],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Per metric: the mean of the repeats and (with two or more) their standard deviation."""
-    means = {k: statistics.fmean(m.metrics[k] for m in repeats) for k in repeats[0].metrics}
-    if len(repeats) < 2:
-        return means, {}
-    return means, {k: statistics.stdev(m.metrics[k] for m in repeats) for k in means}
 
 
 def _differences(a: StudySpec, b: StudySpec) -> list[str]:

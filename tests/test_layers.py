@@ -1,4 +1,4 @@
-"""The layers point one way: tuner <- knobs <- targets <- server.
+"""The layers point one way: tuner <- knobs <- targets <- runner <- server.
 
 Walks every module's imports (statically, with ``ast``) and checks each package imports only
 from the layers below it; ``tuner`` also never touches grpc or sqlite, so the optimizer can
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["tuner", "knobs", "targets", "server"]
+LAYERS = ["tuner", "knobs", "targets", "runner", "server"]
 FORBIDDEN_EXTERNAL = {"tuner": {"grpc", "sqlite3", "sqlite_utils", "google"}}
 
 
@@ -57,7 +57,9 @@ def test_optimizer_never_imports_grpc_or_sqlite() -> None:
 
 def test_only_the_cli_entry_point_is_outside_server() -> None:
     """Nothing but server itself imports server (bench and examples included)."""
-    outside = [p for d in ("tuner", "knobs", "targets", "bench", "examples") for p in modules(d)]
+    outside = [
+        p for d in ("tuner", "knobs", "targets", "runner", "bench", "examples") for p in modules(d)
+    ]
     offenders = [str(p.relative_to(ROOT)) for p in outside if "server" in imported_top_levels(p)]
     assert not offenders, offenders
 

@@ -1,4 +1,4 @@
-"""Statistics for noisy measurements: ratio intervals, spread, instability and machine drift.
+"""Statistics for noisy measurements: ratio intervals, instability and machine drift.
 
 Real systems are noisy: on a shared machine one benchmark run can be off by a factor of ten,
 and the machine itself may get slower or faster during a session. Noise-aware tuning (TUNA,
@@ -19,8 +19,8 @@ finite (throughput- or latency-like numbers).
     ratio of the arithmetic means, with the interval on the log scale by the delta method,
     ``var(log mean) ≈ s² / (n · mean²)`` for each side, and the t quantile at the
     Welch–Satterthwaite degrees of freedom (Welch 1947; Satterthwaite 1946).
-``spread``, ``pooled_log_variance``, ``unstable``
-    The repeats of one trial and whether a trial is noisier than the machine's noise: a
+``pooled_log_variance``, ``unstable``
+    The noise of repeated measurements and whether a trial is noisier than the machine's noise: a
     one-sided F test of the trial's log variance against the variance of log values pooled
     over the other trials.
 ``drift``
@@ -151,44 +151,6 @@ def ratio_interval(
         n=n,
         paired=paired,
     )
-
-
-@dataclass(frozen=True)
-class Spread:
-    """The mean and spread of a trial's repeated measurements.
-
-    Attributes:
-        n: The number of values.
-        mean: Their arithmetic mean.
-        std: Their sample standard deviation (ddof=1); 0.0 for a single value.
-    """
-
-    n: int
-    mean: float
-    std: float
-
-    @property
-    def cov(self) -> float:
-        """The coefficient of variation, std / mean."""
-        return self.std / self.mean
-
-    @property
-    def sem(self) -> float:
-        """The standard error of the mean, std / sqrt(n)."""
-        return self.std / math.sqrt(self.n)
-
-
-def spread(values: Sequence[float]) -> Spread:
-    """The mean and sample standard deviation of ``values``.
-
-    Raises:
-        ValueError: ``values`` is empty, or a value is not positive and finite.
-    """
-    array = _positive(values, "values")
-    if len(array) == 0:
-        raise ValueError("spread needs at least one value")
-    std = float(array.std(ddof=1)) if len(array) > 1 else 0.0
-    return Spread(n=len(array), mean=float(array.mean()), std=std)
 
 
 def pooled_log_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:

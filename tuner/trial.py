@@ -21,6 +21,7 @@ measurement*; ``best_trial`` ranks only trials that satisfy every constraint.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -130,6 +131,17 @@ class Measurement:
     at: float = 0.0
     round: int = 0
     trial_id: int = 0
+
+
+def repeat_summary(
+    repeats: Sequence[Measurement],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per metric of the first repeat: the mean of the repeats and (with two or more) their
+    sample standard deviation: what a trial measured ``len(repeats)`` times reports."""
+    means = {k: statistics.fmean(m.metrics[k] for m in repeats) for k in repeats[0].metrics}
+    if len(repeats) < 2:
+        return means, {}
+    return means, {k: statistics.stdev(m.metrics[k] for m in repeats) for k in means}
 
 
 @dataclass(frozen=True)

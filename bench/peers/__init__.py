@@ -12,6 +12,8 @@ MethodRun`` (``bench.contract``). The peers:
 ``ax``                  Ax ``Client`` with its default generation strategy
 ``mlos``                mlos-core SMAC (LlamaTune adapter when the problem embeds), own venv
 ``ours``                our designer (``bench/peers/ours.py``), listed when that file exists
+``ours-protocol``       ours through the session's measurement protocol (repeats, race,
+                        posterior ranking, confirmation) on the same measurement budget
 ======================  =============================================================
 
 Modules are imported on first use, so listing the names costs nothing; each module imports
@@ -33,6 +35,7 @@ _MODULES = {
     "ax": "ax",
     "mlos": "mlos",
     "ours": "ours",
+    "ours-protocol": "ours_protocol",
 }
 
 

@@ -1,4 +1,4 @@
-"""The closing confirmation (``server.measurement.confirm``) and ``[session] confirm``."""
+"""The closing confirmation (``runner.measurement.confirm``) and ``[session] confirm``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
+from runner.measurement import confirm
 from server.cli import main
-from server.measurement import confirm
 from targets.base import Target, TrialOutcome
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus

@@ -14,12 +14,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from runner.session import run_session
 from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.app import build_server, stop_server
 from server.client import TunerClient
 from server.service import LeasePolicy, TuningService
-from server.session import run_session
 from server.storage import SQLiteStorage
 from targets.base import Target
 from tuner.errors import StateError, ValidationError

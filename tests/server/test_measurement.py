@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from server.measurement import (
+from runner.measurement import (
     MeasurementProtocol,
     could_win,
     measure,
     pooled_noise,
 )
+from runner.session import run_session, summarize
 from server.service import TuningService
-from server.session import run_session, summarize
 from server.storage import SQLiteStorage
 from targets.base import ConfigRejected, Target, TrialOutcome
 from tuner.errors import ValidationError

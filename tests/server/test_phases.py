@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from runner.session import run_phases
 from server.cli import main
 from server.config import parse_config
 from server.service import TuningService
-from server.session import run_phases
 from server.storage import SQLiteStorage
 from tuner.errors import ValidationError
 

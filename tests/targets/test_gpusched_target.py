@@ -269,8 +269,8 @@ def test_a_bo_session_beats_tiresias_defaults_on_a_trace(tmp_path: Path) -> None
         },
     }
     parsed = parse_config(config, {})
+    from runner.session import run_session
     from server.service import TuningService
-    from server.session import run_session
     from server.storage import SQLiteStorage
 
     service = TuningService(SQLiteStorage(tmp_path / "s.db"))

@@ -115,8 +115,8 @@ def test_a_bo_session_over_a_replayed_table_finds_the_best_cell(table: Path) -> 
         "target": {"kind": "replay", "table": str(table), "metrics": ["latency_ms", "energy_j"]},
     }
     parsed = parse_config(config, {})
+    from runner.session import run_session
     from server.service import TuningService
-    from server.session import run_session
     from server.storage import SQLiteStorage
 
     storage = SQLiteStorage(table.with_name("s.db"))

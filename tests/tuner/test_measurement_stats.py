@@ -1,4 +1,5 @@
-"""Tests for tuner.measurement_stats: ratio intervals, spread, instability and drift."""
+"""Tests for tuner.measurement_stats (ratio intervals, instability, drift) and the mean
+and spread of a trial's repeats (``tuner.trial.repeat_summary``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from tuner.measurement_stats import (
     drift,
     pooled_log_variance,
     ratio_interval,
-    spread,
     unstable,
 )
+from tuner.trial import Measurement, repeat_summary
 
 
 def _lognormal(rng: np.random.Generator, cov: float, size: int | tuple[int, ...]) -> np.ndarray:
@@ -120,16 +121,11 @@ def test_str_format() -> None:
     assert str(interval) == "1.84x (1.71–1.97)"
 
 
-def test_spread() -> None:
-    s = spread([9.0, 10.0, 11.0])
-    assert (s.n, s.mean, s.std) == (3, 10.0, 1.0)
-    assert s.cov == pytest.approx(0.1)
-    assert s.sem == pytest.approx(1 / math.sqrt(3))
-    assert spread([5.0]) == spread([5.0]) and spread([5.0]).std == 0.0
-    with pytest.raises(ValueError, match="at least one value"):
-        spread([])
-    with pytest.raises(ValueError, match=r"values\[1\] must be positive and finite, got -1"):
-        spread([1.0, -1.0])
+def test_repeat_summary_is_the_trials_mean_and_sample_deviation() -> None:
+    repeats = [Measurement({"tps": v, "p95": 2 * v}) for v in (9.0, 10.0, 11.0)]
+    means, spread = repeat_summary(repeats)
+    assert means == {"tps": 10.0, "p95": 20.0} and spread == {"tps": 1.0, "p95": 2.0}
+    assert repeat_summary(repeats[:1]) == ({"tps": 9.0, "p95": 18.0}, {})
 
 
 def test_pooled_log_variance() -> None:

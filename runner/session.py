@@ -7,7 +7,7 @@ an ACTIVE trial to the same client) and continues toward the same trial budget i
 starting over.
 
 Every trial is measured through the session's ``MeasurementProtocol``
-(``server/measurement.py``): repeats (fixed, or more for promising trials), the default
+(``runner/measurement.py``): repeats (fixed, or more for promising trials), the default
 re-measured as a control between trials, and a closing confirmation that the CLI prints as
 the headline. ``summarize`` reads the stored measurements back: the control series says
 whether the machine drifted, and a trial whose repeats disagree beyond the study's noise is
@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from server.measurement import (
+from runner.measurement import (
     Measured,
     MeasurementProtocol,
     could_win,
@@ -140,6 +140,7 @@ def run_session(
     trials: int,
     on_trial: Callable[[Trial, int], None] | None = None,
     protocol: MeasurementProtocol | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> SessionResult:
     """Run trials on ``target`` until the study has ``trials`` finished trials, measuring
     each by ``protocol`` (default: once, no controls).
@@ -147,6 +148,8 @@ def run_session(
     Args:
         on_trial: Called after each reported trial with the trial and the number of
             finished trials so far (for progress display).
+        stop: Asked before each new trial; True ends the session early (a budget of
+            measurements rather than trials).
 
     Raises:
         TargetError: ``MAX_CONSECUTIVE_FAILURES`` trials in a row FAILED (the target is
@@ -157,7 +160,7 @@ def run_session(
     client_id = client_id_for(spec)
     finished = sum(t.status.is_final for t in api.list_trials(spec.name))
     failures = since_control = 0
-    while finished < trials:
+    while finished < trials and not (stop is not None and stop()):
         [trial] = api.suggest_trials(spec.name, 1, client_id)
         with keep_alive(api, spec.name, trial):
             measured = _measure_trial(api, target, spec, trial, protocol)

@@ -121,6 +121,15 @@ class MeasurementProtocol:
         return max(self.repeats, self.max_repeats)
 
 
+#: A session's measurement protocol when ``[session]`` says nothing: one measurement per
+#: trial (three for a promising one and the default), a control every five trials, and a
+#: confirmation: two rounds choose among the three best, five fresh rounds estimate the
+#: chosen one's ratio. A single sample is never the headline.
+DEFAULT_PROTOCOL = MeasurementProtocol(
+    repeats=1, max_repeats=3, control_every=5, confirm=5, confirm_top=3, confirm_select=2
+)
+
+
 @dataclass(frozen=True)
 class Measured:
     """The outcome of measuring one trial by the protocol.
@@ -337,7 +346,7 @@ def confirm(
     noise: Mapping[str, tuple[float, int]] | None = None,
     select: int = 0,
 ) -> Confirmation:
-    """Compare the first ``top`` of ``candidates`` (best first: ``server.session.ranked``)
+    """Compare the first ``top`` of ``candidates`` (best first: ``runner.session.ranked``)
     with the default in rounds that alternate their order, by paired per-round ratios.
 
     With ``select`` rounds and more than one candidate, ``select`` rounds of the default

@@ -1,0 +1,143 @@
+"""A study kept in memory behind the session's ``TuningAPI``: sessions without a service.
+
+``runner.session.run_session`` drives anything with the service's methods. The service
+(``server.service.TuningService``) stores studies in SQLite and checks every request; a
+benchmark that runs hundreds of short sessions needs neither, and may not import the
+service layer. ``MemoryAPI`` keeps each study's trials and measurements in lists and makes
+suggestions through the same two functions the service uses (``tuner.loop.propose`` and
+``new_trial``), with a warm-starting fit cache per study, so a session on it suggests,
+measures and summarizes exactly as one on the service does.
+
+What it leaves out: leases (a trial stays ACTIVE until completed), request ids, and the
+service's validation of what clients send (the session sends only what it measured).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from tuner.designer import FitCache
+from tuner.errors import NotFoundError, StateError
+from tuner.loop import new_trial, propose
+from tuner.study import StudySpec
+from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus, repeat_summary
+
+
+@dataclass
+class _Study:
+    spec: StudySpec
+    trials: list[Trial] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    cache: FitCache = field(default_factory=FitCache)
+
+
+class MemoryAPI:
+    """The session's ``TuningAPI`` over studies held in memory (module doc)."""
+
+    def __init__(self) -> None:
+        self._studies: dict[str, _Study] = {}
+
+    def create_study(self, spec: StudySpec) -> tuple[StudySpec, bool]:
+        """The study named ``spec.name``, created when new; True when it was created."""
+        if spec.name in self._studies:
+            return self._studies[spec.name].spec, False
+        self._studies[spec.name] = _Study(spec)
+        return spec, True
+
+    def suggest_trials(self, study: str, count: int, client_id: str = "") -> list[Trial]:
+        """``client_id``'s ACTIVE trials first (a resumed session gets its trial back),
+        then new suggestions, ``count`` in all."""
+        found = self._study(study)
+        mine = [
+            t for t in found.trials if t.status is TrialStatus.ACTIVE and t.client_id == client_id
+        ]
+        if len(mine) >= count:
+            return mine[:count]
+        made = propose(found.spec, found.trials, count - len(mine), found.cache)
+        now = time.time()
+        new = [
+            replace(
+                new_trial(len(found.trials) + i + 1, s, client_id), created_at=now, updated_at=now
+            )
+            for i, s in enumerate(made)
+        ]
+        found.trials += new
+        return mine + new
+
+    def complete_trial(
+        self,
+        study: str,
+        trial_id: int,
+        metrics: Mapping[str, float] | None = None,
+        status: TrialStatus = TrialStatus.COMPLETED,
+        reason: str = "",
+        request_id: str = "",
+        measurements: Sequence[Measurement] = (),
+    ) -> Trial:
+        """Finish an ACTIVE trial with ``metrics``, or with the means of ``measurements``
+        (stored as its repeats; ``repeats`` and ``spread`` as the service sets them)."""
+        found = self._study(study)
+        trial = self._trial(found, trial_id)
+        if trial.status is not TrialStatus.ACTIVE:
+            raise StateError(f"trial {trial_id} is {trial.status.value} and cannot be completed")
+        now = time.time()
+        repeats = [
+            replace(m, trial_id=trial_id, at=m.at or now)
+            for m in measurements
+            if status is TrialStatus.COMPLETED
+        ]
+        spread: dict[str, float] = {}
+        values = dict(metrics or {})
+        if repeats:
+            values, spread = repeat_summary(repeats)
+        found.measurements += repeats
+        done = replace(
+            trial, status=status, metrics=values, reason=reason, updated_at=now,
+            repeats=max(len(repeats), 1), spread=spread,
+        )  # fmt: skip
+        found.trials[trial_id - 1] = done
+        return done
+
+    def add_measurements(
+        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+    ) -> list[Measurement]:
+        """Keep controls and confirmation rounds of a trial."""
+        found = self._study(study)
+        self._trial(found, trial_id)
+        now = time.time()
+        added = [replace(m, trial_id=trial_id, at=m.at or now) for m in measurements]
+        found.measurements += added
+        return added
+
+    def list_measurements(
+        self,
+        study: str,
+        trial_id: int | None = None,
+        kinds: Collection[MeasurementKind] | None = None,
+    ) -> list[Measurement]:
+        return [
+            m for m in self._study(study).measurements
+            if (trial_id is None or m.trial_id == trial_id) and (kinds is None or m.kind in kinds)
+        ]  # fmt: skip
+
+    def list_trials(
+        self, study: str, statuses: Collection[TrialStatus] | None = None
+    ) -> list[Trial]:
+        return [t for t in self._study(study).trials if statuses is None or t.status in statuses]
+
+    def heartbeat(self, study: str, trial_id: int) -> Trial:
+        """Nothing to renew: trials held in memory have no lease."""
+        return self._trial(self._study(study), trial_id)
+
+    def _study(self, name: str) -> _Study:
+        if name not in self._studies:
+            raise NotFoundError(f"no study named {name!r}")
+        return self._studies[name]
+
+    @staticmethod
+    def _trial(study: _Study, trial_id: int) -> Trial:
+        if not 1 <= trial_id <= len(study.trials):
+            raise NotFoundError(f"study {study.spec.name!r} has no trial {trial_id}")
+        return study.trials[trial_id - 1]
