@@ -13,9 +13,10 @@ is the confirmation's best.
 **The same budget.** The budget counts measurements, not trials: repeats, controls (only
 where the problem has a default) and confirmation rounds all spend it. The session stops
 suggesting while the next trial's most repeats and the confirmation at its default size
-would overrun the budget; the confirmation then gets as many rounds as the rest allows
-(at least the default five), and what is left (fewer runs than candidates) re-measures the
-chosen configuration, so every run has exactly ``budget`` measurements as every peer has.
+would overrun the budget (or, on a small budget, once half of it is spent); the
+confirmation then gets as many rounds as the rest allows (at least the default five), and
+what is left (fewer runs than candidates) re-measures the chosen configuration, so every
+run has exactly ``budget`` measurements as every peer has.
 
 **What is reported after each evaluation**: during the session the best feasible trial by
 its measured mean (``tuner.trial.best_trial``); during the confirmation the session's
@@ -114,6 +115,7 @@ def run(
     has_default = any(k.default is not None for k in spec.space.knobs)
     reserve = confirm_runs(protocol, has_default, protocol.confirm_top, protocol.confirm)
     reserve += protocol.most + (1 if protocol.control_every and has_default else 0)
+    reserve = min(reserve, budget // 2)  # a small budget: half for the search
 
     def spent() -> bool:
         return len(target.measurements) + reserve > budget

@@ -258,3 +258,36 @@ def test_mlos_registers_suggestions_of_an_all_numeric_embedded_space() -> None:
     run = module.run(NUMERIC, 0, MODEL_BUDGET)
     _check(run, NUMERIC, "mlos", 0, MODEL_BUDGET)
     assert all(isinstance(c["huge"], int) and 4096 <= c["huge"] < 2**64 for c in run.configs)
+
+
+def _noisy_measure(config: Config, rng: random.Random) -> Measurement:
+    x = float(config["x"])
+    return Measurement("completed", {"y": (1.0 + 4.0 * x * (1 - x)) * math.exp(rng.gauss(0, 0.1))})
+
+
+NOISY = SuiteProblem(
+    name="test:noisy",
+    family="hdbo",
+    half="develop",
+    knobs=({"name": "x", "kind": "float", "low": 0.0, "high": 1.0},),
+    objective="y",
+    goal="maximize",
+    constraints=(),
+    budget=40,
+    measure=_noisy_measure,
+    true_value=lambda c: 1.0 + 4.0 * float(c["x"]) * (1 - float(c["x"])),
+)
+
+
+def test_ours_protocol_spends_the_budget_and_reports_the_confirmed_best() -> None:
+    run = RUNNERS["ours-protocol"].run(NOISY, 3, 40)
+    _check(run, NOISY, "ours-protocol", 3, 40)
+    notes = run.notes
+    # 5 confirmation rounds of the 3 best at least (no default: no selection rounds), the
+    # rest of the budget to the search, with repeats for the promising trials
+    assert notes["confirm_rounds"] >= 5 and notes["repeated"] >= 1
+    assert notes["trials"] + notes["repeated"] <= 40 - 3 * notes["confirm_rounds"]
+    final = run.reported[-1]
+    assert final is not None
+    last = run.configs[-3 * notes["confirm_rounds"] :]
+    assert sum(config_key(c) == config_key(final) for c in last) >= notes["confirm_rounds"]
