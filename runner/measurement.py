@@ -305,10 +305,11 @@ class Confirmation:
             from the ``measured`` rounds only.
         default_feasible: Whether the default met the outcome constraints in every round.
         unstable: Trial ids of candidates whose rounds disagreed beyond the measured noise.
-        intervals: Every candidate's interval against the default, by trial id (from the
-            selection rounds for those not chosen).
+        intervals: The interval against the default of every candidate in ``measured``,
+            by trial id.
         selection: The rounds that chose the candidate: the default first, then every
             candidate (empty when the same rounds chose and estimated).
+        selection_intervals: Each candidate's interval from the selection rounds.
     """
 
     measured: tuple[Remeasured, ...]
@@ -318,6 +319,7 @@ class Confirmation:
     unstable: tuple[int, ...] = ()
     intervals: dict[int, RatioInterval] = field(default_factory=dict)
     selection: tuple[Remeasured, ...] = ()
+    selection_intervals: dict[int, RatioInterval] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
@@ -376,15 +378,18 @@ def confirm(
     selection = runner.run(base + ranked, select)
     chose = _judge(spec, selection, True, noise, choosing=True)
     if chose.best is None:
-        return replace(chose, measured=selection[:1], selection=selection)
+        return replace(
+            chose, measured=selection[:1], intervals={}, selection=selection,
+            selection_intervals=chose.intervals,
+        )  # fmt: skip
     measured = runner.run([default, chose.best.trial], rounds)  # type: ignore[list-item]
     found = _judge(spec, measured, True, noise)
     return replace(
         found,
         default_feasible=found.default_feasible and chose.default_feasible,
         unstable=tuple(sorted({*chose.unstable, *found.unstable})),
-        intervals={**chose.intervals, **found.intervals},
         selection=selection,
+        selection_intervals=chose.intervals,
     )
 
 

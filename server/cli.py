@@ -662,7 +662,8 @@ def _print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
     default = confirmation.default
     if confirmation.selection:
         rounds = confirmation.selection[0].repeats
-        chosen = confirmation.best.trial.id if confirmation.best else None
+        measured = confirmation.measured
+        chosen = measured[1].trial.id if len(measured) > 1 else None
         out.print(
             f"selection: {rounds} interleaved rounds of the default and the "
             f"{len(confirmation.selection) - 1} best by the model choose "
@@ -713,21 +714,22 @@ def _confirmation_table(
     spec: StudySpec, confirmation: Confirmation, rows: Sequence[Remeasured], label: str
 ) -> Table:
     name = spec.objective.name
+    choosing = label == "selection"  # a few rounds: the ratio, not its (wide) interval
     table = Table(
-        "trial", "source", f"session {name}", f"{label} {name}", "vs default (95 % CI)",
-        "feasible rounds",
+        "trial", "source", f"session {name}", f"{label} {name}",
+        "vs default" if choosing else "vs default (95 % CI)", "feasible rounds",
     )  # fmt: skip
+    intervals = confirmation.selection_intervals if choosing else confirmation.intervals
     for m in rows:
-        found = confirmation.intervals.get(m.trial.id)
-        if label == "confirmed" and confirmation.best is not None and m is confirmation.best:
-            found = confirmation.interval
+        found = intervals.get(m.trial.id)
+        shown = "-" if found is None else f"{found.ratio:.2f}x" if choosing else str(found)
         note = " unstable" if m.trial.id in confirmation.unstable else ""
         table.add_row(
             str(m.trial.id),
             m.trial.source,
             f"{_fmt(m.trial.metrics.get(name))} (n={m.trial.repeats})",
             f"{_fmt(m.metric_mean(name))} ± {_fmt(m.std)}" if m.std else _fmt(m.metric_mean(name)),
-            ("1" if m.trial.step is StepKind.DEFAULT else str(found) if found else "-") + note,
+            ("1" if m.trial.step is StepKind.DEFAULT else shown) + note,
             f"{sum(m.feasible)}/{m.repeats}",
         )
     return table
@@ -755,12 +757,9 @@ def _confirmation_dict(confirmation: Confirmation) -> dict[str, Any]:
 
     best = confirmation.best
     return {
-        "measured": [
-            row(m, interval if m is best else confirmation.intervals.get(m.trial.id))
-            for m in confirmation.measured
-        ],
+        "measured": [row(m, confirmation.intervals.get(m.trial.id)) for m in confirmation.measured],
         "selection": [
-            row(m, confirmation.intervals.get(m.trial.id)) for m in confirmation.selection
+            row(m, confirmation.selection_intervals.get(m.trial.id)) for m in confirmation.selection
         ],
         "best_trial": best.trial.id if best else None,
         "best_config": best.trial.config if best else None,

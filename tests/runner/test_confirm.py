@@ -150,7 +150,10 @@ def test_selection_rounds_choose_and_fresh_rounds_estimate() -> None:
     assert outcome.best is not None and outcome.best.trial.config == {"x": 2}
     assert outcome.best.values == (111.0, 109.0, 110.0)
     assert outcome.ratio == pytest.approx(1.1, rel=0.01)  # not the 1.5x that chose it
-    assert outcome.intervals[4].ratio == pytest.approx(0.905, rel=0.01)  # x = 3, selection
+    chose = outcome.selection_intervals
+    assert chose[4].ratio == pytest.approx(0.905, rel=0.01)  # x = 3
+    assert chose[3].ratio == pytest.approx(1.505, rel=0.01)  # what chose x = 2
+    assert outcome.intervals == {3: outcome.interval}
     assert [m.round for _, m in stored] == [1] * 4 + [2] * 4 + [3, 3, 4, 4, 5, 5]
 
 
