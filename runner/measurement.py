@@ -393,6 +393,63 @@ def confirm(
     )
 
 
+def stored_confirmation(
+    spec: StudySpec, trials: Sequence[Trial], measurements: Sequence[Measurement]
+) -> Confirmation | None:
+    """The study's confirmation rebuilt from its stored CONFIRM measurements (None without
+    any), as ``confirm`` judged it: ``tuner best`` and ``GetBestTrial`` read it back.
+
+    The estimate is the trailing rounds that ran only the default and one candidate (the
+    chosen one); earlier rounds are the selection. Without a default, or when every round
+    ran several candidates, all rounds both chose and estimated.
+    """
+    rows = [m for m in measurements if m.kind is MeasurementKind.CONFIRM]
+    if not rows:
+        return None
+    spec = with_resolved_constraints(spec, trials)
+    by_id = {t.id: t for t in trials}
+    default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
+    base = {default.id} if default is not None else set()
+    rounds = sorted({m.round for m in rows})
+    ran = {r: {m.trial_id for m in rows if m.round == r} - base for r in rounds}
+    first = 0
+    if default is not None:
+        chosen = next((ran[r] for r in reversed(rounds) if len(ran[r]) == 1), None)
+        first = len(rounds)
+        while chosen is not None and first > 0 and ran[rounds[first - 1]] <= chosen:
+            first -= 1
+        if first == len(rounds) or chosen is None:
+            first = 0
+
+    def remeasured(ids: Sequence[int], among: Sequence[int]) -> tuple[Remeasured, ...]:
+        got = {(m.trial_id, m.round): dict(m.metrics) for m in rows}
+        out = []
+        for i in ids:
+            values = tuple(got.get((i, r)) for r in among)
+            feasible = tuple(_meets(spec, v) for v in values)
+            out.append(Remeasured(by_id[i], values, feasible, (), spec.objective.name))
+        return tuple(out)
+
+    def ids(among: Sequence[int]) -> list[int]:
+        seen = sorted(set().union(*(ran[r] for r in among)) & set(by_id))
+        return [*base, *seen]
+
+    noise = machine_noise(spec, measurements, None if default is None else default.id)
+    estimate = rounds[first:]
+    found = _judge(spec, remeasured(ids(estimate), estimate), default is not None, noise)
+    if not first:
+        return found
+    selection = remeasured(ids(rounds[:first]), rounds[:first])
+    chose = _judge(spec, selection, True, noise, choosing=True)
+    return replace(
+        found,
+        default_feasible=found.default_feasible and chose.default_feasible,
+        unstable=tuple(sorted({*chose.unstable, *found.unstable})),
+        selection=selection,
+        selection_intervals=chose.intervals,
+    )
+
+
 class _Rounds:
     """Runs interleaved rounds for ``confirm``, numbering rounds on across calls."""
 

@@ -33,6 +33,7 @@ from runner.measurement import (
     machine_noise,
     measure,
     pooled_noise,
+    stored_confirmation,
 )
 from targets.base import Target
 from tuner.errors import StateError, TargetError, ValidationError
@@ -401,6 +402,28 @@ def summarize(
         spec, trials, default, best, ratio, front, measurements, flagged, found, relative,
         ranking,
     )  # fmt: skip
+
+
+def best_of(
+    spec: StudySpec, trials: Sequence[Trial], measurements: Sequence[Measurement]
+) -> Trial | None:
+    """The study's best, as the session reports it: the confirmation's best when the study
+    was confirmed (``stored_confirmation``), else the feasible trial with the best posterior
+    mean (the default included) among those whose repeats are stable; None when nothing is
+    feasible. For one objective."""
+    found = stored_confirmation(spec, trials, measurements)
+    if found is not None and found.best is not None:
+        return next(t for t in trials if t.id == found.best.trial.id)
+    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
+
+    resolved = with_resolved_constraints(spec, trials)
+    default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
+    among = [
+        t for t in trials
+        if is_feasible(resolved, t) and not _unstable(resolved, t, default, measurements)
+    ]  # fmt: skip
+    ranking = rank_by_posterior(resolved, trials, among)
+    return ranking[0] if ranking else None
 
 
 def ranked(spec: StudySpec, trials: Sequence[Trial], skip: Collection[int] = ()) -> list[Trial]:

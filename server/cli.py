@@ -68,7 +68,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from runner.measurement import Confirmation, Remeasured, confirm, machine_noise
+from runner.measurement import (
+    Confirmation,
+    Remeasured,
+    confirm,
+    machine_noise,
+    stored_confirmation,
+)
 from runner.session import SessionResult, run_phases, run_session, summarize
 from server.app import DEFAULT_LEASES
 from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
@@ -577,10 +583,35 @@ def cmd_front(args: argparse.Namespace) -> int:
 def cmd_best(args: argparse.Namespace) -> int:
     with _api(args.server, args.db) as api:
         trial = api.get_best_trial(args.study)
+        measurements = api.list_measurements(args.study)
+        confirmation = None
+        if any(m.kind is MeasurementKind.CONFIRM for m in measurements):
+            spec = api.get_study(args.study).spec
+            trials = api.list_trials(args.study)
+            confirmation = stored_confirmation(spec, trials, measurements)
     if args.json:
-        print(json.dumps(_trial_dict(trial), indent=2))
-    else:
-        _print_trial(f"best trial of {args.study}", trial)
+        found = _trial_dict(trial)
+        if confirmation is not None:
+            found["confirmation"] = {
+                "best_trial": confirmation.best.trial.id if confirmation.best else None,
+                "interval": _interval_dict(confirmation.interval),
+                "significant": confirmation.significant,
+                "rounds": confirmation.best.repeats if confirmation.best else 0,
+            }
+        print(json.dumps(found, indent=2))
+        return 0
+    _print_trial(f"best trial of {args.study}", trial)
+    if confirmation is None:
+        out.print("(not confirmed: the study has no confirmation rounds)")
+    elif confirmation.best is None:
+        out.print("not confirmed: no candidate was feasible and stable in every round")
+    elif confirmation.interval is not None:
+        verdict = "confirmed" if confirmation.significant else "not beyond noise"
+        out.print(
+            f"{verdict}: trial {confirmation.best.trial.id} is {confirmation.interval} the "
+            f"default, {confirmation.best.repeats} interleaved repeats each",
+            highlight=False,
+        )
     return 0
 
 

@@ -31,6 +31,8 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from runner.measurement import stored_confirmation
+from runner.session import best_of
 from server.storage import FinishedTrial, NewTrial, Request, Storage
 from tuner.designer import FitCache
 from tuner.errors import AlreadyExistsError, NotFoundError, StateError, ValidationError
@@ -160,7 +162,7 @@ class TuningService:
         stored = self.storage.get_study(_study_name(name))
         self._expire(stored.name)
         trials = self.storage.list_trials(stored.name)
-        best = None if stored.spec.multi_objective else best_trial(stored.spec, trials)
+        best = None if stored.spec.multi_objective else self._quick_best(stored.spec, trials)
         counts = Counter(t.status.value for t in trials)
         return StudyInfo(stored.spec, stored.created_at, dict(counts), best.id if best else None)
 
@@ -418,8 +420,10 @@ class TuningService:
         return self.storage.get_trial(study, trial_id)
 
     def get_best_trial(self, study: str) -> Trial:
-        """The best feasible trial; NotFoundError while there is none, StateError when the
-        study has several objectives."""
+        """The best feasible trial as a session reports it (``runner.session.best_of``:
+        the confirmed best, else the best posterior mean among stable trials);
+        NotFoundError while there is none, StateError when the study has several
+        objectives."""
         spec = self.storage.get_study(_study_name(study)).spec
         if spec.multi_objective:
             names = ", ".join(o.name for o in spec.objectives)
@@ -427,7 +431,8 @@ class TuningService:
                 f"study {study!r} has {len(spec.objectives)} objectives ({names}) and no single "
                 "best trial; ask for its Pareto front (GetParetoFront, `tuner front`)"
             )
-        best = best_trial(spec, self.storage.list_trials(study, [TrialStatus.COMPLETED]))
+        trials = self.storage.list_trials(study)
+        best = best_of(spec, trials, self.storage.list_measurements(study))
         if best is None:
             raise NotFoundError(f"study {study!r} has no feasible completed trial yet")
         return best
@@ -441,6 +446,14 @@ class TuningService:
         self.storage.close()
 
     # -- private ------------------------------------------------------------------------
+    def _quick_best(self, spec: StudySpec, trials: list[Trial]) -> Trial | None:
+        """``GetStudy``'s best without a model fit (listing many studies stays fast): the
+        confirmed best when the study was confirmed, else the best measured mean."""
+        found = stored_confirmation(spec, trials, self.storage.list_measurements(spec.name))
+        if found is not None and found.best is not None:
+            return found.best.trial
+        return best_trial(spec, trials)
+
     def _replay(self, study: str, request: Request) -> list[Trial] | None:
         """The answer to an earlier request with ``request``'s id, or None if there was none.
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from runner.measurement import confirm
+from runner.measurement import confirm, stored_confirmation
 from server.cli import main
 from targets.base import Target, TrialOutcome
 from tuner.study import StudySpec
@@ -249,3 +250,61 @@ def test_confirm_must_be_a_small_count(
     assert main(["tune", str(write(tmp_path, bad))]) == 1
     err = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
     assert "ValidationError" in err and "session.confirm" in err and "[0, 100]" in err
+
+
+def _stored(rows: list[tuple[int, Measurement]]) -> list[Measurement]:
+    return [replace(m, trial_id=i) for i, m in rows]
+
+
+@pytest.mark.parametrize("select", [0, 2])
+def test_the_stored_rounds_give_back_the_confirmation(select: int) -> None:
+    """``tuner best`` and GetBestTrial judge from the stored CONFIRM measurements: the same
+    best, interval, and selection as the live confirmation."""
+    trials = study({0: 100.0, 1: 120.0, 2: 118.0, 3: 90.0})
+    script = {
+        0: [(100.0, 5.0), (103.0, 5.0), (98.0, 5.0), (101.0, 5.0), (99.0, 5.0)],
+        1: [(111.0, 5.0), (109.0, 12.0), (112.0, 5.0), (108.0, 5.0), (110.0, 5.0)],
+        2: [(150.0, 5.0), (151.0, 5.0), (121.0, 5.0), (119.0, 5.0), (118.0, 5.0)],
+        3: [(90.0, 5.0), (91.0, 5.0), (92.0, 5.0), (89.0, 5.0), (90.0, 5.0)],
+    }
+    rows: list[tuple[int, Measurement]] = []
+    live = confirm(
+        cast(Target, Scripted(script)), SPEC, trials, by_value(trials), rounds=3 if select else 5,
+        store=lambda i, m: rows.append((i, m)), select=select,
+    )  # fmt: skip
+    again = stored_confirmation(SPEC, trials, _stored(rows))
+    assert again is not None and live.best is not None and again.best is not None
+    assert again.best.trial.id == live.best.trial.id == 3  # x = 2
+    assert again.interval == live.interval and again.intervals == live.intervals
+    assert again.selection_intervals == live.selection_intervals
+    assert [m.trial.id for m in again.selection] == [m.trial.id for m in live.selection]
+    assert [m.feasible for m in again.measured] == [m.feasible for m in live.measured]
+    assert stored_confirmation(SPEC, trials, []) is None
+
+
+def test_the_service_reports_the_confirmed_best_not_the_luckiest_mean(tmp_path: Path) -> None:
+    from server.service import TuningService
+    from server.storage import SQLiteStorage
+
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
+    spec = replace(SPEC, designer=replace(SPEC.designer, initial_trials=5))
+    service.create_study(spec)
+    made = service.suggest_trials(spec.name, 4, "w")
+    assert made[0].step is StepKind.DEFAULT
+    means = {made[0].id: 100.0, made[1].id: 190.0, made[2].id: 120.0, made[3].id: 110.0}
+    for t in made:
+        service.complete_trial(spec.name, t.id, {"tps": means[t.id], "p95_ms": 5.0})
+    assert service.get_best_trial(spec.name).id == made[1].id  # by its lucky sample
+    lucky, real = made[1].id, made[2].id
+    rounds = {
+        1: {made[0].id: 100, lucky: 101, real: 121},
+        2: {made[0].id: 99, lucky: 98, real: 118},
+    }
+    rounds.update({r: {made[0].id: 100 + r, real: 120 + r} for r in (3, 4, 5)})
+    for r, values in rounds.items():
+        for trial_id, tps in values.items():
+            m = Measurement({"tps": float(tps), "p95_ms": 5.0}, MeasurementKind.CONFIRM, 0.0, r)
+            service.add_measurements(spec.name, trial_id, [m])
+    assert service.get_best_trial(spec.name).id == real
+    assert service.get_study(spec.name).best_trial_id == real
+    service.close()

@@ -189,9 +189,12 @@ class TunerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetBestTrial(self, request, context):
-        """Returns the feasible COMPLETED trial with the best objective value (earliest wins ties);
-        NOT_FOUND while no trial is feasible yet; FAILED_PRECONDITION for a study with several
-        objectives, which has a Pareto front instead (GetParetoFront).
+        """Returns the best feasible COMPLETED trial as a session reports it: the closing
+        confirmation's best when the study stored one (its CONFIRM measurements), else the trial
+        with the best posterior mean of the objective's model among those whose repeats are
+        stable (by measured means below 4 observed trials; earliest wins ties); NOT_FOUND while
+        no trial is feasible yet; FAILED_PRECONDITION for a study with several objectives, which
+        has a Pareto front instead (GetParetoFront).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
