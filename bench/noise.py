@@ -33,10 +33,12 @@ and every seed, in one run and under the same load:
    machine (``knobs/pgtune.py``: its published rules for an OLTP server on SSD, from the
    machine's cgroup-aware RAM and CPU count, clamped into the catalog's ranges).
 
-Per level and arm the summary gives the mean reported and redeployed gains, the mean of
-``reported / redeployed - 1`` (goal: within 5 %), and the share of sessions whose reported
-best loses 30 % or more on redeploy (``redeployed <= 0.7 * reported``; goal: at most 5 %;
-TUNA, EuroSys'25, measured up to 63 % without its protocol). Cells are appended to
+Per level and arm the summary gives the sessions that reported no gain (single samples
+whose default broke a constraint), and over the others the mean reported and redeployed
+gains, the mean of ``reported / redeployed - 1`` (goal: within 5 %), and the share of
+sessions whose reported best loses 30 % or more on redeploy (``redeployed <= 0.7 *
+reported``; goal: at most 5 %; TUNA, EuroSys'25, measured up to 63 % without its
+protocol). Cells are appended to
 ``DIR/cells.json`` as they finish, so a long run resumes where it stopped; ``DIR/noise.png``
 plots reported against redeployed gains.
 """
@@ -245,7 +247,9 @@ def confirmed_arm(
 
 def single_arm(seed: int, args: argparse.Namespace, work: Path, runs: int) -> dict[str, Any]:
     """The single-sample session with ``runs`` trials: best = the largest feasible sample,
-    gain = best sample / default sample (as every session reported before the protocol)."""
+    gain = best sample / default sample (as every session reported before the protocol);
+    no gain (None) when the default's one sample broke a constraint, as those sessions
+    printed none."""
     config = write_config(seed, args, work, "single")
     tune(config, "--trials", str(runs), "--repeats", "1", "--max-repeats", "0",
          "--control-every", "0", "--confirm", "0")  # fmt: skip
@@ -255,10 +259,15 @@ def single_arm(seed: int, args: argparse.Namespace, work: Path, runs: int) -> di
     default = next(t for t in trials if t.step is StepKind.DEFAULT)
     ok = [t for t in trials if feasible(system, t)]
     best = max(ok, key=lambda t: t.metrics[name], default=None)
-    ratio = 1.0
+    ratio = None
     if best is not None and feasible(system, default):
         ratio = best.metrics[name] / default.metrics[name]
-    return {"runs": measured, "reported": ratio, "best": {} if best is None else best.config}
+    return {
+        "runs": measured,
+        "reported": ratio,
+        "best": {} if best is None else best.config,
+        "default_feasible": feasible(system, default),
+    }
 
 
 def redeploy(
@@ -362,9 +371,10 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if not mine:
             continue
         for arm in ARMS:
-            pairs = [
-                (c[arm]["reported"], c["redeploy"][arm]["gain"])
-                for c in mine if arm in c and c["redeploy"][arm]["gain"] is not None
+            ran = [c for c in mine if arm in c]
+            pairs: list[tuple[float, float]] = [
+                (gain, c["redeploy"][arm]["gain"]) for c in ran
+                if (gain := reported(c, arm)) is not None and c["redeploy"][arm]["gain"] is not None
             ]  # fmt: skip
             if not pairs:
                 continue
@@ -376,7 +386,8 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "gap": statistics.fmean(gaps),
                 "gap_abs": statistics.fmean(abs(g) for g in gaps),
                 "lost_30": sum(g <= LOSS * r for r, g in pairs) / len(pairs),
-                "runs": statistics.fmean(c[arm]["runs"] for c in mine if arm in c),
+                "runs": statistics.fmean(c[arm]["runs"] for c in ran),
+                "no_ratio": sum(reported(c, arm) is None for c in ran),
             })  # fmt: skip
         recipe = [c["redeploy"]["recipe"]["gain"] for c in mine]
         recipe = [g for g in recipe if g is not None]
@@ -384,15 +395,26 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append({
                 "level": level, "arm": "recipe", "sessions": len(recipe),
                 "reported": math.nan, "redeployed": statistics.fmean(recipe), "gap": math.nan,
-                "gap_abs": math.nan, "lost_30": math.nan, "runs": 0.0,
+                "gap_abs": math.nan, "lost_30": math.nan, "runs": 0.0, "no_ratio": 0,
             })  # fmt: skip
     return rows
 
 
+def reported(cell: dict[str, Any], arm: str) -> float | None:
+    """The gain ``arm`` reported in ``cell``: None when it reported none (a single-sample
+    session whose default broke a constraint; cells written before that was recorded
+    stored 1.0 for it, which no single-sample session reports otherwise)."""
+    got = cell[arm]
+    if arm == "single" and "default_feasible" not in got and got["reported"] == 1.0:
+        return None
+    value = got["reported"]
+    return None if value is None else float(value)
+
+
 def table(rows: Sequence[dict[str, Any]]) -> Table:
     out = Table(title="reported gain vs the gain on a fresh deployment (over the default)")
-    for name in ("level", "arm", "sessions", "measurements", "reported", "redeployed",
-                 "reported/redeployed - 1", "abs gap", "lost >= 30 %"):  # fmt: skip
+    for name in ("level", "arm", "sessions", "no ratio", "measurements", "reported",
+                 "redeployed", "reported/redeployed - 1", "abs gap", "lost >= 30 %"):  # fmt: skip
         out.add_column(name, justify="left" if name in ("level", "arm") else "right")
 
     def f(value: float, fmt: str) -> str:
@@ -400,7 +422,7 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
 
     for r in rows:
         out.add_row(
-            r["level"], r["arm"], str(r["sessions"]), f(r["runs"], ".0f"),
+            r["level"], r["arm"], str(r["sessions"]), str(r["no_ratio"]), f(r["runs"], ".0f"),
             f(r["reported"], ".2f") + ("x" if not math.isnan(r["reported"]) else ""),
             f(r["redeployed"], ".2f") + "x", f(r["gap"], "+.1%"), f(r["gap_abs"], ".1%"),
             f(r["lost_30"], ".0%"),
@@ -420,8 +442,9 @@ def plot(cells: Sequence[dict[str, Any]], path: Path, title: str) -> None:
         for arm, marker in zip(ARMS, ("o", "x", "^"), strict=True):
             for level, color in zip(LEVELS, ("tab:blue", "tab:orange"), strict=True):
                 pts = [
-                    (c[arm]["reported"], c["redeploy"][arm]["gain"]) for c in cells
-                    if c["level"] == level and arm in c and c["redeploy"][arm]["gain"] is not None
+                    (reported(c, arm), c["redeploy"][arm]["gain"]) for c in cells
+                    if c["level"] == level and arm in c and reported(c, arm) is not None
+                    and c["redeploy"][arm]["gain"] is not None
                 ]  # fmt: skip
                 if pts:
                     ax.scatter(*zip(*pts, strict=True), marker=marker, color=color,
@@ -484,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             saved["cells"].append(cell)
             path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
             arms = "; ".join(
-                f"{arm}: reported {cell[arm]['reported']:.2f}x, redeployed {_gain(cell, arm)}"
+                f"{arm}: reported {_shown(reported(cell, arm))}, redeployed {_gain(cell, arm)}"
                 for arm in ARMS
             )
             console.print(
@@ -495,6 +518,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot(saved["cells"], args.out / "noise.png", f"{system.name}: reported vs redeployed gains")
     console.print(f"cells: {path}; plot: {args.out / 'noise.png'}")
     return 0
+
+
+def _shown(gain: float | None) -> str:
+    return "no ratio" if gain is None else f"{gain:.2f}x"
 
 
 def _gain(cell: dict[str, Any], arm: str) -> str:

@@ -35,6 +35,21 @@ def test_the_summary_measures_the_gap_and_the_share_that_lost_30_percent() -> No
     assert rows["quiet", "recipe"]["redeployed"] == 5.0
     assert math.isnan(rows["quiet", "recipe"]["lost_30"])
     assert ("moderate", "protocol") not in rows
+    assert single["no_ratio"] == 0
+
+
+def test_a_single_sample_session_whose_default_broke_a_constraint_reported_no_gain() -> None:
+    none = cell("quiet", {"protocol": (2.0, 2.0), "single": (1.0, 6.0)})
+    none["single"]["reported"] = None
+    none["single"]["default_feasible"] = False
+    old = cell("quiet", {"protocol": (2.0, 2.0), "single": (1.0, 5.0)})  # before the key
+    ok = cell("quiet", {"protocol": (2.0, 2.0), "single": (8.0, 7.0)})
+    ok["single"]["default_feasible"] = True
+    rows = {(r["level"], r["arm"]): r for r in noise.summarize([none, old, ok])}
+    single = rows["quiet", "single"]
+    assert single["no_ratio"] == 2 and single["sessions"] == 1
+    assert single["reported"] == 8.0 and single["gap"] == pytest.approx(8 / 7 - 1)
+    assert rows["quiet", "protocol"]["sessions"] == 3  # keeping the default reports 1.0x
 
 
 @pytest.mark.slow
@@ -53,7 +68,8 @@ def test_a_tiny_run_measures_every_arm_and_redeploys_on_a_fresh_database(tmp_pat
     assert confirmed["runs"] - confirmed["confirm_runs"] == max(
         protocol["runs"] - protocol["confirm_runs"], 3
     )
-    assert protocol["reported"] >= 1.0 and single["reported"] > 0 and confirmed["reported"] >= 1
+    assert protocol["reported"] >= 1.0 and confirmed["reported"] >= 1
+    assert single["reported"] is None or single["reported"] > 0
     for arm in ("protocol", "single", "confirm", "recipe"):
         assert done["redeploy"][arm]["gain"] is None or done["redeploy"][arm]["gain"] > 0
     assert (tmp_path / "noise.png").stat().st_size > 0
