@@ -122,11 +122,14 @@ class MeasurementProtocol:
 
 
 #: A session's measurement protocol when ``[session]`` says nothing: one measurement per
-#: trial (three for a promising one and the default), a control every five trials, and a
-#: confirmation: two rounds choose among the three best, five fresh rounds estimate the
-#: chosen one's ratio. A single sample is never the headline.
+#: trial, the default again every five trials (the controls), and a confirmation: two
+#: rounds choose among the three best, five fresh rounds estimate the chosen one's ratio. A
+#: single sample is never the headline. Racing repeats (``max_repeats`` above 1) are off: on
+#: the develop halves of bench.noise (SQLite, seeds 0-4) and of the suite's DB noisy twins
+#: (seeds 0-3) single samples with the confirmation found better configurations at the same
+#: number of measurements (bench/NOTES.md, "Racing repeats off by default").
 DEFAULT_PROTOCOL = MeasurementProtocol(
-    repeats=1, max_repeats=3, control_every=5, confirm=5, confirm_top=3, confirm_select=2
+    repeats=1, max_repeats=1, control_every=5, confirm=5, confirm_top=3, confirm_select=2
 )
 
 
