@@ -377,6 +377,13 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 if (gain := reported(c, arm)) is not None and c["redeploy"][arm]["gain"] is not None
             ]  # fmt: skip
             if not pairs:
+                if ran:  # every session of the arm reported no gain
+                    rows.append({
+                        "level": level, "arm": arm, "sessions": 0, "reported": math.nan,
+                        "redeployed": math.nan, "gap": math.nan, "gap_abs": math.nan,
+                        "lost_30": math.nan, "runs": statistics.fmean(c[arm]["runs"] for c in ran),
+                        "no_ratio": len(ran),
+                    })  # fmt: skip
                 continue
             gaps = [r / g - 1 for r, g in pairs]
             rows.append({
@@ -420,11 +427,14 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
     def f(value: float, fmt: str) -> str:
         return "-" if math.isnan(value) else format(value, fmt)
 
+    def times(value: float) -> str:
+        return "-" if math.isnan(value) else f"{value:.2f}x"
+
     for r in rows:
         out.add_row(
             r["level"], r["arm"], str(r["sessions"]), str(r["no_ratio"]), f(r["runs"], ".0f"),
-            f(r["reported"], ".2f") + ("x" if not math.isnan(r["reported"]) else ""),
-            f(r["redeployed"], ".2f") + "x", f(r["gap"], "+.1%"), f(r["gap_abs"], ".1%"),
+            times(r["reported"]), times(r["redeployed"]), f(r["gap"], "+.1%"),
+            f(r["gap_abs"], ".1%"),
             f(r["lost_30"], ".0%"),
         )  # fmt: skip
     return out

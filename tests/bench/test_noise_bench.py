@@ -76,3 +76,25 @@ def test_a_tiny_run_measures_every_arm_and_redeploys_on_a_fresh_database(tmp_pat
     # a second run with the same settings resumes: nothing is measured again
     assert noise.main(["--seeds", "1", "--levels", "quiet", "--out", str(tmp_path)]) == 0
     assert len(json.loads((tmp_path / "cells.json").read_text())["cells"]) == 1
+
+
+def test_an_arm_that_never_reported_a_gain_still_has_its_row() -> None:
+    cells = []
+    for _ in range(2):
+        c = cell("moderate", {"protocol": (2.0, 2.0), "single": (1.0, 6.0)})
+        c["single"].update(reported=None, default_feasible=False)
+        cells.append(c)
+    rows = {(r["level"], r["arm"]): r for r in noise.summarize(cells)}
+    single = rows["moderate", "single"]
+    assert single["sessions"] == 0 and single["no_ratio"] == 2 and math.isnan(single["gap"])
+    assert "| moderate | single | 0 | 2 |" in noise_markdown(rows.values())
+
+
+def noise_markdown(rows: Any) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = StringIO()
+    Console(file=out, width=200).print(noise.table(list(rows)))
+    return " ".join(out.getvalue().split()).replace("│", "|")
