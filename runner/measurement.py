@@ -387,13 +387,7 @@ def confirm(
         )  # fmt: skip
     measured = runner.run([default, chose.best.trial], rounds)  # type: ignore[list-item]
     found = _judge(spec, measured, True, noise)
-    return replace(
-        found,
-        default_feasible=found.default_feasible and chose.default_feasible,
-        unstable=tuple(sorted({*chose.unstable, *found.unstable})),
-        selection=selection,
-        selection_intervals=chose.intervals,
-    )
+    return _with_selection(found, chose, selection)
 
 
 def stored_confirmation(
@@ -424,8 +418,9 @@ def stored_confirmation(
         if first == len(rounds) or chosen is None:
             first = 0
 
+    got = {(m.trial_id, m.round): dict(m.metrics) for m in rows}
+
     def remeasured(ids: Sequence[int], among: Sequence[int]) -> tuple[Remeasured, ...]:
-        got = {(m.trial_id, m.round): dict(m.metrics) for m in rows}
         out = []
         for i in ids:
             values = tuple(got.get((i, r)) for r in among)
@@ -444,6 +439,15 @@ def stored_confirmation(
         return found
     selection = remeasured(ids(rounds[:first]), rounds[:first])
     chose = _judge(spec, selection, True, noise, choosing=True)
+    return _with_selection(found, chose, selection)
+
+
+def _with_selection(
+    found: Confirmation, chose: Confirmation, selection: tuple[Remeasured, ...]
+) -> Confirmation:
+    """The estimate ``found`` with the selection rounds that chose its candidate (``chose``,
+    their judgement): the default must have been feasible in both, and a candidate
+    unstable in either is flagged."""
     return replace(
         found,
         default_feasible=found.default_feasible and chose.default_feasible,
