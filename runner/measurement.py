@@ -26,7 +26,9 @@ the daemon, not one per adapter:
   measured on the same rounds overstates the chosen one's (the winner's curse; bench.noise
   measured +6-8 % on SQLite when one set of rounds did both). A candidate that is not
   feasible in every round, or whose rounds disagree beyond the measured noise
-  (``unstable``), is not the best.
+  (``unstable``), is not the best. While the headline's interval is wider than
+  ``confirm_width`` (its high end over its low end), the estimate runs more rounds, up to
+  ``confirm_max`` in all: a noisy machine pays for the precision a quiet one gets free.
 
 The noise the rules use is pooled over the study's repeated measurements on the log scale
 (systems noise is multiplicative), per metric (``pooled_noise``).
@@ -84,6 +86,10 @@ class MeasurementProtocol:
         confirm_select: Rounds that choose one of the ``confirm_top`` candidates before
             the ``confirm`` rounds estimate its ratio (0: the same rounds choose and
             estimate, which overstates the chosen one's ratio).
+        confirm_max: Rounds the estimate may grow to while its interval is wider than
+            ``confirm_width`` (0, or at most ``confirm``: exactly ``confirm`` rounds).
+        confirm_width: The widest headline interval, its high end over its low end, at
+            which the estimate stops adding rounds.
     """
 
     repeats: int = 1
@@ -92,6 +98,8 @@ class MeasurementProtocol:
     confirm: int = 0
     confirm_top: int = 3
     confirm_select: int = 0
+    confirm_max: int = 0
+    confirm_width: float = 1.5
 
     def __post_init__(self) -> None:
         limits = {
@@ -101,6 +109,7 @@ class MeasurementProtocol:
             "confirm": (0, MAX_REPEATS),
             "confirm_top": (1, 20),
             "confirm_select": (0, MAX_REPEATS),
+            "confirm_max": (0, MAX_REPEATS),
         }
         for name, (low, high) in limits.items():
             value = getattr(self, name)
@@ -114,6 +123,9 @@ class MeasurementProtocol:
                 f"got {self.max_repeats}, fewer than session.repeats = {self.repeats}",
                 f"0 (no adaptive repeats) or an integer in [{self.repeats}, {MAX_REPEATS}]",
             )
+        width = self.confirm_width
+        if isinstance(width, bool) or not isinstance(width, int | float) or not 1 < width <= 100:
+            raise ValidationError("session.confirm_width", f"got {width!r}", "a number in (1, 100]")
 
     @property
     def most(self) -> int:
@@ -338,6 +350,37 @@ class Confirmation:
         first = self.measured[0] if self.measured else None
         return first if first is not None and first.trial.step is StepKind.DEFAULT else None
 
+    def kept(self, goal: Goal) -> Trial | None:
+        """What to report when no candidate was confirmed (``best`` is None): the default
+        when it met the constraints in every round (nothing beat it); else the candidate
+        that met them in the largest share of its rounds over both phases (a stable one
+        before an unstable one, then by its mean over those rounds); None when nothing met
+        them in any round. With ``best``, that."""
+        if self.best is not None:
+            return self.best.trial
+        if self.default is not None and self.default_feasible:
+            return self.default.trial
+        rounds: dict[int, list[tuple[bool, float | None]]] = {}
+        trials: dict[int, Trial] = {}
+        for m in (*self.selection, *self.measured):
+            if m.trial.step is StepKind.DEFAULT:
+                continue
+            trials[m.trial.id] = m.trial
+            rounds.setdefault(m.trial.id, []).extend(
+                (ok, r[m.objective] if ok and r else None)
+                for r, ok in zip(m.rounds, m.feasible, strict=True)
+            )
+        sign = 1.0 if goal is Goal.MAXIMIZE else -1.0
+
+        def key(tid: int) -> tuple[float, bool, float]:
+            got = rounds[tid]
+            values = [v for ok, v in got if ok and v is not None]
+            share = len(values) / len(got)
+            return share, tid not in self.unstable, sign * math.fsum(values) / len(values)
+
+        among = [tid for tid, got in rounds.items() if any(ok for ok, _ in got)]
+        return trials[max(among, key=key)] if among else None
+
 
 def confirm(
     target: Target,
@@ -350,6 +393,8 @@ def confirm(
     store: Callable[[int, Measurement], None] | None = None,
     noise: Mapping[str, tuple[float, int]] | None = None,
     select: int = 0,
+    grow_to: int = 0,
+    width: float = MeasurementProtocol.confirm_width,
 ) -> Confirmation:
     """Compare the first ``top`` of ``candidates`` (best first: ``runner.session.ranked``)
     with the default in rounds that alternate their order, by paired per-round ratios.
@@ -367,6 +412,8 @@ def confirm(
         noise: The study's pooled noise (``pooled_noise``) that flags unstable candidates;
             None: their rounds are not tested.
         select: Rounds that choose among the candidates before the estimate (0: none).
+        grow_to: Rounds the estimate may grow to, one at a time, while the best's interval
+            is wider than ``width`` (its high end over its low end); 0: exactly ``rounds``.
     """
     spec = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
@@ -376,8 +423,7 @@ def confirm(
     total = (select * (1 + len(ranked)) + rounds * 2) if two else rounds * (len(base) + len(ranked))
     runner = _Rounds(target, spec, store, on_measure, total)
     if not two:
-        measured = runner.run(base + ranked, rounds)
-        return _judge(spec, measured, default is not None, noise)
+        return runner.estimate(base + ranked, rounds, grow_to, width, noise)
     selection = runner.run(base + ranked, select)
     chose = _judge(spec, selection, True, noise, choosing=True)
     if chose.best is None:
@@ -385,8 +431,8 @@ def confirm(
             chose, measured=selection[:1], intervals={}, selection=selection,
             selection_intervals=chose.intervals,
         )  # fmt: skip
-    measured = runner.run([default, chose.best.trial], rounds)  # type: ignore[list-item]
-    found = _judge(spec, measured, True, noise)
+    pair: list[Trial] = [default, chose.best.trial]  # type: ignore[list-item]
+    found = runner.estimate(pair, rounds, grow_to, width, noise)
     return _with_selection(found, chose, selection)
 
 
@@ -476,9 +522,9 @@ class _Rounds:
         name = self.spec.objective.name
         got: dict[int, list[dict[str, float] | None]] = {t.id: [] for t in runs}
         reasons: dict[int, list[str]] = {t.id: [] for t in runs}
-        for r in range(1, rounds + 1):
-            self.round += 1
-            for trial in runs if r % 2 else runs[::-1]:
+        for _ in range(rounds):
+            self.round += 1  # odd rounds in order, even ones reversed, across calls
+            for trial in runs if self.round % 2 else runs[::-1]:
                 outcome = self.target.run_trial(trial.config)
                 if outcome.status is TrialStatus.COMPLETED and name in outcome.metrics:
                     got[trial.id].append(dict(outcome.metrics))
@@ -503,6 +549,43 @@ class _Rounds:
             )
             for trial in runs
         )
+
+    def estimate(
+        self,
+        runs: Sequence[Trial],
+        rounds: int,
+        grow_to: int,
+        width: float,
+        noise: Mapping[str, tuple[float, int]] | None,
+    ) -> Confirmation:
+        """``rounds`` rounds of ``runs`` judged (the default first, when ``runs`` has it),
+        then one more at a time, up to ``grow_to`` in all, while the best's interval is
+        wider than ``width``: rounds are added on how precise the estimate is, never on
+        what it says, so stopping does not bias it."""
+        has_default = bool(runs) and runs[0].step is StepKind.DEFAULT
+        measured = self.run(runs, rounds)
+        found = _judge(self.spec, measured, has_default, noise)
+        while (
+            measured
+            and len(measured[0].rounds) < grow_to
+            and found.interval is not None
+            and found.interval.high > width * found.interval.low
+        ):
+            self.total += len(runs)
+            more = self.run(runs, 1)
+            measured = tuple(_joined(a, b) for a, b in zip(measured, more, strict=True))
+            found = _judge(self.spec, measured, has_default, noise)
+        return found
+
+
+def _joined(first: Remeasured, then: Remeasured) -> Remeasured:
+    """One configuration's rounds of ``first`` followed by those of ``then``."""
+    return replace(
+        first,
+        rounds=first.rounds + then.rounds,
+        feasible=first.feasible + then.feasible,
+        reasons=first.reasons + then.reasons,
+    )
 
 
 def _judge(

@@ -407,13 +407,16 @@ def summarize(
 def best_of(
     spec: StudySpec, trials: Sequence[Trial], measurements: Sequence[Measurement]
 ) -> Trial | None:
-    """The study's best, as the session reports it: the confirmation's best when the study
-    was confirmed (``stored_confirmation``), else the feasible trial with the best posterior
-    mean (the default included) among those whose repeats are stable; None when nothing is
-    feasible. For one objective."""
+    """The study's best, as the session reports it: when the study was confirmed
+    (``stored_confirmation``), the confirmation's best, or, when it confirmed none, what it
+    keeps (``Confirmation.kept``: the default when the default met the constraints in every
+    round); else the feasible trial with the best posterior mean (the default included)
+    among those whose repeats are stable; None when nothing is feasible. For one
+    objective."""
     found = stored_confirmation(spec, trials, measurements)
-    if found is not None and found.best is not None:
-        return next(t for t in trials if t.id == found.best.trial.id)
+    kept = None if found is None else found.kept(spec.objective.goal)
+    if kept is not None:
+        return next(t for t in trials if t.id == kept.id)
     from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
 
     resolved = with_resolved_constraints(spec, trials)

@@ -138,7 +138,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "trials": args.trials, "db": args.db, "plot": args.plot, "name": args.name,
         "repeats": args.repeats, "max_repeats": args.max_repeats,
         "control_every": args.control_every, "confirm": args.confirm,
-        "confirm_select": args.confirm_select,
+        "confirm_select": args.confirm_select, "confirm_max": args.confirm_max,
     }  # fmt: skip
     config = load_config(args.config, overrides)
     if config.phases:
@@ -177,7 +177,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     on_measure, store, machine_noise(
                         result.spec, result.measurements,
                         None if result.default is None else result.default.id,
-                    ), protocol.confirm_select,
+                    ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
                 )  # fmt: skip
     _print_result(result, confirming=confirmation is not None)
     if confirmation is not None:
@@ -604,7 +604,10 @@ def cmd_best(args: argparse.Namespace) -> int:
     if confirmation is None:
         out.print("(not confirmed: the study has no confirmation rounds)")
     elif confirmation.best is None:
-        out.print("not confirmed: no candidate was feasible and stable in every round")
+        kept = "the default" if trial.step is StepKind.DEFAULT else "the one feasible most often"
+        out.print(
+            f"not confirmed: no candidate was feasible and stable in every round; kept {kept}"
+        )
     elif confirmation.interval is not None:
         verdict = "confirmed" if confirmation.significant else "not beyond noise"
         out.print(
@@ -1072,6 +1075,7 @@ def _parser() -> argparse.ArgumentParser:
         ("--control-every", "re-measure the default after every N trials (0: never)"),
         ("--confirm", "interleaved confirmation rounds at the end (0: none)"),
         ("--confirm-select", "rounds that choose the confirmed candidate first (0: none)"),
+        ("--confirm-max", "rounds the confirmation may grow to while its interval is wide"),
     ):
         tune.add_argument(flag, type=int, help=f"{help_} (overrides [session])")
 

@@ -44,9 +44,11 @@ _TABLES = ("study", "target", "session", "daemon")
 _SESSION_KEYS = (
     "trials", "db", "plot", "phases",
     "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
+    "confirm_max", "confirm_width",
 )  # fmt: skip
 _PROTOCOL_KEYS = (
     "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
+    "confirm_max", "confirm_width",
 )  # fmt: skip
 DEFAULT_DB = Path("runs/tuner.db")
 

@@ -448,10 +448,12 @@ class TuningService:
     # -- private ------------------------------------------------------------------------
     def _quick_best(self, spec: StudySpec, trials: list[Trial]) -> Trial | None:
         """``GetStudy``'s best without a model fit (listing many studies stays fast): the
-        confirmed best when the study was confirmed, else the best measured mean."""
+        confirmed best (or what an inconclusive confirmation keeps, ``Confirmation.kept``)
+        when the study was confirmed, else the best measured mean."""
         found = stored_confirmation(spec, trials, self.storage.list_measurements(spec.name))
-        if found is not None and found.best is not None:
-            return found.best.trial
+        kept = None if found is None else found.kept(spec.objective.goal)
+        if kept is not None:
+            return next((t for t in trials if t.id == kept.id), kept)
         return best_trial(spec, trials)
 
     def _replay(self, study: str, request: Request) -> list[Trial] | None:

@@ -4,11 +4,14 @@
 measured value: on a noisy problem that is often a lucky sample. This runner is what a
 ``tuner tune`` session does instead (``runner.measurement``, ``DEFAULT_PROTOCOL``): the
 session loop (``runner.session.run_session``) over an in-memory study
-(``runner.memory.MemoryAPI``) measures every trial once and a promising one up to three
-times (a race against the incumbent on the pooled noise), the model learns from the
-repeats, the candidates are ranked by the objective GP's posterior mean, and the closing
-confirmation re-measures the best three in interleaved rounds; what it reports at the end
-is the confirmation's best.
+(``runner.memory.MemoryAPI``) measures every trial once (racing repeats are off by
+default; a protocol with ``max_repeats`` above 1 runs a promising trial again), re-measures
+the default every five trials where the problem has one, ranks the candidates by the
+objective GP's posterior mean, and the closing confirmation re-measures the best three in
+interleaved rounds (two choose one, the rest estimate it); what it reports at the end is
+the confirmation's best, or what an inconclusive confirmation keeps
+(``Confirmation.kept``: the default when it met the constraints in every round, else the
+candidate that met them most often), as ``tuner best`` does.
 
 **The same budget.** The budget counts measurements, not trials: repeats, controls (only
 where the problem has a default) and confirmation rounds all spend it. The session stops
@@ -145,8 +148,9 @@ def run(
             select=protocol.confirm_select,
         )  # fmt: skip
         notes["confirm_rounds"] = rounds
-        if found.best is not None:
-            chosen = found.best.trial
+        kept = found.kept(result.spec.objective.goal)  # as the session reports it
+        if kept is not None:
+            chosen = kept
             notes["confirmed_other"] = int(chosen.id != result.ranking[0].id)
         pick.append(None if chosen is None else dict(chosen.config))
         if target.reported:

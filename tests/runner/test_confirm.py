@@ -177,6 +177,119 @@ def test_one_candidate_needs_no_selection() -> None:
     assert outcome.significant and outcome.ratio == pytest.approx(1.2, rel=0.01)
 
 
+GROWING = {0: [(100.0, 5.0)] * 10, 1: [(150.0, 5.0), (100.0, 5.0)] + [(125.0, 5.0)] * 8}
+
+
+@pytest.mark.parametrize(("grow_to", "rounds"), [(0, 3), (4, 4), (8, 5), (3, 3)])
+def test_a_wide_interval_buys_more_rounds_up_to_the_cap(grow_to: int, rounds: int) -> None:
+    """x = 1 is truly 1.25x, but its first rounds scatter (1.5x, 1.0x): after 3 rounds the
+    interval spans 0.74-2.04. One more round at a time runs while it is wider than 1.5
+    (high / low): at 5 rounds it is 1.04-1.48 and the estimate stops, or at the cap."""
+    trials = study({0: 100.0, 1: 130.0})
+    target = Scripted(GROWING)
+    done: list[tuple[int, int]] = []
+    rows: list[tuple[int, Measurement]] = []
+    outcome = confirm(
+        cast(Target, target), SPEC, trials, by_value(trials), rounds=3, grow_to=grow_to,
+        width=1.5, on_measure=lambda *a: done.append(a), store=lambda i, m: rows.append((i, m)),
+    )  # fmt: skip
+    # the rounds go on alternating their order: drift still touches each pair alike
+    assert target.calls == ([0, 1, 1, 0] * 3)[: 2 * rounds]
+    assert done[-1] == (2 * rounds, 2 * rounds)
+    assert outcome.best is not None and outcome.best.repeats == rounds
+    assert outcome.interval is not None
+    assert (outcome.interval.high / outcome.interval.low <= 1.5) == (rounds == 5)
+    assert outcome.significant == (rounds == 5)  # 0.95-1.61 at 4 rounds
+    assert sorted({m.round for _, m in rows}) == list(range(1, rounds + 1))
+    again = stored_confirmation(SPEC, trials, _stored(rows))
+    assert again is not None and again.interval == outcome.interval
+
+
+def test_a_precise_estimate_runs_no_more_rounds() -> None:
+    trials = study({0: 100.0, 1: 120.0})
+    target = Scripted({0: [(100.0, 5.0)] * 3, 1: [(120.0, 5.0), (121.0, 5.0), (119.0, 5.0)]})
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=3, grow_to=9)
+    assert len(target.calls) == 6 and outcome.significant
+
+
+def test_the_estimate_grows_after_a_selection() -> None:
+    """Two selection rounds choose x = 1 over x = 2; the estimate of x = 1 grows as above."""
+    trials = study({0: 100.0, 1: 130.0, 2: 110.0})
+    script = {0: [(100.0, 5.0)] * 12, 1: [(140.0, 5.0)] * 2 + GROWING[1], 2: [(90.0, 5.0)] * 2}
+    target = Scripted(script)
+    outcome = confirm(
+        cast(Target, target), SPEC, trials, by_value(trials), rounds=3, select=2, grow_to=10
+    )
+    assert outcome.best is not None and outcome.best.trial.config == {"x": 1}
+    assert outcome.best.repeats == 5 and len(target.calls) == 6 + 10
+
+
+def test_an_inconclusive_confirmation_keeps_the_default() -> None:
+    """Neither candidate met p95 <= 10 in every round: the default, which did, is kept
+    (not the model's favourite that the confirmation just failed)."""
+    trials = study({0: 100.0, 1: 120.0, 2: 118.0})
+    target = Scripted(
+        {0: [(100.0, 5.0)] * 2, 1: [(130.0, 50.0), (131.0, 5.0)], 2: [(140.0, 5.0), (141.0, 40.0)]}
+    )
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=2)
+    assert outcome.best is None and outcome.default_feasible
+    kept = outcome.kept(SPEC.objective.goal)
+    assert kept is not None and kept.step is StepKind.DEFAULT
+
+
+def test_without_a_default_the_candidate_feasible_most_often_is_kept() -> None:
+    """No default to fall back on and no candidate feasible in every round: the one that met
+    the constraint in 3 of 4 rounds, over one that met it in 2 with a larger mean."""
+    trials = [
+        Trial(i, {"x": x}, TrialStatus.COMPLETED, {"tps": 100.0 + x, "p95_ms": 5.0})
+        for i, x in ((1, 1), (2, 2), (3, 3))
+    ]  # fmt: skip
+    ranked = sorted(trials, key=lambda t: -t.metrics["tps"])
+    target = Scripted(
+        {
+            1: [(100.0, 5.0), (101.0, 5.0), (99.0, 5.0), (100.0, 50.0)],
+            2: [(150.0, 5.0), (151.0, 50.0), (149.0, 5.0), (150.0, 50.0)],
+            3: [(90.0, 50.0)] * 4,
+        }
+    )
+    outcome = confirm(cast(Target, target), SPEC, trials, ranked, rounds=4)
+    assert outcome.best is None and outcome.default is None
+    kept = outcome.kept(SPEC.objective.goal)
+    assert kept is not None and kept.config == {"x": 1}
+    never = Scripted({x: [(100.0, 50.0)] * 2 for x in (1, 2, 3)})
+    assert (
+        confirm(cast(Target, never), SPEC, trials, ranked, rounds=2).kept(SPEC.objective.goal)
+        is None
+    )
+
+
+def test_tuner_best_keeps_the_default_when_the_confirmation_failed_every_candidate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from server.service import TuningService
+    from server.storage import SQLiteStorage
+
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
+    spec = replace(SPEC, designer=replace(SPEC.designer, initial_trials=5))
+    service.create_study(spec)
+    made = service.suggest_trials(spec.name, 3, "w")
+    tps = {t.id: v for t, v in zip(made, (100.0, 190.0, 120.0), strict=True)}
+    for t in made:
+        service.complete_trial(spec.name, t.id, {"tps": tps[t.id], "p95_ms": 5.0})
+    rounds = {1: (5.0, 50.0, 5.0), 2: (5.0, 5.0, 50.0)}  # p95 of the default, then each
+    for r, p95s in rounds.items():
+        for t, p95 in zip(made, p95s, strict=True):
+            m = Measurement({"tps": tps[t.id], "p95_ms": p95}, MeasurementKind.CONFIRM,
+                            0.0, r)  # fmt: skip
+            service.add_measurements(spec.name, t.id, [m])
+    assert service.get_best_trial(spec.name).id == made[0].id
+    assert service.get_study(spec.name).best_trial_id == made[0].id
+    service.close()
+    assert main(["best", spec.name, "--db", str(tmp_path / "t.db")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"best trial of {spec.name}" in out and "kept the default" in out
+
+
 CONFIG = """
 [study]
 name = "confirm"

@@ -109,6 +109,9 @@ def service(tmp_path: Path) -> Iterator[TuningService]:
         ({"repeats": 3, "max_repeats": 2}, "session.max_repeats", "[3, 100]"),
         ({"confirm": 101}, "session.confirm", "[0, 100]"),
         ({"confirm_select": -1}, "session.confirm_select", "[0, 100]"),
+        ({"confirm_max": 101}, "session.confirm_max", "[0, 100]"),
+        ({"confirm_width": 1.0}, "session.confirm_width", "(1, 100]"),
+        ({"confirm_width": "2"}, "session.confirm_width", "(1, 100]"),
     ],
 )
 def test_a_bad_protocol_names_the_field_and_the_allowed_values(
