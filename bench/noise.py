@@ -12,8 +12,9 @@ and every seed, in one run and under the same load:
    example study (``examples/sqlite.toml``: nine PRAGMAs, maximize ops/s under
    ``p95_ms <= 5``; ``examples/postgres.toml``: 111 knobs through a LlamaTune embedding,
    maximize tps under ``p95_ms <= 20``, pgbench TPC-B-like) with its default measurement
-   protocol (adaptive repeats up to 3, a control every 5 trials, 2 interleaved rounds that
-   choose among the 3 best, 5 fresh rounds that estimate the chosen one's ratio); the gain
+   protocol (``runner.measurement.DEFAULT_PROTOCOL``: one measurement per trial, a control
+   every 5 trials, 2 interleaved rounds that choose among the 3 best, 5 fresh rounds that
+   estimate the chosen one's ratio; cells run before 2026-11-28 used racing repeats); the gain
    it reports is the confirmation's ratio for its best (1.0 when nothing beat the default
    beyond noise: it keeps the default).
 2. **single**: ``tuner tune --repeats 1 --max-repeats 0 --control-every 0 --confirm 0``,
@@ -24,7 +25,10 @@ and every seed, in one run and under the same load:
 3. **confirm**: single samples (``--max-repeats 1 --control-every 0``) and only the closing
    confirmation; as many trials as leave the protocol arm's measurement count. It asks
    what the honest headline costs without adaptive repeats and controls.
-4. **redeploy**: a fresh target (a new database or cluster, built again from another seed)
+4. **grow** (``--arms protocol,grow``): the protocol whose confirmation runs more rounds,
+   one at a time up to ``--grow-to``, while the headline's interval is wider than 1.5x
+   (``--confirm-max``).
+5. **redeploy**: a fresh target (a new database or cluster, built again from another seed)
    measures the default, each arm's best and what a user would pick instead of tuning for
    ``--redeploy`` interleaved rounds (order alternating); each configuration's gain is its
    paired ratio to the default with a 95 % interval (``tuner.measurement_stats``). For
@@ -35,7 +39,7 @@ and every seed, in one run and under the same load:
 
 Per level and arm the summary gives the sessions that reported no gain (single samples
 whose default broke a constraint), and over the others the mean reported and redeployed
-gains, the mean of ``reported / redeployed - 1`` (goal: within 5 %), and the share of
+gains, the mean (and median) of ``reported / redeployed - 1`` (goal: within 5 %), and the share of
 sessions whose reported best loses 30 % or more on redeploy (``redeployed <= 0.7 *
 reported``; goal: at most 5 %; TUNA, EuroSys'25, measured up to 63 % without its
 protocol). Cells are appended to
@@ -57,7 +61,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,8 +131,9 @@ LEVELS: dict[str, dict[str, Any]] = {
     "moderate": {"cpu": 1, "duty": 0.5, "memory_mb": 256, "disk_mb_s": 20.0},
 }
 LOSS = 0.7  # a redeployed gain at or below 70 % of the reported one loses >= 30 %
-#: The sessions every cell runs: the protocol, single samples, single samples + confirmation.
-ARMS = ("protocol", "single", "confirm")
+#: The sessions a cell can run (``--arms``): the protocol, single samples, single samples +
+#: confirmation, and the protocol whose confirmation grows while its interval is wide.
+ARMS = ("protocol", "single", "confirm", "grow")
 
 
 def write_config(seed: int, args: argparse.Namespace, work: Path, name: str) -> Path:
@@ -316,37 +321,38 @@ def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             seed, args, base / "protocol", "protocol", "--trials", str(args.trials)
         )
         protocol["seconds"] = time.time() - first
-        first = time.time()
-        single = single_arm(seed, args, base / "single", protocol["runs"])
-        single["seconds"] = time.time() - first
-        first = time.time()
+        sessions = {"protocol": protocol}
         # as many single-sample trials as the protocol's measurements leave beside the
         # confirmation (its cost as the protocol arm paid it)
         trials = max(protocol["runs"] - protocol["confirm_runs"], args.trials)
-        confirmed = confirmed_arm(
-            seed, args, base / "confirm", "confirm", "--trials", str(trials), "--repeats", "1",
-            "--max-repeats", "1", "--control-every", "0",
-        )  # fmt: skip
-        confirmed["seconds"] = time.time() - first
+        runs: dict[str, Callable[[], dict[str, Any]]] = {
+            "single": lambda: single_arm(seed, args, base / "single", protocol["runs"]),
+            "confirm": lambda: confirmed_arm(
+                seed, args, base / "confirm", "confirm", "--trials", str(trials),
+                "--repeats", "1", "--max-repeats", "1", "--control-every", "0",
+            ),
+            "grow": lambda: confirmed_arm(
+                seed, args, base / "grow", "grow", "--trials", str(args.trials),
+                "--confirm-max", str(args.grow_to),
+            ),
+        }  # fmt: skip
+        for arm in args.arms[1:]:
+            first = time.time()
+            sessions[arm] = runs[arm]()
+            sessions[arm]["seconds"] = time.time() - first
         # a new database (cluster) built from another seed: a fresh deployment
         system: System = args.system
         options = system.options(args, seed + 1000, base / "fresh")
         with build_target(system.name, options) as fresh:
             recipe, notes = system.recipe(fresh)
-            again = redeploy(
-                system, fresh,
-                {"protocol": protocol["best"], "single": single["best"],
-                 "confirm": confirmed["best"], "recipe": recipe},
-                args.redeploy,
-            )  # fmt: skip
+            configs = {arm: got["best"] for arm, got in sessions.items()}
+            again = redeploy(system, fresh, {**configs, "recipe": recipe}, args.redeploy)
             again["recipe"]["notes"] = notes
     return {
         "system": args.system.name,
         "level": level,
         "seed": seed,
-        "protocol": protocol,
-        "single": single,
-        "confirm": confirmed,
+        **sessions,
         "redeploy": again,
         "seconds": time.time() - started,
     }
@@ -380,7 +386,8 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 if ran:  # every session of the arm reported no gain
                     rows.append({
                         "level": level, "arm": arm, "sessions": 0, "reported": math.nan,
-                        "redeployed": math.nan, "gap": math.nan, "gap_abs": math.nan,
+                        "redeployed": math.nan, "gap": math.nan, "median_gap": math.nan,
+                        "gap_abs": math.nan,
                         "lost_30": math.nan, "runs": statistics.fmean(c[arm]["runs"] for c in ran),
                         "no_ratio": len(ran),
                     })  # fmt: skip
@@ -390,7 +397,7 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "level": level, "arm": arm, "sessions": len(pairs),
                 "reported": statistics.fmean(r for r, _ in pairs),
                 "redeployed": statistics.fmean(g for _, g in pairs),
-                "gap": statistics.fmean(gaps),
+                "gap": statistics.fmean(gaps), "median_gap": statistics.median(gaps),
                 "gap_abs": statistics.fmean(abs(g) for g in gaps),
                 "lost_30": sum(g <= LOSS * r for r, g in pairs) / len(pairs),
                 "runs": statistics.fmean(c[arm]["runs"] for c in ran),
@@ -402,7 +409,8 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append({
                 "level": level, "arm": "recipe", "sessions": len(recipe),
                 "reported": math.nan, "redeployed": statistics.fmean(recipe), "gap": math.nan,
-                "gap_abs": math.nan, "lost_30": math.nan, "runs": 0.0, "no_ratio": 0,
+                "median_gap": math.nan, "gap_abs": math.nan, "lost_30": math.nan, "runs": 0.0,
+                "no_ratio": 0,
             })  # fmt: skip
     return rows
 
@@ -421,7 +429,8 @@ def reported(cell: dict[str, Any], arm: str) -> float | None:
 def table(rows: Sequence[dict[str, Any]]) -> Table:
     out = Table(title="reported gain vs the gain on a fresh deployment (over the default)")
     for name in ("level", "arm", "sessions", "no ratio", "measurements", "reported",
-                 "redeployed", "reported/redeployed - 1", "abs gap", "lost >= 30 %"):  # fmt: skip
+                 "redeployed", "reported/redeployed - 1", "median", "abs gap",
+                 "lost >= 30 %"):  # fmt: skip
         out.add_column(name, justify="left" if name in ("level", "arm") else "right")
 
     def f(value: float, fmt: str) -> str:
@@ -434,7 +443,7 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
         out.add_row(
             r["level"], r["arm"], str(r["sessions"]), str(r["no_ratio"]), f(r["runs"], ".0f"),
             times(r["reported"]), times(r["redeployed"]), f(r["gap"], "+.1%"),
-            f(r["gap_abs"], ".1%"),
+            f(r.get("median_gap", math.nan), "+.1%"), f(r["gap_abs"], ".1%"),
             f(r["lost_30"], ".0%"),
         )  # fmt: skip
     return out
@@ -449,7 +458,7 @@ def plot(cells: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 5), dpi=110)
     try:
         top = 1.0
-        for arm, marker in zip(ARMS, ("o", "x", "^"), strict=True):
+        for arm, marker in zip(ARMS, ("o", "x", "^", "s"), strict=True):
             for level, color in zip(LEVELS, ("tab:blue", "tab:orange"), strict=True):
                 pts = [
                     (reported(c, arm), c["redeploy"][arm]["gain"]) for c in cells
@@ -488,6 +497,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--db-mb", type=float, default=16.0, help="sqlite database size")
     parser.add_argument("--pg-scale", type=int, default=2, help="pgbench -s")
     parser.add_argument("--redeploy", type=int, default=10, help="interleaved rounds")
+    parser.add_argument(
+        "--arms", default="protocol,single,confirm",
+        help=f"comma-separated sessions, protocol first (of {', '.join(ARMS)})",
+    )  # fmt: skip
+    parser.add_argument("--grow-to", type=int, default=10, help="the grow arm's --confirm-max")
     parser.add_argument("--out", type=Path, help="default bench/results/noise/SYSTEM")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
@@ -499,6 +513,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for level in levels:
         if level not in LEVELS:
             parser.error(f"--levels: unknown level {level!r} (allowed: {', '.join(LEVELS)})")
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    for arm in args.arms:
+        if arm not in ARMS:
+            parser.error(f"--arms: unknown arm {arm!r} (allowed: {', '.join(ARMS)})")
+    if args.arms[:1] != ["protocol"] or len(set(args.arms)) != len(args.arms):
+        parser.error(f"--arms: protocol first, each arm once (got {','.join(args.arms)})")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "cells.json"
     saved = json.loads(path.read_text()) if path.exists() else {"cells": []}
@@ -519,6 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             arms = "; ".join(
                 f"{arm}: reported {_shown(reported(cell, arm))}, redeployed {_gain(cell, arm)}"
                 for arm in ARMS
+                if arm in cell
             )
             console.print(
                 f"  {arms}; recipe {_gain(cell, 'recipe')}; {cell['seconds']:.0f} s",

@@ -30,6 +30,7 @@ def test_the_summary_measures_the_gap_and_the_share_that_lost_30_percent() -> No
     rows = {(r["level"], r["arm"]): r for r in noise.summarize(cells)}
     protocol, single = rows["quiet", "protocol"], rows["quiet", "single"]
     assert protocol["gap"] == pytest.approx((2.0 / 2.1 - 1 + 0.0) / 2)
+    assert single["median_gap"] == pytest.approx((10 / 6 - 1 + 8 / 7 - 1) / 2)
     assert protocol["lost_30"] == 0.0 and single["lost_30"] == 0.5
     assert single["reported"] == pytest.approx(9.0) and single["redeployed"] == pytest.approx(6.5)
     assert rows["quiet", "recipe"]["redeployed"] == 5.0
@@ -76,6 +77,39 @@ def test_a_tiny_run_measures_every_arm_and_redeploys_on_a_fresh_database(tmp_pat
     # a second run with the same settings resumes: nothing is measured again
     assert noise.main(["--seeds", "1", "--levels", "quiet", "--out", str(tmp_path)]) == 0
     assert len(json.loads((tmp_path / "cells.json").read_text())["cells"]) == 1
+
+
+@pytest.mark.slow
+def test_the_grow_arm_runs_beside_the_protocol_alone(tmp_path: Path) -> None:
+    code = noise.main(
+        ["--seeds", "1", "--levels", "quiet", "--trials", "3", "--measure-s", "0.05",
+         "--warmup-s", "0.02", "--db-mb", "1", "--redeploy", "2", "--out", str(tmp_path),
+         "--arms", "protocol,grow", "--grow-to", "7"]
+    )  # fmt: skip
+    assert code == 0
+    [done] = json.loads((tmp_path / "cells.json").read_text())["cells"]
+    assert "single" not in done and "confirm" not in done
+    grow = done["grow"]
+    # 2 selection rounds of the default and up to 3 candidates, then at most 7 rounds of two
+    assert 0 < grow["confirm_runs"] <= 2 * 4 + 7 * 2
+    assert set(done["redeploy"]) >= {"protocol", "grow", "recipe"}
+    rows = {(r["level"], r["arm"]) for r in noise.summarize([done])}
+    assert ("quiet", "grow") in rows and ("quiet", "single") not in rows
+
+
+@pytest.mark.parametrize(
+    ("arms", "says"),
+    [("protocol,fast", "unknown arm 'fast'"), ("single,protocol", "protocol first"),
+     ("protocol,grow,grow", "each arm once")],
+)  # fmt: skip
+def test_bad_arms_are_refused_by_name(
+    arms: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        noise.main(["--arms", arms, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "--arms" in err and says in err
+    assert not (tmp_path / "cells.json").exists()
 
 
 def test_an_arm_that_never_reported_a_gain_still_has_its_row() -> None:
