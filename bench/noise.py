@@ -369,8 +369,9 @@ def load(level: str, workdir: Path) -> Iterator[None]:
 
 
 def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per level and arm: reported and redeployed gains, their gap, and the share of
-    sessions whose reported best lost 30 % or more on redeploy."""
+    """Per level and arm: reported and redeployed gains, their gap, the share of sessions
+    whose reported best lost 30 % or more on redeploy, and the share of confirmed gains
+    whose 95 % interval holds the redeployed one (``covered``)."""
     rows = []
     for level in LEVELS:
         mine = [c for c in cells if c["level"] == level]
@@ -387,7 +388,7 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     rows.append({
                         "level": level, "arm": arm, "sessions": 0, "reported": math.nan,
                         "redeployed": math.nan, "gap": math.nan, "median_gap": math.nan,
-                        "gap_abs": math.nan,
+                        "gap_abs": math.nan, "covered": math.nan,
                         "lost_30": math.nan, "runs": statistics.fmean(c[arm]["runs"] for c in ran),
                         "no_ratio": len(ran),
                     })  # fmt: skip
@@ -398,7 +399,7 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "reported": statistics.fmean(r for r, _ in pairs),
                 "redeployed": statistics.fmean(g for _, g in pairs),
                 "gap": statistics.fmean(gaps), "median_gap": statistics.median(gaps),
-                "gap_abs": statistics.fmean(abs(g) for g in gaps),
+                "gap_abs": statistics.fmean(abs(g) for g in gaps), "covered": covered(ran, arm),
                 "lost_30": sum(g <= LOSS * r for r, g in pairs) / len(pairs),
                 "runs": statistics.fmean(c[arm]["runs"] for c in ran),
                 "no_ratio": sum(reported(c, arm) is None for c in ran),
@@ -410,9 +411,22 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "level": level, "arm": "recipe", "sessions": len(recipe),
                 "reported": math.nan, "redeployed": statistics.fmean(recipe), "gap": math.nan,
                 "median_gap": math.nan, "gap_abs": math.nan, "lost_30": math.nan, "runs": 0.0,
-                "no_ratio": 0,
+                "no_ratio": 0, "covered": math.nan,
             })  # fmt: skip
     return rows
+
+
+def covered(cells: Sequence[dict[str, Any]], arm: str) -> float:
+    """Among ``cells`` where ``arm`` confirmed a gain with an interval (it did not keep the
+    default), the share whose redeployed gain lies inside that interval; NaN for none."""
+    hits = [
+        got["interval"]["low"] <= again <= got["interval"]["high"]
+        for c in cells
+        if isinstance(got := c[arm], dict) and isinstance(got.get("interval"), dict)
+        and not got.get("keeps_default", True)
+        and (again := c["redeploy"][arm]["gain"]) is not None
+    ]  # fmt: skip
+    return sum(hits) / len(hits) if hits else math.nan
 
 
 def reported(cell: dict[str, Any], arm: str) -> float | None:
@@ -430,7 +444,7 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
     out = Table(title="reported gain vs the gain on a fresh deployment (over the default)")
     for name in ("level", "arm", "sessions", "no ratio", "measurements", "reported",
                  "redeployed", "reported/redeployed - 1", "median", "abs gap",
-                 "lost >= 30 %"):  # fmt: skip
+                 "in the interval", "lost >= 30 %"):  # fmt: skip
         out.add_column(name, justify="left" if name in ("level", "arm") else "right")
 
     def f(value: float, fmt: str) -> str:
@@ -444,6 +458,7 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
             r["level"], r["arm"], str(r["sessions"]), str(r["no_ratio"]), f(r["runs"], ".0f"),
             times(r["reported"]), times(r["redeployed"]), f(r["gap"], "+.1%"),
             f(r.get("median_gap", math.nan), "+.1%"), f(r["gap_abs"], ".1%"),
+            f(r.get("covered", math.nan), ".0%"),
             f(r["lost_30"], ".0%"),
         )  # fmt: skip
     return out

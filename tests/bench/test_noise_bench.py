@@ -39,6 +39,20 @@ def test_the_summary_measures_the_gap_and_the_share_that_lost_30_percent() -> No
     assert single["no_ratio"] == 0
 
 
+def test_the_summary_counts_confirmed_intervals_that_hold_the_redeployed_gain() -> None:
+    cells = [
+        cell("quiet", {"protocol": (2.0, 2.1)}),  # inside 1.8-2.2
+        cell("quiet", {"protocol": (3.0, 2.0)}),  # outside 2.7-3.3
+        cell("quiet", {"protocol": (1.0, 1.0)}),  # kept the default: no interval counts
+    ]
+    for c, (low, high) in zip(cells, [(1.8, 2.2), (2.7, 3.3), (0.8, 1.2)], strict=True):
+        c["protocol"].update(interval={"low": low, "high": high}, keeps_default=False)
+    cells[2]["protocol"]["keeps_default"] = True
+    [protocol, _] = noise.summarize(cells)
+    assert protocol["arm"] == "protocol" and protocol["covered"] == 0.5
+    assert "| 50% |" in noise_markdown([protocol])
+
+
 def test_a_single_sample_session_whose_default_broke_a_constraint_reported_no_gain() -> None:
     none = cell("quiet", {"protocol": (2.0, 2.0), "single": (1.0, 6.0)})
     none["single"]["reported"] = None
