@@ -385,13 +385,10 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             ]  # fmt: skip
             if not pairs:
                 if ran:  # every session of the arm reported no gain
-                    rows.append({
-                        "level": level, "arm": arm, "sessions": 0, "reported": math.nan,
-                        "redeployed": math.nan, "gap": math.nan, "median_gap": math.nan,
-                        "gap_abs": math.nan, "covered": math.nan,
-                        "lost_30": math.nan, "runs": statistics.fmean(c[arm]["runs"] for c in ran),
-                        "no_ratio": len(ran),
-                    })  # fmt: skip
+                    rows.append(_row(
+                        level, arm, sessions=0, no_ratio=len(ran),
+                        runs=statistics.fmean(c[arm]["runs"] for c in ran),
+                    ))  # fmt: skip
                 continue
             gaps = [r / g - 1 for r, g in pairs]
             rows.append({
@@ -407,13 +404,17 @@ def summarize(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         recipe = [c["redeploy"]["recipe"]["gain"] for c in mine]
         recipe = [g for g in recipe if g is not None]
         if recipe:
-            rows.append({
-                "level": level, "arm": "recipe", "sessions": len(recipe),
-                "reported": math.nan, "redeployed": statistics.fmean(recipe), "gap": math.nan,
-                "median_gap": math.nan, "gap_abs": math.nan, "lost_30": math.nan, "runs": 0.0,
-                "no_ratio": 0, "covered": math.nan,
-            })  # fmt: skip
+            rows.append(_row(
+                level, "recipe", sessions=len(recipe), no_ratio=0, runs=0.0,
+                redeployed=statistics.fmean(recipe),
+            ))  # fmt: skip
     return rows
+
+
+def _row(level: str, arm: str, **known: float) -> dict[str, Any]:
+    """A summary row whose figures not in ``known`` are NaN (shown as "-")."""
+    unknown = ("reported", "redeployed", "gap", "median_gap", "gap_abs", "covered", "lost_30")
+    return {"level": level, "arm": arm, **dict.fromkeys(unknown, math.nan), **known}
 
 
 def covered(cells: Sequence[dict[str, Any]], arm: str) -> float:
@@ -457,8 +458,7 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
         out.add_row(
             r["level"], r["arm"], str(r["sessions"]), str(r["no_ratio"]), f(r["runs"], ".0f"),
             times(r["reported"]), times(r["redeployed"]), f(r["gap"], "+.1%"),
-            f(r.get("median_gap", math.nan), "+.1%"), f(r["gap_abs"], ".1%"),
-            f(r.get("covered", math.nan), ".0%"),
+            f(r["median_gap"], "+.1%"), f(r["gap_abs"], ".1%"), f(r["covered"], ".0%"),
             f(r["lost_30"], ".0%"),
         )  # fmt: skip
     return out
