@@ -34,11 +34,15 @@ from server.security import ServerSecurity
 from server.service import LeasePolicy, TuningService
 from server.servicer import SERVICE_NAME, TunerServicer
 from server.storage import SQLiteStorage
+from server.suggest import WorkerPool
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50051
+#: gRPC threads. A SuggestTrials call waiting for the designer holds one (waiting, not
+#: computing), so there are many, and a quarter of them is kept for every other call.
+DEFAULT_THREADS = 64
 # A worker heartbeats a third of a lease apart; 15 minutes of silence means it is gone.
 DEFAULT_LEASES = LeasePolicy(ttl_s=900.0, on_expiry="reoffer")
 HEALTH_SERVICE_NAME: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
@@ -51,7 +55,7 @@ def build_server(
     service: TuningService,
     host: str = DEFAULT_HOST,
     port: int = 0,
-    max_workers: int = 16,
+    max_workers: int = DEFAULT_THREADS,
     security: ServerSecurity | None = None,
     metrics: Metrics | None = None,
 ) -> tuple[grpc.Server, int]:
@@ -127,7 +131,8 @@ def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     *,
-    max_workers: int = 16,
+    max_workers: int = DEFAULT_THREADS,
+    suggest_workers: int | None = None,
     grace: float = 5.0,
     stop: threading.Event | None = None,
     leases: LeasePolicy | None = DEFAULT_LEASES,
@@ -145,7 +150,12 @@ def serve(
         db_path: The database file; created if missing.
         host: Interface to bind; loopback by default.
         port: TCP port; 0 picks a free one (logged).
-        max_workers: Threads serving calls concurrently.
+        max_workers: Threads serving calls concurrently. SuggestTrials calls may hold three
+            quarters of them (``max_waiting``); one more is answered RESOURCE_EXHAUSTED
+            with a retry delay.
+        suggest_workers: Processes running the designer (``server.suggest.WorkerPool``);
+            None: ``default_suggest_workers()``; 0: none, the designer runs in the gRPC
+            threads.
         grace: Seconds in-flight calls may run after a stop is requested.
         stop: An event that ends serving when set.
         leases: How long a handed-out trial lives without a heartbeat and what becomes of it
@@ -162,7 +172,16 @@ def serve(
     security.check_host(host)  # before the database is touched
     storage = SQLiteStorage(db_path)
     try:
-        service = TuningService(storage, leases=leases)
+        workers = default_suggest_workers() if suggest_workers is None else suggest_workers
+        pool = WorkerPool(workers) if workers else None
+        if pool is not None:
+            pool.warm(timeout=None)  # the workers import the designer while the server starts
+        service = TuningService(
+            storage, leases=leases, designer=pool, max_waiting=max_waiting(max_workers)
+        )
+        log.info(
+            "designer: %s", f"{workers} worker processes" if workers else "in the gRPC threads"
+        )
         metrics = Metrics(storage) if metrics_port is not None else None
         endpoint = None
         if metrics is not None and metrics_port is not None:
@@ -184,6 +203,17 @@ def serve(
     finally:
         storage.close()
     log.info("tuner server stopped")
+
+
+def default_suggest_workers() -> int:
+    """Designer processes of a server: one per CPU, at most 4 (each holds torch in memory)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def max_waiting(threads: int) -> int:
+    """SuggestTrials calls a server with ``threads`` gRPC threads lets wait at once: three
+    quarters, so the rest always answer health checks, results and reads."""
+    return max(1, threads - max(2, threads // 4))
 
 
 def format_address(host: str, port: int) -> str:

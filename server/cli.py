@@ -76,7 +76,7 @@ from runner.measurement import (
     stored_confirmation,
 )
 from runner.session import SessionResult, run_phases, run_session, summarize
-from server.app import DEFAULT_LEASES
+from server.app import DEFAULT_LEASES, DEFAULT_THREADS, default_suggest_workers
 from server.config import DEFAULT_DB, SessionConfig, load_config, load_study
 from server.plot import plot_convergence
 from server.security import read_file, read_token
@@ -284,7 +284,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             handler.setFormatter(JsonFormatter())
     serve(
         args.db, host=args.host, port=args.port, leases=leases, security=security,
-        metrics_port=args.metrics_port,
+        metrics_port=args.metrics_port, suggest_workers=args.suggest_workers,
+        max_workers=args.grpc_threads,
     )  # fmt: skip
     return 0
 
@@ -1021,6 +1022,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tuner",
@@ -1108,6 +1119,16 @@ def _parser() -> argparse.ArgumentParser:
         "--token-file", type=Path, metavar="FILE", help="require this bearer token on every call"
     )
     serve.add_argument("--port", type=int, default=50051)
+    serve.add_argument(
+        "--suggest-workers", type=_non_negative_int, metavar="N",
+        help="processes running the designer, apart from the gRPC threads (0: in the gRPC "
+        f"threads; default one per CPU, at most 4: {default_suggest_workers()} here)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--grpc-threads", type=_positive_int, default=DEFAULT_THREADS, metavar="N",
+        help="threads answering calls; SuggestTrials may hold three quarters of them, one "
+        f"more is answered RESOURCE_EXHAUSTED with a retry delay (default {DEFAULT_THREADS})",
+    )  # fmt: skip
     serve.add_argument(
         "--lease-ttl",
         type=float,

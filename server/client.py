@@ -9,7 +9,9 @@ Failures that are not the server's verdict (it cannot be reached, a deadline pas
 
 Calls that find the server UNAVAILABLE (restarting, not up yet, its disk briefly locked) are
 retried with exponential backoff and jitter until ``retry_for`` seconds have passed, each
-attempt with a deadline of at most ``timeout``. Retrying a write is safe: every
+attempt with the deadline ``timeout``. A server too busy to take a call (RESOURCE_EXHAUSTED
+from ``OverloadedError``: every designer slot taken) did nothing with it: it is sent again
+after the delay the server asked for, also within ``retry_for``. Retrying a write is safe: every
 ``suggest_trials``, ``complete_trial`` and ``import_trials`` carries a fresh request id, the
 same on each retry, and the server answers a retried request as it answered the first one.
 ``add_measurements`` has no request id (AddMeasurements would store a retried request's
@@ -43,6 +45,7 @@ from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import error_from_rpc
 from server.service import ImportedTrial, StudyInfo
+from tuner.errors import OverloadedError
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus
 
@@ -60,8 +63,9 @@ class TunerClient:
 
     Args:
         target: The server's address, ``host:port`` (any gRPC target string).
-        timeout: Deadline in seconds of each attempt of a call.
-        retry_for: Seconds during which an UNAVAILABLE call is tried again (0: never).
+        timeout: Deadline in seconds of each attempt of a call, as given.
+        retry_for: Seconds during which an UNAVAILABLE or refused call is tried again (0:
+            never); a new attempt starts only within them.
         tls_ca: PEM certificate(s) to trust for a server started with ``--tls-cert`` (the
             server's own certificate when it is self-signed); None: plain text.
         token: Bearer token for a server started with ``--token-file``.
@@ -283,28 +287,34 @@ class TunerClient:
 
     # -- private -----------------------------------------------------------------------
     def _call(self, method: Callable[..., _Reply], request: Any, retry: bool = True) -> _Reply:
-        """Call ``method``, retrying UNAVAILABLE for ``retry_for`` seconds when ``retry``.
+        """Call ``method``; for ``retry_for`` seconds, try again when the server is UNAVAILABLE
+        (only when ``retry``) or answers that it is too busy (``OverloadedError``: nothing
+        was done, so even a call without a request id may be sent again; after the delay
+        the server asked for).
 
-        Without ``retry`` the one attempt (deadline ``timeout``) waits for the channel to be
+        Every attempt has the deadline ``timeout``, as given: ``retry_for`` only bounds when
+        a new attempt may start. Without ``retry`` the attempt waits for the channel to be
         ready first, unless ``retry_for`` is 0: nothing is sent to a server that is not up
         yet, so waiting for it is safe where a retry is not.
         """
         give_up = time.monotonic() + self.retry_for
         pause = _FIRST_PAUSE_S
         while True:
-            left = give_up - time.monotonic()
             try:
-                if not retry:
-                    return method(
-                        request,
-                        timeout=self.timeout,
-                        metadata=self._metadata,
-                        wait_for_ready=self.retry_for > 0,
-                    )
                 return method(
-                    request, timeout=max(0.1, min(self.timeout, left)), metadata=self._metadata
+                    request,
+                    timeout=self.timeout,
+                    metadata=self._metadata,
+                    wait_for_ready=not retry and self.retry_for > 0,
                 )
             except grpc.RpcError as error:
+                left = give_up - time.monotonic()
+                domain = error_from_rpc(error)
+                if isinstance(domain, OverloadedError) and left > 0:
+                    wait = min(domain.retry_after_s * random.uniform(1.0, 1.5), left)
+                    log.info("tuner server %s is busy; retrying in %.1f s", self.target, wait)
+                    time.sleep(wait)
+                    continue
                 if retry and error.code() is grpc.StatusCode.UNAVAILABLE and left > 0:
                     wait = min(pause * random.uniform(0.5, 1.0), left)
                     log.warning("tuner server %s unavailable (%s); retrying in %.1f s",
@@ -312,7 +322,6 @@ class TunerClient:
                     time.sleep(wait)
                     pause = min(2 * pause, _MAX_PAUSE_S)
                     continue
-                domain = error_from_rpc(error)
                 if domain is error:
                     raise
                 raise domain from error

@@ -13,7 +13,11 @@ Besides the status code and message, an error status carries rich details
   purpose by this server, which tells it apart from transport errors with the same code
   (a server that cannot be reached is also ``UNAVAILABLE``, but not a ``StorageError``);
 * ``BadRequest`` with one field violation for ``ValidationError``, so the client rebuilds the
-  error with its ``field``.
+  error with its ``field``;
+* ``RetryInfo`` with the delay for ``OverloadedError`` (RESOURCE_EXHAUSTED: the server is
+  too busy to take the call now; nothing was done, and the same call may be sent again
+  after the delay). A RESOURCE_EXHAUSTED without the tuner's ``ErrorInfo`` comes from gRPC
+  itself (a message over the size limit) and is not retried.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
+    OverloadedError,
     StateError,
     StorageError,
     TunerError,
@@ -53,6 +58,7 @@ ERROR_CODES: tuple[tuple[type[TunerError], grpc.StatusCode], ...] = (
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (StateError, grpc.StatusCode.FAILED_PRECONDITION),
     (StorageError, grpc.StatusCode.UNAVAILABLE),
+    (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 # The inverse, for the client. INTERNAL (an unexpected server error) comes back as the base
 # class, since the server tells nothing more about it.
@@ -159,7 +165,19 @@ def error_from_rpc(error: grpc.RpcError) -> Exception:
     message = call.details() or ""
     if cls is ValidationError:
         return _validation_error(status, message)
+    if cls is OverloadedError:
+        return OverloadedError(message, retry_delay(status))
     return cls(message)
+
+
+def retry_delay(status: status_pb2.Status) -> float:
+    """The delay a ``RetryInfo`` detail of ``status`` asks for, in seconds (0: none)."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return max(0.0, info.retry_delay.ToTimedelta().total_seconds())
+    return 0.0
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -173,6 +191,10 @@ def _rich_status(code: grpc.StatusCode, message: str, error: Exception) -> statu
             field=shorten(error.field, 200), description=message
         )
         details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))
+    if isinstance(error, OverloadedError):
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(max(1, round(error.retry_after_s * 1000)))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     return status_pb2.Status(code=numeric, message=message, details=details)
 
 

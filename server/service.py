@@ -5,6 +5,14 @@ It validates requests, serializes the work on each study behind a per-study lock
 study's designer for configurations and records everything in storage, which stays the only
 source of truth: a restarted service over the same file continues where it stopped.
 
+The designer runs outside the study's lock (in a server, in worker processes:
+``server.suggest``), so completions, heartbeats and reads never wait for a model fit. A
+study has at most one designer run at a time: SuggestTrials calls that arrive while one is
+in progress wait for it, then share the next run, which suggests for all of them at once
+with every stored trial in view. At most ``max_waiting`` calls wait; one more is refused
+with ``OverloadedError`` (RESOURCE_EXHAUSTED, with the delay after which to send it again).
+Leases are judged by the time a request arrived, not the time it got the study's lock.
+
 Suggestions follow OSS Vizier's ``client_id`` semantics: a client that still holds ACTIVE
 trials gets those back before anything new is generated, so a worker that crashed and
 retried its request resumes its trial instead of leaking it.
@@ -34,9 +42,16 @@ from dataclasses import dataclass, field
 from runner.measurement import stored_confirmation
 from runner.session import best_of
 from server.storage import FinishedTrial, NewTrial, Request, Storage
+from server.suggest import Designer, InlineDesigner
 from tuner.designer import FitCache
-from tuner.errors import AlreadyExistsError, NotFoundError, StateError, ValidationError
-from tuner.loop import new_trial, propose
+from tuner.errors import (
+    AlreadyExistsError,
+    NotFoundError,
+    OverloadedError,
+    StateError,
+    ValidationError,
+)
+from tuner.loop import new_trial
 from tuner.space import Scalar
 from tuner.study import StudySpec
 from tuner.trial import (
@@ -117,7 +132,19 @@ class StudyInfo:
 
 
 class TuningService:
-    """Studies and trials over one storage backend; safe to call from many threads."""
+    """Studies and trials over one storage backend; safe to call from many threads.
+
+    Args:
+        storage: Where everything is kept; the only source of truth.
+        fit_cache: Warm starts of the model fits (a new one by default).
+        leases: Leases of handed-out trials (None: trials never expire).
+        clock: Wall-clock time, for leases.
+        designer: Where the designer runs (``server.suggest``): in the calling thread by
+            default; a ``WorkerPool`` in a server.
+        max_waiting: SuggestTrials calls that may be in progress at once; one more is
+            refused with ``OverloadedError`` (0: no limit). A server keeps it below its
+            gRPC threads, so the threads left always answer health, reads and results.
+    """
 
     def __init__(
         self,
@@ -125,13 +152,22 @@ class TuningService:
         fit_cache: FitCache | None = None,
         leases: LeasePolicy | None = None,
         clock: Callable[[], float] = time.time,
+        designer: Designer | None = None,
+        max_waiting: int = 0,
     ) -> None:
         self.storage = storage
         self.fit_cache = fit_cache if fit_cache is not None else FitCache()
         self.leases = leases
+        self.max_waiting = max_waiting
         self._clock = clock
+        self._designer: Designer = designer if designer is not None else InlineDesigner()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # SuggestTrials bookkeeping (``suggest_trials``, ``_new_trials``), under one condition:
+        self._asking = threading.Condition()
+        self._suggesting = 0  # calls in progress
+        self._callers: set[tuple[str, str]] = set()  # (study, client) with a call in progress
+        self._queues: dict[str, _Queue] = {}  # studies with a designer run in progress
 
     # -- studies ------------------------------------------------------------------------
     def create_study(self, spec: StudySpec) -> tuple[StudyInfo, bool]:
@@ -176,8 +212,16 @@ class TuningService:
         """Trials for ``client_id`` to run: its ACTIVE ones first, then new suggestions.
 
         A repeated call with the same ``request_id`` returns the trials the first one
-        returned (as they are now) and creates nothing.
+        returned (as they are now) and creates nothing. Calls of one client on one study
+        are answered one after the other (a second waits for the first, then gets what
+        the first left it); new suggestions for calls of different clients come from one
+        designer run (``_new_trials``).
+
+        Raises:
+            OverloadedError: ``max_waiting`` calls are already waiting for suggestions;
+                nothing was done, and the error says when to try again.
         """
+        arrived = self._clock()
         study = _study_name(study)
         if (
             isinstance(count, bool)
@@ -189,47 +233,117 @@ class TuningService:
             )
         client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
         request = _request(request_id, "SuggestTrials", study, count, client_id)
-        with self._lock(study):
-            spec = self.storage.get_study(study).spec
-            if request is not None and (known := self._replay(study, request)) is not None:
-                return known
-            self._expire(study)
-            lease = self._lease_end()
-            mine = self.storage.active_trials(study, client_id) if client_id else []
-            if lease is not None:  # asking again is a sign of life
-                mine = [self.storage.renew_lease(study, t.id, lease) for t in mine]
-            if len(mine) < count:
-                mine += self.storage.claim_trials(study, client_id, count - len(mine), lease)
-            if len(mine) >= count:
-                mine = mine[:count]
-                if request is not None:
-                    self.storage.add_trials(study, [], request, [t.id for t in mine])
-                return mine
-            trials = self.storage.list_trials(study)
-            suggestions = propose(spec, trials, count - len(mine), self.fit_cache)
-            made = [new_trial(0, s, client_id) for s in suggestions]  # storage numbers them
-            new = self.storage.add_trials(
-                study,
-                [
-                    NewTrial(
-                        t.config,
-                        t.client_id,
-                        t.source,
-                        t.warning,
-                        embedded=t.embedded,
-                        lease_expires_at=lease,
-                        step=t.step,
-                    )
-                    for t in made
-                ],
-                request,
-                [t.id for t in mine],
-            )
+        caller = (study, client_id or (f"request:{request_id}" if request_id else ""))
+        with self._asking:
+            if self.max_waiting and self._suggesting >= self.max_waiting:
+                wait = self._designer.retry_after()
+                raise OverloadedError(
+                    f"{self._suggesting} SuggestTrials calls are already waiting for the "
+                    f"designer (at most {self.max_waiting}); nothing was done: send the same "
+                    f"request again in {wait:.1f} s",
+                    wait,
+                )
+            self._suggesting += 1
+            while caller[1] and caller in self._callers:  # the same caller's earlier call
+                self._asking.wait()
+            if caller[1]:
+                self._callers.add(caller)
+        try:
+            with self._lock(study):
+                self.storage.get_study(study)
+                if request is not None and (known := self._replay(study, request)) is not None:
+                    return known
+                self._expire(study, arrived)
+                lease = self._lease_end()
+                mine = self.storage.active_trials(study, client_id) if client_id else []
+                if lease is not None:  # asking again is a sign of life
+                    mine = [self.storage.renew_lease(study, t.id, lease) for t in mine]
+                if len(mine) < count:
+                    mine += self.storage.claim_trials(study, client_id, count - len(mine), lease)
+                if len(mine) >= count:
+                    mine = mine[:count]
+                    if request is not None:
+                        self.storage.add_trials(study, [], request, [t.id for t in mine])
+                    return mine
+            ask = _Ask(count - len(mine), client_id, request, [t.id for t in mine])
+            new = self._new_trials(study, ask)
+        finally:
+            with self._asking:
+                self._suggesting -= 1
+                self._callers.discard(caller)
+                self._asking.notify_all()
         for trial in new:
             if trial.warning:
                 log.warning("study %s trial %d: %s", study, trial.id, trial.warning,
                             extra={"study": study, "trial": trial.id})  # fmt: skip
         return mine + new
+
+    def _new_trials(self, study: str, ask: _Ask) -> list[Trial]:
+        """New trials for ``ask``, from the study's next designer run.
+
+        Calls that need new suggestions while a run for their study is in progress wait
+        for it to end; then one of them leads the next run, for all of them at once (the
+        designer sees every trial stored so far, the earlier runs' ones pending). So each
+        study has at most one designer run at a time, and concurrent callers share it.
+        """
+        with self._asking:
+            queue = self._queues.setdefault(study, _Queue())
+            queue.waiting.append(ask)
+            if not queue.running:
+                queue.running = ask.leads = True
+            while not ask.leads and not ask.done:
+                self._asking.wait()
+            if ask.done:
+                return _answer(ask)
+            batch, queue.waiting = queue.waiting, []
+        try:
+            self._run_batch(study, batch)
+        finally:
+            with self._asking:
+                for each in batch:
+                    each.done = True
+                if queue.waiting:
+                    queue.waiting[0].leads = True
+                else:
+                    queue.running = False
+                    del self._queues[study]
+                self._asking.notify_all()
+        return _answer(ask)
+
+    def _run_batch(self, study: str, batch: list[_Ask]) -> None:
+        """One designer run for every call in ``batch``; each call's trials are stored with
+        its own client, lease and request record."""
+        try:
+            with self._lock(study):
+                spec = self.storage.get_study(study).spec
+                trials = self.storage.list_trials(study)
+            need = sum(ask.need for ask in batch)
+            suggestions = self._designer.propose(spec, trials, need, self.fit_cache)
+            with self._lock(study):
+                lease = self._lease_end()
+                for ask in batch:
+                    part, suggestions = suggestions[: ask.need], suggestions[ask.need :]
+                    made = [new_trial(0, s, ask.client_id) for s in part]  # storage numbers them
+                    ask.trials = self.storage.add_trials(
+                        study,
+                        [
+                            NewTrial(
+                                t.config,
+                                t.client_id,
+                                t.source,
+                                t.warning,
+                                embedded=t.embedded,
+                                lease_expires_at=lease,
+                                step=t.step,
+                            )
+                            for t in made
+                        ],
+                        ask.request,
+                        ask.mine,
+                    )
+        except Exception as error:  # every call of the batch gets it, not only the leader
+            for ask in batch:
+                ask.error = error
 
     def complete_trial(
         self,
@@ -250,6 +364,7 @@ class TuningService:
         A repeated call with the same ``request_id`` returns the trial as the first call
         left it and stores nothing (without one, a repeat is a StateError: already final).
         """
+        arrived = self._clock()
         study = _study_name(study)
         status = _reportable(status)
         reason = _text(reason, "reason", MAX_REASON)
@@ -273,7 +388,7 @@ class TuningService:
             if repeats:
                 metrics, spread = repeat_summary(repeats)
             _check_metrics(spec, metrics, status)
-            self._expire(study)
+            self._expire(study, arrived)
             trial = self.storage.finish_trial(
                 study, trial_id, status, metrics, reason, request, repeats, spread
             )
@@ -397,10 +512,11 @@ class TuningService:
             StateError: The trial is not ACTIVE (finished, or its lease expired: the message
                 says when and which trial re-offers it).
         """
+        arrived = self._clock()
         study = _study_name(study)
         with self._lock(study):
             self.storage.get_study(study)
-            self._expire(study)
+            self._expire(study, arrived)
             lease = self._lease_end()
             if lease is None:
                 trial = self.storage.get_trial(study, trial_id)
@@ -442,7 +558,14 @@ class TuningService:
         spec = self.storage.get_study(_study_name(study)).spec
         return pareto_front(spec, self.storage.list_trials(study, [TrialStatus.COMPLETED]))
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop the designer (calls waiting for it get an error), give the calls storing
+        their suggestions up to ``wait_s`` seconds, then close the storage."""
+        self._designer.close()
+        end = time.monotonic() + wait_s
+        with self._asking:
+            while self._queues and (left := end - time.monotonic()) > 0:
+                self._asking.wait(left)
         self.storage.close()
 
     # -- private ------------------------------------------------------------------------
@@ -478,13 +601,15 @@ class TuningService:
     def _lease_end(self) -> float | None:
         return None if self.leases is None else self._clock() + self.leases.ttl_s
 
-    def _expire(self, study: str) -> None:
-        """Give up the study's trials whose lease ran out (nothing without leases)."""
+    def _expire(self, study: str, now: float | None = None) -> None:
+        """Give up the study's trials whose lease ran out before ``now`` (the time the
+        request arrived; default: the clock's time) — nothing without leases."""
         if self.leases is None:
             return
         reoffer = self.leases.on_expiry == "reoffer"
         status = TrialStatus.ABANDONED if reoffer else TrialStatus.FAILED
-        for trial in self.storage.expire_leases(study, self._clock(), status, reoffer):
+        now = self._clock() if now is None else now
+        for trial in self.storage.expire_leases(study, now, status, reoffer):
             again = f"; re-offered as trial {trial.reoffered_as}" if trial.reoffered_as else ""
             fields = {"study": study, "trial": trial.id, "client": trial.client_id}
             log.warning(
@@ -494,6 +619,34 @@ class TuningService:
     def _lock(self, study: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(study, threading.Lock())
+
+
+@dataclass
+class _Ask:
+    """A SuggestTrials call waiting for new suggestions (``TuningService._new_trials``)."""
+
+    need: int
+    client_id: str
+    request: Request | None
+    mine: list[int]  # the ids of the trials the call already holds
+    leads: bool = False  # this call's thread runs the designer for its batch
+    done: bool = False
+    trials: list[Trial] = field(default_factory=list)
+    error: Exception | None = None
+
+
+@dataclass
+class _Queue:
+    """A study's calls waiting for its next designer run."""
+
+    waiting: list[_Ask] = field(default_factory=list)
+    running: bool = False
+
+
+def _answer(ask: _Ask) -> list[Trial]:
+    if ask.error is not None:
+        raise ask.error
+    return ask.trials
 
 
 def _request(request_id: object, method: str, *asked: object) -> Request | None:

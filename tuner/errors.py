@@ -12,6 +12,7 @@ nothing else decides status codes.
     ├── AlreadyExistsError       same study name, different spec              -> ALREADY_EXISTS
     ├── StateError               e.g. completing a finished trial            -> FAILED_PRECONDITION
     ├── StorageError             the database cannot be read or written       -> UNAVAILABLE
+    ├── OverloadedError          too busy now; retry after a delay            -> RESOURCE_EXHAUSTED
     └── TargetError              a target could not run a trial (infrastructure)
         ├── ConfigRejected       the configuration itself is at fault (INFEASIBLE trial)
         └── TrialTimedOut        the measurement ran past its time limit (TIMED_OUT trial)
@@ -38,10 +39,14 @@ class ValidationError(TunerError, ValueError):
     def __init__(self, field: str, message: str, allowed: Any = None) -> None:
         self.field = field
         self.allowed = allowed
+        self._args = (field, message, allowed)
         text = f"{field}: {message}"
         if allowed is not None:
             text += f" (allowed: {_describe_allowed(allowed)})"
         super().__init__(text)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled whole, across worker processes
+        return (type(self), self._args)
 
 
 class NotFoundError(TunerError, LookupError):
@@ -58,6 +63,18 @@ class StateError(TunerError):
 
 class StorageError(TunerError):
     """The database could not be read or written (disk full, read-only, corrupted)."""
+
+
+class OverloadedError(TunerError):
+    """The service is too busy to take the request now. Nothing was done: send the same
+    request again after ``retry_after_s`` seconds."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        self.retry_after_s = float(retry_after_s)
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.retry_after_s))
 
 
 class TargetError(TunerError):

@@ -105,6 +105,18 @@ class _ExpectedNotes(logging.Filter):
         return True
 
 
+def current() -> dict[str, Any]:
+    """The settings ``configure`` made in this process, as its keyword arguments: what a
+    worker process of the server applies so that it suggests as this process would."""
+    from botorch.acquisition.multi_objective import logei
+
+    return {
+        "threads": torch.get_num_threads(),
+        "strict": STRICT,
+        "fused_kernels": getattr(logei, "_C", None) is not None,
+    }
+
+
 def warm_up() -> None:
     """Import now what a process's first model-based suggestion would (module doc)."""
     torch.broadcast_shapes((1,), (1,))

@@ -73,6 +73,7 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.gpytorch import GPyTorchModel
@@ -148,6 +149,10 @@ class OutcomeData:
         return math.log(value) if self.log else value
 
 
+#: ``FitCache.export``'s form: (scope, outcome) -> (dimension, hyperparameters, rows).
+CacheEntries = dict[tuple[str, str], tuple[int, dict[str, np.ndarray], int | None]]
+
+
 class FitCache:
     """Last fitted hyperparameters per (study, outcome), with the number of observations they
     were fitted on; thread-safe, in memory only."""
@@ -178,6 +183,22 @@ class FitCache:
         with self._lock:
             for key in [k for k in self._states if k[0] == study]:
                 del self._states[key]
+
+    def export(self, study: str) -> CacheEntries:
+        """The entries of ``study`` (its outcomes, with and without a trend) as plain numpy
+        arrays, to carry to another process (``update`` takes them back)."""
+        with self._lock:
+            found = {k: v for k, v in self._states.items() if k[0].split(":")[0] == study}
+        return {
+            key: (d, {name: t.detach().cpu().numpy().copy() for name, t in state.items()}, rows)
+            for key, (d, state, rows) in found.items()
+        }
+
+    def update(self, entries: CacheEntries) -> None:
+        """Store entries that ``export`` gave (here or in another process)."""
+        with self._lock:
+            for key, (d, state, rows) in entries.items():
+                self._states[key] = (d, {n: torch.from_numpy(a) for n, a in state.items()}, rows)
 
 
 def outcome_data(
