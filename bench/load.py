@@ -1,16 +1,26 @@
 """Load benchmark: many workers suggest and complete trials against one server over loopback.
 
 ``python -m bench.load [--clients 64] [--cycles 50] [--studies 8] [--peer optuna]
-[--markdown]``
+[--designer sobol,bo] [--bo-cycles 10] [--markdown]``
 
 ``ours``: a ``tuner serve`` process (the CLI entry point, its own SQLite file, leases on) and
 ``--clients`` worker threads in this process, spread round-robin over ``--studies``
 studies (so 8 workers share each study by default). Each worker runs ``--cycles`` times:
 ``SuggestTrials(count=1, client_id, request_id)``, computes a made-up metric from the
-configuration, ``CompleteTrial(request_id)``. The studies use the Sobol designer, so the
-numbers measure the service (gRPC, per-study locking, SQLite with ``synchronous=FULL``),
-not model fitting, which ``bench.latency`` measures. A thread asks the standard health
-service every 50 ms throughout.
+configuration, ``CompleteTrial(request_id)``. A thread asks the standard health service
+every 50 ms throughout (each answer timed: the goal is within 1 s, every time).
+
+``--designer`` runs the cycles once per designer, each on a fresh server:
+
+* ``sobol``: the numbers measure the service (gRPC, per-study locking, SQLite with
+  ``synchronous=FULL``), not model fitting;
+* ``bo``: each study first imports 10 measured trials, so every suggestion is a GP fit and
+  an acquisition (``--bo-cycles`` cycles per worker). The designer runs in the server's
+  worker processes; concurrent calls on a study share one run; a call the server refuses
+  (RESOURCE_EXHAUSTED) waits the delay it names and is sent again, and the table shows the
+  refusals and the whole wait (``ask``) beside the answered calls. The yardstick is one
+  suggestion on the idle server at the end of the run (one per study, one at a time): the
+  time of one fit at that history size.
 
 The client speaks the wire contract straight from ``proto/tuner/v1/tuner.proto`` (compiled
 at run time into a descriptor pool of its own), as a client in another language would; the
@@ -72,6 +82,8 @@ class WorkerLog:
     latency: dict[str, list[float]] = field(default_factory=dict)
     completed: list[tuple[str, int, tuple[Any, ...], float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    asked: list[float] = field(default_factory=list)  # whole waits for a suggestion
+    refused: int = 0  # SuggestTrials answered RESOURCE_EXHAUSTED
 
     def time(self, name: str, call: Callable[..., Any], *args: Any) -> Any:
         begun = time.perf_counter()
@@ -156,7 +168,7 @@ def wait_serving(target: str, timeout: float = 60.0) -> None:
 # -- ours ----------------------------------------------------------------------------------
 
 
-def study_spec(pb: Any, name: str, seed: int) -> Any:
+def study_spec(pb: Any, name: str, seed: int, designer: str = "sobol") -> Any:
     knobs = [
         pb.Knob(name=f"x{i}", float_range=pb.FloatRange(low=0.0, high=1.0)) for i in range(KNOBS)
     ]
@@ -164,24 +176,79 @@ def study_spec(pb: Any, name: str, seed: int) -> Any:
         name=name,
         knobs=knobs,
         objectives=[pb.Objective(name="loss", goal=pb.GOAL_MINIMIZE)],
-        designer=pb.DesignerSettings(algorithm="sobol", seed=seed, start_with_default=False),
+        designer=pb.DesignerSettings(algorithm=designer, seed=seed, start_with_default=False),
     )
 
 
-def run_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def history(pb: Any, seed: int, count: int = 10) -> list[Any]:
+    """``count`` measured random configurations to import (the BO run starts from them)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        values = tuple(float(v) for v in rng.random(KNOBS))
+        config = [
+            pb.Parameter(name=f"x{i}", value=pb.Value(number=v)) for i, v in enumerate(values)
+        ]
+        out.append(
+            pb.ImportedTrial(
+                config=config, status=pb.TRIAL_OUTCOME_COMPLETED, metrics={"loss": metric(values)}
+            )
+        )
+    return out
+
+
+def retry_delay(error: grpc.RpcError) -> float | None:
+    """The delay a RESOURCE_EXHAUSTED answer asks for (its ``RetryInfo``); None for any
+    other error, or one without the detail (gRPC's own, such as a message too large)."""
+    from google.rpc import error_details_pb2, status_pb2
+
+    if error.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            for detail in status_pb2.Status.FromString(value).details:
+                if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                    info = error_details_pb2.RetryInfo()
+                    detail.Unpack(info)
+                    return info.retry_delay.ToTimedelta().total_seconds()
+    return None
+
+
+def suggest(stub: Any, ask: Any, log: WorkerLog) -> Any:
+    """SuggestTrials until answered, waiting as a refusal asks (a client's retry loop)."""
+    begun = time.perf_counter()
+    while True:
+        try:
+            reply = log.time("SuggestTrials", stub.SuggestTrials, ask)
+        except grpc.RpcError as error:
+            delay = retry_delay(error)
+            if delay is None:
+                raise
+            log.refused += 1
+            time.sleep(delay * float(np.random.uniform(1.0, 1.5)))
+            continue
+        log.asked.append(time.perf_counter() - begun)
+        return reply
+
+
+def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> dict[str, Any]:
     pb, services = wire()
     port = free_port()
     target = f"127.0.0.1:{port}"
-    db = work / "ours.db"
+    db = work / f"ours-{designer}.db"
+    cycles = args.cycles if designer == "sobol" else args.bo_cycles
     tuner = Path(sys.executable).with_name("tuner")
     argv = [str(tuner), "serve", "--db", str(db), "--port", str(port)]
-    with process(argv, work / "ours-server.log") as proc:
+    argv += ["--max-waiting", str(args.max_waiting)] if getattr(args, "max_waiting", None) else []
+    with process(argv, work / f"ours-{designer}-server.log") as proc:
         wait_serving(target)
         studies = [f"load-{i}" for i in range(args.studies)]
         with grpc.insecure_channel(target) as channel:
             stub = services.TunerServiceStub(channel)
             for i, name in enumerate(studies):
-                stub.CreateStudy(pb.CreateStudyRequest(spec=study_spec(pb, name, i)))
+                stub.CreateStudy(pb.CreateStudyRequest(spec=study_spec(pb, name, i, designer)))
+                if designer == "bo":
+                    stub.ImportTrials(pb.ImportTrialsRequest(study=name, trials=history(pb, i)))
         health = HealthWatch(target)
         logs = [WorkerLog() for _ in range(args.clients)]
 
@@ -189,11 +256,11 @@ def run_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             study, log = studies[k % len(studies)], logs[k]
             with grpc.insecure_channel(target) as channel:
                 stub = services.TunerServiceStub(channel)
-                for _ in range(args.cycles):
+                for _ in range(cycles):
                     ask = pb.SuggestTrialsRequest(
                         study=study, count=1, client_id=f"w{k}", request_id=uuid.uuid4().hex
                     )
-                    [trial] = log.time("SuggestTrials", stub.SuggestTrials, ask).trials
+                    [trial] = suggest(stub, ask, log).trials
                     values = tuple(p.value.number for p in trial.config)
                     loss = metric(values)
                     tell = pb.CompleteTrialRequest(
@@ -205,15 +272,59 @@ def run_ours(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         wall = run_workers(worker, args.clients, health)
         alive = proc.poll() is None
-    check = check_ours(db, logs, args)
-    return summary("ours", logs, wall, check, health, alive)
+        idle = idle_suggestions(services, pb, target, studies) if designer == "bo" else []
+    check = check_ours(db, logs, args, cycles)
+    result = summary(f"ours ({designer})", logs, wall, check, health, alive)
+    result["designer"] = designer
+    result["refused"] = sum(log.refused for log in logs)
+    result["asked"] = percentiles([v for log in logs for v in log.asked])
+    if idle:
+        result["one_fit_ms"] = percentiles(idle)
+    return result
 
 
-def check_ours(db: Path, logs: list[WorkerLog], args: argparse.Namespace) -> dict[str, Any]:
+def idle_suggestions(services: Any, pb: Any, target: str, studies: list[str]) -> list[float]:
+    """One suggestion per study on the otherwise idle server, one at a time (then
+    completed, so the check finds every trial finished): the time of one fit at the
+    history size the run ended with."""
+    out = []
+    with grpc.insecure_channel(target) as channel:
+        stub = services.TunerServiceStub(channel)
+        for study in studies:
+            ask = pb.SuggestTrialsRequest(study=study, count=1, client_id="idle")
+            begun = time.perf_counter()
+            [trial] = stub.SuggestTrials(ask, timeout=600).trials
+            out.append(time.perf_counter() - begun)
+            values = tuple(p.value.number for p in trial.config)
+            tell = pb.CompleteTrialRequest(
+                study=study, trial_id=trial.id, metrics={"loss": metric(values)},
+                status=pb.TRIAL_OUTCOME_COMPLETED,
+            )  # fmt: skip
+            stub.CompleteTrial(tell, timeout=60)
+    return out
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    values = np.array(seconds) * 1000
+    if values.size == 0:
+        return {}
+    return {
+        "calls": int(values.size),
+        "p50_ms": round(float(np.percentile(values, 50)), 2),
+        "p99_ms": round(float(np.percentile(values, 99)), 2),
+        "max_ms": round(float(values.max()), 2),
+    }
+
+
+def check_ours(
+    db: Path, logs: list[WorkerLog], args: argparse.Namespace, cycles: int | None = None
+) -> dict[str, Any]:
+    """What the database holds of the workers' trials (client ids ``w0``, ``w1``...; the
+    imported and idle-yardstick trials are not theirs)."""
     with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as conn:
         rows = conn.execute(
             "SELECT s.name, t.trial_id, t.status, t.client_id FROM trials t "
-            "JOIN studies s ON s.id = t.study_id"
+            "JOIN studies s ON s.id = t.study_id WHERE t.client_id GLOB 'w[0-9]*'"
         ).fetchall()
         values = {
             (name, trial): value
@@ -237,7 +348,7 @@ def check_ours(db: Path, logs: list[WorkerLog], args: argparse.Namespace) -> dic
         by_study.setdefault(name, []).append(tuple(config))
     repeated = sum(len(c) - len(set(c)) for c in by_study.values())
     return {
-        "expected_trials": args.clients * args.cycles,
+        "expected_trials": args.clients * (args.cycles if cycles is None else cycles),
         "stored_trials": len(rows),
         "completed_stored": sum(status == "COMPLETED" for _, _, status, _ in rows),
         "lost": lost,
@@ -255,6 +366,7 @@ class HealthWatch:
         self.target = target
         self.checks = 0
         self.not_serving: list[str] = []
+        self.seconds: list[float] = []  # each answer's latency
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -262,8 +374,10 @@ class HealthWatch:
         with grpc.insecure_channel(self.target) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while not self._stop.wait(0.05):
+                begun = time.perf_counter()
                 try:
                     reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
+                    self.seconds.append(time.perf_counter() - begun)
                     if reply.status != health_pb2.HealthCheckResponse.SERVING:
                         self.not_serving.append(str(reply.status))
                 except grpc.RpcError as error:
@@ -412,7 +526,12 @@ def summary(
         },
     }
     if health is not None:
-        out["health"] = {"checks": health.checks, "not_serving": len(health.not_serving)}
+        out["health"] = {
+            "checks": health.checks,
+            "not_serving": len(health.not_serving),
+            "within_1s": sum(v <= 1.0 for v in health.seconds),
+            **percentiles(health.seconds),
+        }
     return out
 
 
@@ -433,8 +552,8 @@ def tables(results: list[dict[str, Any]]) -> list[Table]:
             f"{complete['p50_ms']:.1f}", f"{complete['p99_ms']:.1f}", f"{r['cycles_per_s']:.1f}",
             str(r["check"]["lost"]), str(r["check"]["duplicated"]), serving,
         )  # fmt: skip
-    ours = next((r for r in results if r["method"] == "ours"), None)
-    peer = next((r for r in results if r["method"] != "ours"), None)
+    ours = next((r for r in results if r.get("designer") == "sobol"), None)
+    peer = next((r for r in results if "designer" not in r), None)
     if ours is not None and peer is not None:
         a, b = list(ours["rpcs"].values()), list(peer["rpcs"].values())
         table.add_row(
@@ -443,7 +562,26 @@ def tables(results: list[dict[str, Any]]) -> list[Table]:
             f"{a[1]['p50_ms'] / b[1]['p50_ms']:.2f}", f"{a[1]['p99_ms'] / b[1]['p99_ms']:.2f}",
             f"{ours['cycles_per_s'] / peer['cycles_per_s']:.2f}", "", "", "",
         )  # fmt: skip
-    return [table]
+    return [table, *[model_table(r) for r in results if r.get("one_fit_ms")]]
+
+
+def model_table(r: dict[str, Any]) -> Table:
+    """The BO run against its goals: health within 1 s every time, CompleteTrial p99 within
+    100 ms, SuggestTrials p99 within twice one fit on the idle server."""
+    table = Table(title=f"{r['method']}: against the goals (ms)")
+    for column in ("suggest p50", "suggest p99", "one fit (idle) p50", "p99 / one fit",
+                   "whole ask p99", "refused", "complete p99", "health <= 1 s",
+                   "health p99"):  # fmt: skip
+        table.add_column(column, justify="right")
+    suggest, complete = r["rpcs"]["SuggestTrials"], r["rpcs"]["CompleteTrial"]
+    fit, health = r["one_fit_ms"], r["health"]
+    table.add_row(
+        f"{suggest['p50_ms']:.0f}", f"{suggest['p99_ms']:.0f}", f"{fit['p50_ms']:.0f}",
+        f"{suggest['p99_ms'] / fit['p50_ms']:.2f}", f"{r['asked']['p99_ms']:.0f}",
+        str(r["refused"]), f"{complete['p99_ms']:.1f}",
+        f"{health['within_1s']}/{health['checks']}", f"{health.get('p99_ms', 0):.1f}",
+    )  # fmt: skip
+    return table
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> Path:
@@ -481,11 +619,14 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="tuner-load-") as tmp:
         work = Path(tmp)
-        for method in ["ours", *([args.peer] if args.peer != "none" else [])]:
-            console.print(f"{method}: {args.clients} workers x {args.cycles} cycles ...")
-            result = run_ours(args, work) if method == "ours" else run_optuna(args, work)
+        runs = [*args.designer, *([args.peer] if args.peer != "none" else [])]
+        for method in runs:
+            cycles = args.bo_cycles if method == "bo" else args.cycles
+            console.print(f"{method}: {args.clients} workers x {cycles} cycles ...")
+            ours = method in DESIGNERS
+            result = run_ours(args, work, method) if ours else run_optuna(args, work)
             console.print(
-                f"{method}: {result['wall_s']} s, {result['cycles_per_s']} cycles/s, "
+                f"{result['method']}: {result['wall_s']} s, {result['cycles_per_s']} cycles/s, "
                 f"check {json.dumps(result['check'])}"
             )
             results.append(result)
@@ -496,13 +637,29 @@ def main(argv: list[str] | None = None) -> int:
     slim = [{k: v for k, v in r.items() if k != "latency_samples_ms"} for r in results]
     console.print(f"wrote {write_json('load', {'meta': meta, 'results': slim}, args.out)}")
     console.print(f"wrote {plot(results, args.out / 'load.png')}")
-    ours = results[0]
-    ok = ours["check"]["lost"] == 0 and ours["check"]["duplicated"] == 0
-    ok = ok and ours["check"]["handed_to_two_workers"] == 0 and ours["server_alive_after"]
-    ok = ok and ours["check"]["repeated_configurations"] == 0
-    ok = ok and ours["health"]["not_serving"] == 0 and ours["check"]["integrity_check"] == "ok"
+    ok = all(passed(r) for r in results if "designer" in r)
     console.print("checks: " + ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
+
+
+def passed(ours: dict[str, Any]) -> bool:
+    """Nothing lost, duplicated or handed out twice; the server alive and always serving."""
+    check = ours["check"]
+    ok = check["lost"] == 0 and check["duplicated"] == 0
+    ok = ok and check["handed_to_two_workers"] == 0 and ours["server_alive_after"]
+    ok = ok and check["repeated_configurations"] == 0
+    return ok and ours["health"]["not_serving"] == 0 and check["integrity_check"] == "ok"
+
+
+DESIGNERS = ("sobol", "bo")
+
+
+def _designers(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DESIGNERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a list of {DESIGNERS}")
+    return names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -510,6 +667,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--studies", type=int, default=8)
+    parser.add_argument(
+        "--designer", type=_designers, default=["sobol", "bo"],
+        help="the runs of ours, each on a fresh server: sobol, bo or both (default sobol,bo)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-waiting", type=int, help="the server's --max-waiting (default: the server's)"
+    )
+    parser.add_argument(
+        "--bo-cycles", type=int, default=10, help="cycles per worker of the bo run (default 10)"
+    )
     parser.add_argument("--peer", choices=("optuna", "none"), default="optuna")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--markdown", action="store_true")

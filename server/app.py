@@ -133,6 +133,7 @@ def serve(
     *,
     max_workers: int = DEFAULT_THREADS,
     suggest_workers: int | None = None,
+    waiting: int | None = None,
     grace: float = 5.0,
     stop: threading.Event | None = None,
     leases: LeasePolicy | None = DEFAULT_LEASES,
@@ -156,6 +157,8 @@ def serve(
         suggest_workers: Processes running the designer (``server.suggest.WorkerPool``);
             None: ``default_suggest_workers()``; 0: none, the designer runs in the gRPC
             threads.
+        waiting: SuggestTrials calls that may wait for the designer at once (None:
+            ``max_waiting(max_workers)``); capped at that.
         grace: Seconds in-flight calls may run after a stop is requested.
         stop: An event that ends serving when set.
         leases: How long a handed-out trial lives without a heartbeat and what becomes of it
@@ -177,7 +180,10 @@ def serve(
         if pool is not None:
             pool.warm(timeout=None)  # the workers import the designer while the server starts
         service = TuningService(
-            storage, leases=leases, designer=pool, max_waiting=max_waiting(max_workers)
+            storage,
+            leases=leases,
+            designer=pool,
+            max_waiting=min(waiting or max_workers, max_waiting(max_workers)),
         )
         log.info(
             "designer: %s", f"{workers} worker processes" if workers else "in the gRPC threads"

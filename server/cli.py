@@ -285,7 +285,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(
         args.db, host=args.host, port=args.port, leases=leases, security=security,
         metrics_port=args.metrics_port, suggest_workers=args.suggest_workers,
-        max_workers=args.grpc_threads,
+        max_workers=args.grpc_threads, waiting=args.max_waiting,
     )  # fmt: skip
     return 0
 
@@ -1123,6 +1123,12 @@ def _parser() -> argparse.ArgumentParser:
         "--suggest-workers", type=_non_negative_int, metavar="N",
         help="processes running the designer, apart from the gRPC threads (0: in the gRPC "
         f"threads; default one per CPU, at most 4: {default_suggest_workers()} here)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-waiting", type=_positive_int, metavar="N",
+        help="SuggestTrials calls that may wait for the designer at once; one more is "
+        "answered RESOURCE_EXHAUSTED with a retry delay (default and most: three quarters "
+        "of --grpc-threads)",
     )  # fmt: skip
     serve.add_argument(
         "--grpc-threads", type=_positive_int, default=DEFAULT_THREADS, metavar="N",

@@ -125,11 +125,11 @@ class WorkerPool:
         return suggestions
 
     def retry_after(self) -> float:
-        """The time for the jobs already waiting to pass through the pool, plus one."""
+        """The time until the next job is expected to end (the pool ends ``workers`` jobs
+        per job time), which is when waiting calls are answered and make room."""
         with self._guard:
             each = 1.0 if self._seconds is None else self._seconds
-            rounds = 1 + self._busy // self.workers
-        return min(MAX_RETRY_S, max(MIN_RETRY_S, each * rounds))
+        return min(MAX_RETRY_S, max(MIN_RETRY_S, each / self.workers))
 
     @property
     def busy(self) -> int:

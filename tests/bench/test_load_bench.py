@@ -15,15 +15,17 @@ from bench import load
 def test_a_small_load_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     code = load.main(
         ["--clients", "6", "--cycles", "4", "--studies", "2", "--peer", "none",
-         "--out", str(tmp_path)]
+         "--designer", "sobol,bo", "--bo-cycles", "2", "--out", str(tmp_path)]
     )  # fmt: skip
     assert code == 0
-    [ours] = json.loads((tmp_path / "load.json").read_text())["results"]
-    check = ours["check"]
-    assert check["stored_trials"] == check["completed_stored"] == 24
-    assert check["lost"] == check["duplicated"] == check["handed_to_two_workers"] == 0
-    assert ours["rpcs"]["SuggestTrials"]["calls"] == 24
-    assert ours["health"]["checks"] > 0 and ours["health"]["not_serving"] == 0
+    sobol, bo = json.loads((tmp_path / "load.json").read_text())["results"]
+    for ours, cycles in ((sobol, 4), (bo, 2)):
+        check = ours["check"]
+        assert check["stored_trials"] == check["completed_stored"] == 6 * cycles
+        assert check["lost"] == check["duplicated"] == check["handed_to_two_workers"] == 0
+        assert ours["rpcs"]["SuggestTrials"]["calls"] == 6 * cycles + ours["refused"]
+        assert ours["health"]["checks"] > 0 and ours["health"]["not_serving"] == 0
+    assert bo["one_fit_ms"]["calls"] == 2, "one idle suggestion per study"
     assert (tmp_path / "load.png").stat().st_size > 0
 
 
@@ -33,7 +35,7 @@ def test_the_check_counts_a_completion_the_database_does_not_hold(tmp_path: Path
     args = argparse.Namespace(clients=2, cycles=2, studies=1, peer="none", out=tmp_path)
     result = load.run_ours(args, work)
     logs = [load.WorkerLog(completed=[("load-0", 99, (0.1,) * load.KNOBS, 1.0)])]
-    fake = load.check_ours(work / "ours.db", logs, args)
+    fake = load.check_ours(work / "ours-sobol.db", logs, args)
     assert fake["lost"] == 1 and fake["duplicated"] == 3  # 4 stored, 1 (other) acknowledged
     assert result["check"]["lost"] == 0
 
