@@ -28,11 +28,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.observability import Metrics
 from server.security import ServerSecurity
 from server.service import LeasePolicy, TuningService
-from server.servicer import SERVICE_NAME, TunerServicer
+from server.servicer import SERVICE_NAME, TunerServicer, add_to_server
 from server.storage import SQLiteStorage
 from server.suggest import WorkerPool
 
@@ -86,7 +85,7 @@ def build_server(
     server = grpc.server(
         executor, options=[("grpc.so_reuseport", 0)], interceptors=security.interceptors()
     )
-    pb_grpc.add_TunerServiceServicer_to_server(TunerServicer(service, metrics), server)
+    add_to_server(TunerServicer(service, metrics), server)
 
     health_servicer = health.HealthServicer()
     for name in ("", SERVICE_NAME):

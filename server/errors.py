@@ -86,6 +86,35 @@ def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
 
 
+class Undecodable:
+    """A request whose bytes do not decode as its method's message (``lenient``): the
+    method answers INVALID_ARGUMENT instead of gRPC's INTERNAL "Exception deserializing
+    request!"."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        self.message = message
+        self.reason = reason
+
+    def error(self) -> ValidationError:
+        return ValidationError(
+            "request",
+            f"cannot be decoded as a {self.message} message ({self.reason})",
+            f"a serialized {self.message}",
+        )
+
+
+def lenient(parse: Callable[[bytes], Any], message: str) -> Callable[[bytes], Any]:
+    """``parse``, returning an ``Undecodable`` where it would raise."""
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as error:  # DecodeError, or anything else the parser raises
+            return Undecodable(message, shorten(str(error) or type(error).__name__, 200))
+
+    return deserialize
+
+
 def grpc_errors(method: _Method) -> _Method:
     """Decorate a servicer method so that exceptions become gRPC statuses via ``ERROR_CODES``.
 
@@ -98,6 +127,8 @@ def grpc_errors(method: _Method) -> _Method:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         begun = time.perf_counter()
         try:
+            if isinstance(request, Undecodable):
+                raise request.error()
             reply = method(self, request, context)
         except Exception as exc:
             error: Exception = exc

@@ -43,6 +43,7 @@ from runner.measurement import stored_confirmation
 from runner.session import best_of
 from server.storage import FinishedTrial, NewTrial, Request, Storage
 from server.suggest import Designer, InlineDesigner
+from tuner.constraints import METRIC_NAME
 from tuner.designer import FitCache
 from tuner.errors import (
     AlreadyExistsError,
@@ -72,6 +73,8 @@ MAX_REQUEST_ID = 256
 MAX_REASON = 4096
 MAX_IMPORT = 10_000
 MAX_MEASUREMENTS = 1_000
+#: Metrics one trial or measurement may report (the study's and extra readings).
+MAX_METRICS = 256
 #: Statuses a client may report, and whether each needs a reason.
 REPORTABLE = {
     TrialStatus.COMPLETED: False,
@@ -686,10 +689,21 @@ def _check_metrics(
     status: TrialStatus,
     where: str = "metrics",
 ) -> None:
-    """Every value a finite number; a COMPLETED trial has every metric of ``spec``."""
+    """At most ``MAX_METRICS`` metrics, each with a valid name and a finite number; a
+    COMPLETED trial has every metric of ``spec``. Metrics the study does not declare are
+    stored too (a target's extra readings), within the same bounds."""
     if not isinstance(metrics, Mapping):
         raise ValidationError(where, f"must map names to numbers, got {type(metrics).__name__}")
+    if len(metrics) > MAX_METRICS:
+        raise ValidationError(where, f"has {len(metrics)} metrics", f"at most {MAX_METRICS}")
     for name, value in metrics.items():
+        if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
+            shown = repr(name) if len(str(name)) <= 64 else f"{str(name)[:64]!r}..."
+            raise ValidationError(
+                f"{where}[{shown}]",
+                f"invalid metric name ({len(str(name))} characters)",
+                f"a name matching {METRIC_NAME.pattern}",
+            )
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)

@@ -13,11 +13,30 @@ import grpc
 from server import convert
 from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
-from server.errors import grpc_errors
+from server.errors import grpc_errors, lenient
 from server.observability import Metrics
 from server.service import TuningService
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["TunerService"].full_name
+
+
+def add_to_server(servicer: TunerServicer, server: grpc.Server) -> None:
+    """Register ``servicer``'s methods, as the generated ``add_TunerServiceServicer_to_server``
+    does, but with request parsers that never raise: bytes that are not the method's
+    message reach the method as an ``Undecodable``, answered INVALID_ARGUMENT."""
+    described = pb.DESCRIPTOR.services_by_name["TunerService"]
+    handlers = {}
+    for method in described.methods:
+        request = getattr(pb, method.input_type.name)
+        reply = getattr(pb, method.output_type.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=lenient(request.FromString, method.input_type.full_name),
+            response_serializer=reply.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(described.full_name, handlers),)
+    )
 
 
 class TunerServicer(pb_grpc.TunerServiceServicer):

@@ -22,7 +22,7 @@ _TOKEN = re.compile(
     r"|(?P<op><=|>=)|(?P<sym>[+\-*]))"
 )
 #: Names of metrics (objectives and constrained outcomes).
-METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,127}")  # always fullmatch
 
 
 #: The word that makes an outcome constraint relative to the default configuration.
@@ -45,7 +45,7 @@ class OutcomeConstraint:
     relative: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.metric, str) or not METRIC_NAME.match(self.metric):
+        if not isinstance(self.metric, str) or not METRIC_NAME.fullmatch(self.metric):
             raise ValidationError(
                 "outcome_constraints.metric", f"invalid metric name {self.metric!r}"
             )

@@ -27,7 +27,7 @@ Scalar = float | int | str | bool
 Config = dict[str, Scalar]
 
 KNOB_KINDS = ("float", "int", "categorical", "bool", "ordinal")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,127}")  # always fullmatch
 # The largest space a study may have: 5x the 1,000-knob problems the benchmarks search.
 MAX_KNOBS = 5_000
 
@@ -51,7 +51,7 @@ class Knob:
     kind: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValidationError(
                 "knob.name",
                 f"invalid knob name {self.name!r}",
@@ -59,6 +59,14 @@ class Knob:
             )
         self._check_domain()
         field_ = f"knobs.{self.name}"
+        for key, limit in TEXT_LIMITS.items():
+            text = getattr(self, key)
+            if not isinstance(text, str):
+                raise ValidationError(f"{field_}.{key}", f"must be text, got {type(text).__name__}")
+            if len(text) > limit:
+                raise ValidationError(
+                    f"{field_}.{key}", f"is {len(text)} characters long", f"at most {limit}"
+                )
         if self.default is not None:
             object.__setattr__(self, "default", self.validate(self.default, f"{field_}.default"))
         object.__setattr__(
@@ -173,6 +181,13 @@ class _RangeKnob(Knob):
                 f"knobs.{self.name}.high",
                 f"high ({self.high}) must be greater than low ({self.low})",
             )
+        if not math.isfinite(float(self.high) - float(self.low)):
+            raise ValidationError(
+                f"knobs.{self.name}.high",
+                f"the range [{self.low}, {self.high}] is too wide: its width overflows a "
+                "64-bit float, so no point of it can be encoded",
+                "a range whose width high - low is below 1.7e308",
+            )
         if self.log and self.low <= 0:
             raise ValidationError(
                 f"knobs.{self.name}.low",
@@ -210,6 +225,15 @@ class FloatKnob(_RangeKnob):
         return value
 
 
+#: Longest text of a knob's descriptive fields (they are stored and listed with the study).
+TEXT_LIMITS = {"unit": 64, "description": 4096, "recommended_source": 1024}
+#: Most values of a choice knob, and the longest text of one.
+MAX_CHOICES, MAX_CHOICE_TEXT = 10_000, 256
+
+#: The integers a knob's bounds may take: those of the wire format (``sint64``).
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
 @dataclass(frozen=True)
 class IntKnob(_RangeKnob):
     """An integer knob in ``[low, high]`` (both inclusive)."""
@@ -224,6 +248,13 @@ class IntKnob(_RangeKnob):
             elif isinstance(value, bool) or not isinstance(value, int):
                 raise ValidationError(
                     f"knobs.{self.name}.{key}", f"must be an integer, got {value!r}"
+                )
+            if not INT_MIN <= getattr(self, key) <= INT_MAX:
+                raise ValidationError(
+                    f"knobs.{self.name}.{key}",
+                    f"{getattr(self, key)} does not fit a 64-bit signed integer (the wire "
+                    "format's sint64); a knob beyond it can be tuned as a float knob",
+                    f"integers in [{INT_MIN}, {INT_MAX}]",
                 )
         super().__post_init__()
 
@@ -254,11 +285,21 @@ class _ChoiceKnob(Knob):
             raise ValidationError(
                 f"knobs.{self.name}.choices", f"needs at least 2 values, got {len(choices)}"
             )
+        if len(choices) > MAX_CHOICES:
+            raise ValidationError(
+                f"knobs.{self.name}.choices", f"got {len(choices)} values", f"at most {MAX_CHOICES}"
+            )
         for value in choices:
             if not _is_scalar(value):
                 raise ValidationError(
                     f"knobs.{self.name}.choices",
                     f"value {value!r} is not a string, number or bool",
+                )
+            if isinstance(value, str) and len(value) > MAX_CHOICE_TEXT:
+                raise ValidationError(
+                    f"knobs.{self.name}.choices",
+                    f"a value is {len(value)} characters long",
+                    f"at most {MAX_CHOICE_TEXT}",
                 )
         if len(set(map(value_key, choices))) != len(choices):
             raise ValidationError(f"knobs.{self.name}.choices", "values must be distinct")

@@ -22,7 +22,7 @@ from tuner.constraints import METRIC_NAME, LinearConstraint, OutcomeConstraint
 from tuner.errors import ValidationError
 from tuner.space import Config, Knob, SearchSpace, knob_from_dict, value_key
 
-_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")  # always fullmatch
 ALGORITHMS = ("bo", "sobol", "random")
 EMBEDDINGS = ("llamatune",)
 _SPEC_FIELDS = (
@@ -71,7 +71,7 @@ class Objective:
     reference: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not METRIC_NAME.match(self.name):
+        if not isinstance(self.name, str) or not METRIC_NAME.fullmatch(self.name):
             raise ValidationError(
                 "objectives.name",
                 f"invalid metric name {self.name!r}",
@@ -305,7 +305,7 @@ class StudySpec:
     candidate_features: tuple[dict[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _STUDY_NAME.match(self.name):
+        if not isinstance(self.name, str) or not _STUDY_NAME.fullmatch(self.name):
             raise ValidationError(
                 "name",
                 f"invalid study name {self.name!r}",
@@ -456,7 +456,7 @@ class StudySpec:
                         where, f"got {len(names)} features", f"at most {MAX_CANDIDATE_FEATURES}"
                     )
                 for name in names:
-                    if not isinstance(name, str) or not METRIC_NAME.match(name):
+                    if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
                         raise ValidationError(
                             f"{where}.{name}", "invalid feature name", METRIC_NAME.pattern
                         )

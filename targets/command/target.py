@@ -523,7 +523,7 @@ def metric_names(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
         raise ValidationError("target.metrics", f"got {value!r}", allowed)
     for index, name in enumerate(value):
-        if not isinstance(name, str) or not METRIC_NAME.match(name):
+        if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
             pattern = f"a name matching {METRIC_NAME.pattern}"
             raise ValidationError(f"target.metrics[{index}]", f"got {name!r}", pattern)
     if len(set(value)) != len(value):

@@ -60,7 +60,7 @@ NVML_CALLS = {
     "nvmlDeviceResetMemoryLockedClocks": 0,
     "nvmlDeviceSetPowerManagementLimit": 1,
 }
-_VALUE = re.compile(r"^[0-9]{1,15}$")
+_VALUE = re.compile(r"[0-9]{1,15}")  # always fullmatch
 _MAX_REQUEST = 4096
 _TIMEOUT_S = 30.0
 
@@ -145,7 +145,7 @@ class Policy:
         return _refused(f"unknown op {op!r}; allowed: ping, write, nvml")
 
     def _write(self, path: Any, value: Any) -> dict[str, Any]:
-        if not isinstance(path, str) or not isinstance(value, str) or not _VALUE.match(value):
+        if not isinstance(path, str) or not isinstance(value, str) or not _VALUE.fullmatch(value):
             return _refused("write needs a path and a decimal integer value")
         target = Path(path).resolve()
         if target.name not in WRITABLE:

@@ -7,6 +7,7 @@ stores nothing for a rejected request, and keeps serving.
 from __future__ import annotations
 
 import math
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ OK_CODES = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCod
             grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION}  # fmt: skip
 # a message names a field of the request: `spec.knobs[2].float_range.high: ...`
 FIELD = re.compile(r"^(spec|study|name|count|client_id|request_id|trial_id|metrics|status|"
-                   r"statuses|reason)\b[^:]*: ")  # fmt: skip
+                   r"statuses|reason|request)\b[^:]*: ")  # fmt: skip
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -42,6 +43,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SQLi
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = pb_grpc.TunerServiceStub(channel)
+    stub.channel = channel  # for raw bytes
     good = pb.StudySpec(
         name="good",
         knobs=[pb.Knob(name="x", float_range=pb.FloatRange(low=0.0, high=1.0))],
@@ -187,6 +189,14 @@ def spec_with(knob_count: int, name: str = "wide", knob_name: str = "k{}") -> An
     )
 
 
+def with_knob(**fields: Any) -> Any:
+    return pb.StudySpec(
+        name="one",
+        knobs=[pb.Knob(name="k", **fields)],
+        objectives=[pb.Objective(name="y", goal=pb.GOAL_MINIMIZE)],
+    )
+
+
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
@@ -196,8 +206,33 @@ def spec_with(knob_count: int, name: str = "wide", knob_name: str = "k{}") -> An
         (spec_with(1, knob_name="größe{}"), "spec.knobs[0].name"),
         (spec_with(1, name="x" * 1_000_000), "spec.name"),
         (spec_with(1, knob_name="k" * 500_000 + "{}"), "spec.knobs[0].name"),
+        (spec_with(1, name="good\n"), "spec.name"),
+        (spec_with(1, knob_name="k{}\n"), "spec.knobs[0].name"),
+        (with_knob(float_range=pb.FloatRange(low=-1e308, high=1e308)), "spec.knobs.k.high"),
+        (
+            with_knob(float_range=pb.FloatRange(low=0, high=1), description="d" * 5000),
+            "spec.knobs.k.description",
+        ),
+        (
+            with_knob(
+                categorical=pb.Choices(values=[pb.Value(text="c" * 300), pb.Value(text="b")])
+            ),
+            "spec.knobs.k.choices",
+        ),
     ],
-    ids=["empty", "10000-knobs", "duplicate", "unicode", "huge-name", "huge-knob-name"],
+    ids=[
+        "empty",
+        "10000-knobs",
+        "duplicate",
+        "unicode",
+        "huge-name",
+        "huge-knob-name",
+        "name-newline",
+        "knob-name-newline",
+        "overflowing-width",
+        "huge-description",
+        "huge-choice",
+    ],
 )
 def test_worst_case_specs_are_invalid_argument_naming_the_field(
     served: Any, spec: Any, fragment: str
@@ -222,6 +257,58 @@ def test_nan_and_inf_metrics_and_huge_repeated_fields_are_rejected(served: Any) 
     code, message = answer(stub.ListTrials, many)
     assert code is grpc.StatusCode.INVALID_ARGUMENT and message.startswith("statuses[0]")
     assert storage.get_trial("good", trial.id).status.value == "ACTIVE"
+
+
+def test_undeclared_metrics_are_bounded_in_count_and_name(served: Any) -> None:
+    stub, storage, _ = served
+    [trial] = stub.SuggestTrials(pb.SuggestTrialsRequest(study="good", count=1)).trials
+    for metrics, fragment in (
+        ({"y": 1.0, "n" * 2_500_000: 1.0}, "metrics['nnnn"),
+        ({"y": 1.0, "bad\n": 1.0}, "metrics['bad\\n']"),
+        ({"y": 1.0, **{f"m{i}": 1.0 for i in range(300)}}, "metrics: has 301 metrics"),
+    ):
+        tell = pb.CompleteTrialRequest(
+            study="good", trial_id=trial.id, metrics=metrics, status=pb.TRIAL_OUTCOME_COMPLETED
+        )
+        code, message = answer(stub.CompleteTrial, tell)
+        assert code is grpc.StatusCode.INVALID_ARGUMENT, message[:300]
+        assert message.startswith(fragment), message[:300]
+        check(code, message)
+    assert storage.get_trial("good", trial.id).status.value == "ACTIVE"
+
+
+GARBAGE = {
+    "truncated varint": b"\x08\xff",
+    "bad wire type": b"\x0f\x01",
+    "length past the end": b"\x0a\x7fabc",
+    "group never closed": b"\x0b",
+    "random megabytes": random.Random(7).randbytes(3_000_000),
+}
+
+
+@pytest.mark.parametrize("method", [m.name for m in pb.DESCRIPTOR.services_by_name[
+    "TunerService"].methods])  # fmt: skip
+def test_undecodable_requests_are_invalid_argument_for_every_method(
+    served: Any, method: str
+) -> None:
+    stub, storage, _ = served
+    raw = stub.channel.unary_unary(f"/tuner.v1.TunerService/{method}")
+    before = len(storage.list_trials("good"))
+    for name, data in GARBAGE.items():
+        code, message = answer(raw, data)
+        assert code is grpc.StatusCode.INVALID_ARGUMENT, (name, code, message[:300])
+        assert message.startswith("request: cannot be decoded as a tuner.v1."), message[:300]
+        check(code, message)
+    assert len(storage.list_trials("good")) == before
+
+
+@given(data=st.binary(max_size=200))
+@SETTINGS
+def test_generated_bytes_never_answer_internal(served: Any, data: bytes) -> None:
+    stub, _, _ = served
+    channel = stub.channel
+    for method in ("CreateStudy", "SuggestTrials", "CompleteTrial", "ImportTrials"):
+        check(*answer(channel.unary_unary(f"/tuner.v1.TunerService/{method}"), data))
 
 
 def test_the_server_is_still_serving_after_all_of_it(served: Any) -> None:

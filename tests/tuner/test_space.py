@@ -118,6 +118,47 @@ def test_int_knob_rejects_non_integer_bounds(low: Any, high: Any, field: str) ->
     assert info.value.field == f"knobs.n.{field}"
 
 
+@pytest.mark.parametrize(
+    ("low", "high", "field"), [(0, 2**64 - 1, "high"), (-(2**63) - 1, 0, "low")]
+)
+def test_int_knob_bounds_fit_the_wire_formats_64_bits(low: int, high: int, field: str) -> None:
+    """MySQL has knobs up to 2^64 - 1: the error names the bound and the allowed integers
+    (protobuf's "Value out of range" came later, from deep inside a client call)."""
+    with pytest.raises(ValidationError, match=r"does not fit a 64-bit signed integer") as info:
+        IntKnob("n", low=low, high=high)
+    assert info.value.field == f"knobs.n.{field}"
+    assert "9223372036854775807" in str(info.value)
+    widest = IntKnob("n", low=-(2**63), high=2**63 - 1)
+    assert widest.validate(2**63 - 1) == 2**63 - 1
+
+
+def test_a_range_whose_width_overflows_is_rejected() -> None:
+    with pytest.raises(ValidationError, match=r"too wide") as info:
+        FloatKnob("x", low=-1e308, high=1e308)
+    assert info.value.field == "knobs.x.high"
+    assert FloatKnob("x", low=-8e307, high=8e307).validate(0.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"description": "d" * 4097}, "description"),
+        ({"unit": "u" * 65}, "unit"),
+        ({"description": b"bytes"}, "description"),
+    ],
+)
+def test_a_knobs_text_is_bounded(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        FloatKnob("x", low=0, high=1, **fields)
+    assert info.value.field == f"knobs.x.{field}"
+
+
+def test_names_with_a_trailing_newline_are_rejected() -> None:
+    with pytest.raises(ValidationError) as info:
+        FloatKnob("x\n", low=0, high=1)
+    assert info.value.field == "knob.name"
+
+
 @pytest.mark.parametrize("value", [0, 9, 2.5, "3", True, False, None, math.nan])
 def test_int_knob_rejects_values(value: Any) -> None:
     knob = IntKnob("threads", low=1, high=8)
