@@ -75,7 +75,7 @@ drive)
     begin=$(date +%s)
     cp "$out/low" "$out/load.txt"
     say "load $(cat "$out/load.txt")"
-    python3 -m server.cli daemon "$out/daemon.toml" > "$out/daemon-stdout.log" 2> "$out/daemon-stderr.log" &
+    python3 -m cli.main daemon "$out/daemon.toml" > "$out/daemon-stdout.log" 2> "$out/daemon-stderr.log" &
     daemon=$!
     sleep "${CHANGE_S:-300}"
     cp "$out/high" "$out/load.txt"

@@ -3,7 +3,7 @@
 Device time is short (minutes), so each phase keeps its model loaded in this process and
 changes the clocks between measurements through the ``nvgpu`` target's own NVML code
 (``set_device``, its energy meter, ``reset_device``), instead of starting a workload process
-per cell as ``python -m server.sweep`` does (seconds of torch import and CUDA start-up each)::
+per cell as ``python -m runner.sweep`` does (seconds of torch import and CUDA start-up each)::
 
     python -m bench.gpu_device probe --out DIR     # what NVML allows; do the setters work
     python -m bench.gpu_device sweep --out DIR --budget-s 200

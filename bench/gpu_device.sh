@@ -43,8 +43,8 @@ phase "pipeline clock sweep"
 phase "live tuning session (tuner tune on the GPU)"
 python3 -m bench.gpu_device live-config --table "$out/gpu-inference.csv" --out /tmp/live.toml \
     --results "$out" --trials "${LIVE_TRIALS:-10}" --seconds 1.0 &&
-    timeout -s TERM 240 python3 -m server.cli tune /tmp/live.toml &&
-    python3 -m server.cli show gpu-inference-live --db "$out/live.db"
+    timeout -s TERM 240 python3 -m cli.main tune /tmp/live.toml &&
+    python3 -m cli.main show gpu-inference-live --db "$out/live.db"
 
 phase "restored?"
 python3 -m bench.gpu_device restore-check

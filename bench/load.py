@@ -240,6 +240,8 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
     tuner = Path(sys.executable).with_name("tuner")
     argv = [str(tuner), "serve", "--db", str(db), "--port", str(port)]
     argv += ["--max-waiting", str(args.max_waiting)] if getattr(args, "max_waiting", None) else []
+    workers = getattr(args, "suggest_workers", None)
+    argv += ["--suggest-workers", str(workers)] if workers is not None else []
     with process(argv, work / f"ours-{designer}-server.log") as proc:
         wait_serving(target)
         studies = [f"load-{i}" for i in range(args.studies)]
@@ -266,6 +268,7 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
                     tell = pb.CompleteTrialRequest(
                         study=study, trial_id=trial.id, metrics={"loss": loss},
                         status=pb.TRIAL_OUTCOME_COMPLETED, request_id=uuid.uuid4().hex,
+                        client_id=f"w{k}",
                     )  # fmt: skip
                     log.time("CompleteTrial", stub.CompleteTrial, tell)
                     log.completed.append((study, trial.id, values, loss))
@@ -298,7 +301,7 @@ def idle_suggestions(services: Any, pb: Any, target: str, studies: list[str]) ->
             values = tuple(p.value.number for p in trial.config)
             tell = pb.CompleteTrialRequest(
                 study=study, trial_id=trial.id, metrics={"loss": metric(values)},
-                status=pb.TRIAL_OUTCOME_COMPLETED,
+                status=pb.TRIAL_OUTCOME_COMPLETED, client_id="idle",
             )  # fmt: skip
             stub.CompleteTrial(tell, timeout=60)
     return out
@@ -673,6 +676,9 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--max-waiting", type=int, help="the server's --max-waiting (default: the server's)"
+    )
+    parser.add_argument(
+        "--suggest-workers", type=int, help="the server's --suggest-workers (default: its own)"
     )
     parser.add_argument(
         "--bo-cycles", type=int, default=10, help="cycles per worker of the bo run (default 10)"

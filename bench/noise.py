@@ -178,7 +178,7 @@ def tune(config: Path, *flags: str) -> None:
     log = config.with_suffix(".log")
     with open(log, "w", encoding="utf-8") as out:
         done = subprocess.run(
-            [sys.executable, "-m", "server.cli", "tune", str(config), *flags],
+            [sys.executable, "-m", "cli.main", "tune", str(config), *flags],
             stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False,
         )  # fmt: skip
     if done.returncode != 0:

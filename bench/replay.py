@@ -4,7 +4,7 @@ Run as ``python -m bench.replay --table CSV --objective NAME --goal minimize|max
 [--knobs A,B] [--constraint "p99_ms <= 60"] [--seeds 20] [--budget N]
 [--methods ours,grid,random,skopt]``.
 
-The table is a replay table (``targets/replay.py``, written by ``server.sweep``): every cell
+The table is a replay table (``targets/replay.py``, written by ``runner.sweep``): every cell
 of a knob grid measured a few times. Each method tunes the table through the replay target,
 so it sees one recorded repetition per trial (measurement noise included, in a seeded order)
 and never a number that was not measured. The answer is judged on the cells' *means*: the

@@ -28,8 +28,10 @@ tuner create examples/ask_tell.toml --server "$SERVER"
 
 for i in $(seq "$TRIALS"); do
     # TUNER_STUDY, TUNER_TRIAL_ID and one TUNER_<KNOB> per knob, shell-quoted for eval.
-    # --client-id makes a retried ask (after a crash of this loop) return the same trial.
-    eval "$(tuner ask compress-shell --server "$SERVER" --format env --client-id "loop-$i")"
+    # --client-id makes a retried ask (after a crash of this loop) return the same trial,
+    # and only the client a trial was handed to may tell its result.
+    client="loop-$i"
+    eval "$(tuner ask compress-shell --server "$SERVER" --format env --client-id "$client")"
     status=0
     output=$(timeout 30 python3 examples/compress_bench.py --data runs/ask-tell/data.bin \
         --codec "$TUNER_CODEC" --level "$TUNER_LEVEL" --threads "$TUNER_THREADS" \
@@ -38,13 +40,13 @@ for i in $(seq "$TRIALS"); do
         mbps=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["mb_per_s"])' "$output")
         ratio=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["ratio"])' "$output")
         tuner tell "$TUNER_STUDY" "$TUNER_TRIAL_ID" --metric mb_per_s="$mbps" \
-            --metric ratio="$ratio" --server "$SERVER"
+            --metric ratio="$ratio" --server "$SERVER" --client-id "$client"
     elif [ "$status" -eq 124 ]; then
-        tuner tell "$TUNER_STUDY" "$TUNER_TRIAL_ID" --timed-out "over 30 s" --server "$SERVER"
+        tuner tell "$TUNER_STUDY" "$TUNER_TRIAL_ID" --timed-out "over 30 s" --server "$SERVER" --client-id "$client"
     elif [ "$status" -eq 3 ]; then
-        tuner tell "$TUNER_STUDY" "$TUNER_TRIAL_ID" --infeasible "$(tail -c 300 runs/ask-tell/stderr.txt)" --server "$SERVER"
+        tuner tell "$TUNER_STUDY" "$TUNER_TRIAL_ID" --infeasible "$(tail -c 300 runs/ask-tell/stderr.txt)" --server "$SERVER" --client-id "$client"
     else
-        tuner tell "$TUNER_STUDY" "$TUNER_TRIAL_ID" --failed "exit $status: $(tail -c 300 runs/ask-tell/stderr.txt)" --server "$SERVER"
+        tuner tell "$TUNER_STUDY" "$TUNER_TRIAL_ID" --failed "exit $status: $(tail -c 300 runs/ask-tell/stderr.txt)" --server "$SERVER" --client-id "$client"
     fi
 done
 

@@ -75,9 +75,11 @@ class MemoryAPI:
         reason: str = "",
         request_id: str = "",
         measurements: Sequence[Measurement] = (),
+        client_id: str | None = None,
     ) -> Trial:
         """Finish an ACTIVE trial with ``metrics``, or with the means of ``measurements``
-        (stored as its repeats; ``repeats`` and ``spread`` as the service sets them)."""
+        (stored as its repeats; ``repeats`` and ``spread`` as the service sets them). One
+        caller holds every trial in memory, so ``client_id`` is not checked."""
         found = self._study(study)
         trial = self._trial(found, trial_id)
         if trial.status is not TrialStatus.ACTIVE:
@@ -127,7 +129,7 @@ class MemoryAPI:
     ) -> list[Trial]:
         return [t for t in self._study(study).trials if statuses is None or t.status in statuses]
 
-    def heartbeat(self, study: str, trial_id: int) -> Trial:
+    def heartbeat(self, study: str, trial_id: int, client_id: str | None = None) -> Trial:
         """Nothing to renew: trials held in memory have no lease."""
         return self._trial(self._study(study), trial_id)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import socket
 import threading
 import time
@@ -26,20 +25,13 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runner.measurement import (
-    Measured,
-    MeasurementProtocol,
-    could_win,
-    machine_noise,
-    measure,
-    pooled_noise,
-    stored_confirmation,
-)
+from runner.measurement import Measured, MeasurementProtocol, could_win, measure
 from targets.base import Target
+from tuner.confirmation import improvement, pooled_noise, ranked, unstable_trial
 from tuner.errors import StateError, TargetError, ValidationError
-from tuner.measurement_stats import Drift, drift, unstable
+from tuner.measurement_stats import Drift, drift
 from tuner.space import Config, Knob, Scalar
-from tuner.study import Goal, StudySpec
+from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
     MeasurementKind,
@@ -47,7 +39,6 @@ from tuner.trial import (
     Trial,
     TrialStatus,
     best_trial,
-    is_feasible,
     pareto_front,
     with_resolved_constraints,
 )
@@ -84,13 +75,14 @@ class TuningAPI(Protocol):
         reason: str = "",
         request_id: str = "",
         measurements: Sequence[Measurement] = (),
+        client_id: str | None = None,
     ) -> Trial: ...
 
     def list_trials(
         self, study: str, statuses: Collection[TrialStatus] | None = None
     ) -> list[Trial]: ...
 
-    def heartbeat(self, study: str, trial_id: int) -> Trial: ...
+    def heartbeat(self, study: str, trial_id: int, client_id: str | None = None) -> Trial: ...
 
 
 @dataclass(frozen=True)
@@ -167,7 +159,7 @@ def run_session(
             measured = _measure_trial(api, target, spec, trial, protocol)
         reported = api.complete_trial(
             spec.name, trial.id, None, measured.status, measured.reason,
-            measurements=measured.repeats,
+            measurements=measured.repeats, client_id=trial.client_id,
         )  # fmt: skip
         finished += 1
         failures = failures + 1 if measured.status is TrialStatus.FAILED else 0
@@ -239,7 +231,7 @@ def keep_alive(api: TuningAPI, study: str, trial: Trial) -> Iterator[None]:
     def beat() -> None:
         while not stop.wait(interval):
             try:
-                api.heartbeat(study, trial.id)
+                api.heartbeat(study, trial.id, trial.client_id)
             except StateError as exc:
                 log.warning("trial %d: heartbeat refused (%s)", trial.id, exc)
                 return
@@ -380,7 +372,7 @@ def summarize(
     name = spec.objective.name
     flagged = tuple(
         t.id for t in trials
-        if t.repeats > 1 and t is not default and _unstable(spec, t, default, measurements)
+        if t.repeats > 1 and t is not default and unstable_trial(spec, t, default, measurements)
     )  # fmt: skip
     series = [
         m for m in measurements
@@ -402,78 +394,3 @@ def summarize(
         spec, trials, default, best, ratio, front, measurements, flagged, found, relative,
         ranking,
     )  # fmt: skip
-
-
-def best_of(
-    spec: StudySpec, trials: Sequence[Trial], measurements: Sequence[Measurement]
-) -> Trial | None:
-    """The study's best, as the session reports it: when the study was confirmed
-    (``stored_confirmation``), the confirmation's best, or, when it confirmed none, what it
-    keeps (``Confirmation.kept``: the default when the default met the constraints in every
-    round); else the feasible trial with the best posterior mean (the default included)
-    among those whose repeats are stable; None when nothing is feasible. For one
-    objective."""
-    found = stored_confirmation(spec, trials, measurements)
-    kept = None if found is None else found.kept(spec.objective.goal)
-    if kept is not None:
-        return next(t for t in trials if t.id == kept.id)
-    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
-
-    resolved = with_resolved_constraints(spec, trials)
-    default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
-    among = [
-        t for t in trials
-        if is_feasible(resolved, t) and not _unstable(resolved, t, default, measurements)
-    ]  # fmt: skip
-    ranking = rank_by_posterior(resolved, trials, among)
-    return ranking[0] if ranking else None
-
-
-def ranked(spec: StudySpec, trials: Sequence[Trial], skip: Collection[int] = ()) -> list[Trial]:
-    """The feasible trials (by their measured means) but the default and ``skip``, best
-    first by the objective GP's posterior mean (``tuner.designer.posterior_best``)."""
-    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
-
-    spec = with_resolved_constraints(spec, trials)
-    among = [
-        t for t in trials
-        if is_feasible(spec, t) and t.id not in skip and t.step is not StepKind.DEFAULT
-    ]  # fmt: skip
-    return rank_by_posterior(spec, trials, among)
-
-
-def _unstable(
-    spec: StudySpec, trial: Trial, default: Trial | None, measurements: Sequence[Measurement]
-) -> bool:
-    """Whether ``trial``'s repeats disagree, on the objective, beyond the machine's noise
-    (``machine_noise``)."""
-    name = spec.objective.name
-    values = [
-        m.metrics[name] for m in measurements
-        if m.trial_id == trial.id and m.kind is MeasurementKind.REPEAT and name in m.metrics
-    ]  # fmt: skip
-    if len(values) < 2 or min(values) <= 0:
-        return False
-    default_id = None if default is None else default.id
-    noise = machine_noise(spec, measurements, default_id, exclude=trial.id).get(name)
-    return unstable(values, noise)
-
-
-def improvement(spec: StudySpec, default: Trial | None, best: Trial | None) -> float | None:
-    """``best / default`` (maximize) or ``default / best`` (minimize), when both are positive.
-
-    None when the default has no value or breaks an outcome constraint: there is nothing
-    feasible to compare with.
-    """
-    name = spec.objective.name
-    if default is None or best is None or name not in default.metrics:
-        return None
-    if not is_feasible(spec, default):
-        return None
-    return _ratio(spec, default.metrics[name], best.metrics[name])
-
-
-def _ratio(spec: StudySpec, default: float, best: float) -> float | None:
-    if not (math.isfinite(default) and math.isfinite(best)) or default <= 0 or best <= 0:
-        return None
-    return best / default if spec.objective.goal is Goal.MAXIMIZE else default / best

@@ -21,6 +21,7 @@ import signal
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -32,8 +33,9 @@ from server.observability import Metrics
 from server.security import ServerSecurity
 from server.service import LeasePolicy, TuningService
 from server.servicer import SERVICE_NAME, TunerServicer, add_to_server
-from server.storage import SQLiteStorage
+from server.storage import SQLiteStorage, Storage
 from server.suggest import WorkerPool
+from tuner.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,8 @@ def serve(
     leases: LeasePolicy | None = DEFAULT_LEASES,
     security: ServerSecurity | None = None,
     metrics_port: int | None = None,
+    port_file: str | os.PathLike[str] | None = None,
+    announce: bool = False,
 ) -> None:
     """Serve the studies in the SQLite database ``db_path`` until told to stop.
 
@@ -164,6 +168,9 @@ def serve(
             then (``server.service.LeasePolicy``); None: trials never expire.
         security: TLS and bearer token (``server.security``); needed beyond loopback.
         metrics_port: Serve Prometheus metrics on 127.0.0.1 at this port (None: no endpoint).
+        port_file: Once serving, write the bound port to this file (replaced atomically, so
+            a script waiting for it never reads half a number).
+        announce: Once serving, print the bound address (``host:port``) alone on stdout.
 
     Raises:
         StorageError: The database cannot be opened.
@@ -174,6 +181,7 @@ def serve(
     security.check_host(host)  # before the database is touched
     storage = SQLiteStorage(db_path)
     try:
+        storage.check()  # a read-only file or a full disk: refuse to start, saying so
         workers = default_suggest_workers() if suggest_workers is None else suggest_workers
         pool = WorkerPool(workers) if workers else None
         if pool is not None:
@@ -199,7 +207,10 @@ def serve(
                 "re-offered" if leases.on_expiry == "reoffer" else "FAILED",
             )
         try:
-            _serve_until(service, host, port, max_workers, grace, stop, db_path, security, metrics)
+            _serve_until(
+                service, host, port, max_workers, grace, stop, db_path, security, metrics,
+                port_file, announce,
+            )  # fmt: skip
         finally:
             if endpoint is not None:
                 endpoint.shutdown()
@@ -241,11 +252,19 @@ def _serve_until(
     db_path: str | os.PathLike[str],
     security: ServerSecurity,
     metrics: Metrics | None,
+    port_file: str | os.PathLike[str] | None = None,
+    announce: bool = False,
 ) -> None:
     server, bound = build_server(service, host, port, max_workers, security, metrics)
     previous = _install_signal_handlers(stop)
+    watch = StorageWatch(service.storage, _HEALTH[server])
     try:
         server.start()
+        watch.start()
+        if port_file is not None:
+            _write_port(Path(port_file), bound)
+        if announce:
+            print(format_address(host, bound), flush=True)
         log.info(
             "tuner serving %s on %s (database %s; %s, %s)",
             SERVICE_NAME,
@@ -257,9 +276,69 @@ def _serve_until(
         while not stop.wait(timeout=1.0):
             pass
         log.info("shutting down: health NOT_SERVING, %.1f s grace for in-flight calls", grace)
+        watch.stop()
         stop_server(server, grace).wait()
     finally:
+        watch.stop()
         _restore_signal_handlers(previous)
+
+
+def _write_port(path: Path, port: int) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(f"{port}\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+class StorageWatch:
+    """Probes the storage every ``every_s`` seconds (``Storage.check``: the file still the
+    one opened, a write committed) and sets the health service to match: NOT_SERVING, with
+    the error logged, while the probe fails (a load balancer stops routing; nothing a
+    client is told was stored is lost, since every call fails too), SERVING again once it
+    passes (a disk that had filled up)."""
+
+    def __init__(
+        self, storage: Storage, health_servicer: health.HealthServicer, every_s: float = 2.0
+    ) -> None:
+        self._storage = storage
+        self._health = health_servicer
+        self._every_s = every_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tuner-storage-watch", daemon=True)
+        self.failing: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def probe(self) -> None:
+        """One probe, and the health status it calls for."""
+        try:
+            self._storage.check()
+        except StorageError as error:
+            if self.failing is None:
+                log.error("storage failing, health NOT_SERVING: %s", error)
+            self.failing = str(error)
+        else:
+            if self.failing is not None:
+                log.warning("storage works again, health SERVING")
+            self.failing = None
+        if self._stopped.is_set():
+            return  # shutting down: the health is NOT_SERVING for good
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.failing is None
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, status)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._every_s):
+            self.probe()
 
 
 def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -90,6 +91,9 @@ class TunerClient:
             self._channel = grpc.secure_channel(target, credentials)
         self._stub = pb_grpc.TunerServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
+        # (study, trial id) -> the client id this client got the trial with
+        self._holders: dict[tuple[str, int], str] = {}
+        self._holders_guard = threading.Lock()
 
     # -- connection --------------------------------------------------------------------
     def wait_ready(self, timeout: float = 10.0) -> None:
@@ -155,7 +159,10 @@ class TunerClient:
             study=study, count=count, client_id=client_id, request_id=_request_id()
         )
         reply = self._call(self._stub.SuggestTrials, request)
-        return [convert.trial_from_proto(t) for t in reply.trials]
+        trials = [convert.trial_from_proto(t) for t in reply.trials]
+        with self._holders_guard:
+            self._holders.update({(study, t.id): t.client_id for t in trials})
+        return trials
 
     def complete_trial(
         self,
@@ -165,8 +172,15 @@ class TunerClient:
         status: TrialStatus = TrialStatus.COMPLETED,
         reason: str = "",
         measurements: Sequence[Measurement] = (),
+        client_id: str | None = None,
+        override_holder: bool = False,
     ) -> Trial:
         """Finish an ACTIVE trial: COMPLETED with metrics, any other final status with a reason.
+
+        ``client_id`` is the one the trial was suggested to: a trial handed to a client is
+        finished by that client only (``PermissionDeniedError`` otherwise), unless an
+        operator sets ``override_holder``. None: the client id this ``TunerClient`` got the
+        trial with (none, for a trial it did not get).
 
         A trial measured several times passes its repeats (kind REPEAT) in ``measurements``
         and no ``metrics``: the trial's metrics become their means, its ``spread`` their
@@ -186,6 +200,8 @@ class TunerClient:
             reason=reason,
             request_id=_request_id(),
             measurements=_measurements_to_proto(measurements),
+            client_id=self._holder(study, trial_id, client_id),
+            override_holder=override_holder,
         )
         return convert.trial_from_proto(self._call(self._stub.CompleteTrial, request))
 
@@ -250,13 +266,26 @@ class TunerClient:
             for i, m in enumerate(reply.measurements)
         ]
 
-    def heartbeat(self, study: str, trial_id: int) -> Trial:
+    def heartbeat(
+        self,
+        study: str,
+        trial_id: int,
+        client_id: str | None = None,
+        override_holder: bool = False,
+    ) -> Trial:
         """Renew the lease of an ACTIVE trial; the reply carries its new ``lease_expires_at``.
+        ``client_id`` as in ``complete_trial``.
 
         Raises:
             StateError: The trial is finished or its lease has already expired.
+            PermissionDeniedError: The trial was handed to another client.
         """
-        request = pb.HeartbeatRequest(study=study, trial_id=trial_id)
+        request = pb.HeartbeatRequest(
+            study=study,
+            trial_id=trial_id,
+            client_id=self._holder(study, trial_id, client_id),
+            override_holder=override_holder,
+        )
         return convert.trial_from_proto(self._call(self._stub.Heartbeat, request))
 
     def list_trials(
@@ -286,6 +315,12 @@ class TunerClient:
         return [convert.trial_from_proto(t) for t in reply.trials]
 
     # -- private -----------------------------------------------------------------------
+    def _holder(self, study: str, trial_id: int, given: str | None) -> str:
+        if given is not None:
+            return given
+        with self._holders_guard:
+            return self._holders.get((study, trial_id), "")
+
     def _call(self, method: Callable[..., _Reply], request: Any, retry: bool = True) -> _Reply:
         """Call ``method``; for ``retry_for`` seconds, try again when the server is UNAVAILABLE
         (only when ``retry``) or answers that it is too busy (``OverloadedError``: nothing

@@ -37,6 +37,7 @@ from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
     OverloadedError,
+    PermissionDeniedError,
     StateError,
     StorageError,
     TunerError,
@@ -59,6 +60,7 @@ ERROR_CODES: tuple[tuple[type[TunerError], grpc.StatusCode], ...] = (
     (StateError, grpc.StatusCode.FAILED_PRECONDITION),
     (StorageError, grpc.StatusCode.UNAVAILABLE),
     (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
 )
 # The inverse, for the client. INTERNAL (an unexpected server error) comes back as the base
 # class, since the server tells nothing more about it.

@@ -39,16 +39,16 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from runner.measurement import stored_confirmation
-from runner.session import best_of
 from server.storage import FinishedTrial, NewTrial, Request, Storage
 from server.suggest import Designer, InlineDesigner
+from tuner.confirmation import best_of, stored_confirmation
 from tuner.constraints import METRIC_NAME
 from tuner.designer import FitCache
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
     OverloadedError,
+    PermissionDeniedError,
     StateError,
     ValidationError,
 )
@@ -357,8 +357,15 @@ class TuningService:
         reason: str = "",
         request_id: str = "",
         measurements: Sequence[Measurement] = (),
+        client_id: str | None = None,
+        override_holder: bool = False,
     ) -> Trial:
         """Record a trial's outcome: measured metrics, or a failure with its reason.
+
+        A trial handed to a client is finished by that client only (``client_id``; see
+        ``_check_holder``); ``override_holder`` lets an operator finish it by hand. None
+        (the default) is an in-process caller, which is not checked; the gRPC servicer
+        always passes the request's client id.
 
         A trial measured several times reports each repeat in ``measurements`` instead of
         ``metrics``: every repeat is stored, and the trial's metrics become their means (its
@@ -371,6 +378,8 @@ class TuningService:
         study = _study_name(study)
         status = _reportable(status)
         reason = _text(reason, "reason", MAX_REASON)
+        if client_id is not None:
+            client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
         if REPORTABLE[status] and not reason.strip():
             raise ValidationError(
                 "reason", f"a {status.value} trial needs a reason", "non-empty text"
@@ -391,6 +400,7 @@ class TuningService:
             if repeats:
                 metrics, spread = repeat_summary(repeats)
             _check_metrics(spec, metrics, status)
+            self._check_holder(study, trial_id, client_id, override_holder, "finish")
             self._expire(study, arrived)
             trial = self.storage.finish_trial(
                 study, trial_id, status, metrics, reason, request, repeats, spread
@@ -508,8 +518,15 @@ class TuningService:
         order they were stored; one trial's, or some kinds only, when given."""
         return self.storage.list_measurements(_study_name(study), trial_id, kinds)
 
-    def heartbeat(self, study: str, trial_id: int) -> Trial:
-        """Renew the lease of an ACTIVE trial: its worker is still measuring it.
+    def heartbeat(
+        self,
+        study: str,
+        trial_id: int,
+        client_id: str | None = None,
+        override_holder: bool = False,
+    ) -> Trial:
+        """Renew the lease of an ACTIVE trial: its worker is still measuring it. Only the
+        client it was handed to may (``client_id``, ``override_holder``: ``_check_holder``).
 
         Raises:
             StateError: The trial is not ACTIVE (finished, or its lease expired: the message
@@ -517,8 +534,11 @@ class TuningService:
         """
         arrived = self._clock()
         study = _study_name(study)
+        if client_id is not None:
+            client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
         with self._lock(study):
             self.storage.get_study(study)
+            self._check_holder(study, trial_id, client_id, override_holder, "renew")
             self._expire(study, arrived)
             lease = self._lease_end()
             if lease is None:
@@ -539,7 +559,7 @@ class TuningService:
         return self.storage.get_trial(study, trial_id)
 
     def get_best_trial(self, study: str) -> Trial:
-        """The best feasible trial as a session reports it (``runner.session.best_of``:
+        """The best feasible trial as a session reports it (``tuner.confirmation.best_of``:
         the confirmed best, else the best posterior mean among stable trials);
         NotFoundError while there is none, StateError when the study has several
         objectives."""
@@ -600,6 +620,28 @@ class TuningService:
         log.info("study %s: %s %s retried; answered as before", study, request.method,
                  request.request_id)  # fmt: skip
         return [self.storage.get_trial(study, i) for i in known.trial_ids]
+
+    def _check_holder(
+        self, study: str, trial_id: int, client_id: str | None, override: bool, action: str
+    ) -> None:
+        """A trial handed to a client is that client's to finish or renew: anyone else (an
+        empty ``client_id`` too) gets ``PermissionDeniedError``, unless ``override`` (an
+        operator's explicit choice, logged). A trial handed out anonymously, or imported,
+        is anyone's. ``client_id`` None: an in-process caller, trusted."""
+        if client_id is None:
+            return
+        holder = self.storage.get_trial(study, trial_id).client_id
+        if not holder or holder == client_id:
+            return
+        if override:
+            log.warning("study %s trial %d: %s by %r overriding its holder %r", study,
+                        trial_id, action, client_id, holder)  # fmt: skip
+            return
+        raise PermissionDeniedError(
+            f"trial {trial_id} of study {study!r} was handed to client {holder!r}, not "
+            f"{client_id!r}: only that client may {action} it (an operator may, with "
+            "override_holder)"
+        )
 
     def _lease_end(self) -> float | None:
         return None if self.leases is None else self._clock() + self.leases.ttl_s

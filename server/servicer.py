@@ -93,6 +93,8 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
             reason=request.reason,
             request_id=request.request_id,
             measurements=convert.measurements_from_request(request),
+            client_id=request.client_id,
+            override_holder=request.override_holder,
         )
         return convert.trial_to_proto(trial, request.study)
 
@@ -110,7 +112,9 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
 
     @grpc_errors
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.Trial:
-        trial = self._service.heartbeat(request.study, request.trial_id)
+        trial = self._service.heartbeat(
+            request.study, request.trial_id, request.client_id, request.override_holder
+        )
         return convert.trial_to_proto(trial, request.study)
 
     @grpc_errors

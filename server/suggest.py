@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 #: Niceness of the worker processes: under full load the API threads win the CPU.
 WORKER_NICE = 10
 #: Bounds of the delay a saturated server asks a client to wait before trying again.
-MIN_RETRY_S = 0.1
+MIN_RETRY_S = 0.02
 MAX_RETRY_S = 30.0
 
 

@@ -1,6 +1,6 @@
 """The cells of a measured grid, and the order to measure them in.
 
-Both grid measurements of the project use this: ``python -m server.sweep`` (a replay table
+Both grid measurements of the project use this: ``python -m runner.sweep`` (a replay table
 from any target) and ``python -m bench.gpu_device`` (clocks on a lent GPU). A sweep measures
 its control cell (the default configuration) first, then every other cell once in a seeded
 random order, so slow drift of the machine (heat, background load) spreads over the cells

@@ -1,6 +1,6 @@
 """The Ray Tune trainable of ``tuner ray``: one trial of a target inside a Ray worker.
 
-Kept apart from ``server.raytune`` so that a Ray worker imports only the target layer
+Kept apart from ``runner.raytune`` so that a Ray worker imports only the target layer
 (milliseconds), not the service and the optimizer with torch (seconds per worker).
 """
 

@@ -19,7 +19,7 @@ with a ``reason``; a ``trial_s`` column, the time a measurement took, is ignored
 
 Knobs: the columns ``knobs = [...]`` names, or else every column that is not a metric,
 ``status``, ``reason`` or ``trial_s`` (a table with more metric columns than the study uses,
-as ``server.sweep`` writes, needs ``knobs``: its other columns are then ignored). Numeric
+as ``runner.sweep`` writes, needs ``knobs``: its other columns are then ignored). Numeric
 columns become
 ordinal knobs over their distinct values, text columns categorical ones, and each knob's
 default is its value in the first row (a sweep usually starts at the device's defaults).

@@ -1,8 +1,12 @@
-"""The layers point one way: tuner <- knobs <- targets <- runner <- server.
+"""The layers point one way: tuner <- knobs <- targets <- runner <- cli, with the service
+(``server``) beside them above ``tuner`` only.
 
 Walks every module's imports (statically, with ``ast``) and checks each package imports only
-from the layers below it; ``tuner`` also never touches grpc or sqlite, so the optimizer can
-be used without the service.
+from the layers it may: the service (API, storage, suggestion workers) never sits above
+adapters it does not use, so ``server`` imports ``tuner`` alone; ``runner`` (sessions, the
+daemon, configs, sweeps, Ray) reaches a server only through its client (``server.client``);
+``cli`` may use everything. ``tuner`` also never touches grpc or sqlite, so the optimizer
+can be used without the service.
 """
 
 from __future__ import annotations
@@ -13,19 +17,32 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["tuner", "knobs", "targets", "runner", "server"]
+LAYERS = ["tuner", "knobs", "targets", "runner", "cli"]
+#: What each package may import from this project (itself included).
+ALLOWED = {
+    **{name: set(LAYERS[: LAYERS.index(name) + 1]) for name in LAYERS},
+    "server": {"tuner", "server"},
+}
+ALLOWED["runner"].add("server")  # through server.client only (checked below)
+ALLOWED["cli"].add("server")
+PACKAGES = set(ALLOWED)
 FORBIDDEN_EXTERNAL = {"tuner": {"grpc", "sqlite3", "sqlite_utils", "google"}}
 
 
-def imported_top_levels(path: Path) -> set[str]:
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, by its full dotted name (``server.client``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
     return names
+
+
+def imported_top_levels(path: Path) -> set[str]:
+    return {name.split(".")[0] for name in imported_modules(path)}
 
 
 def modules(package: str) -> list[Path]:
@@ -34,16 +51,34 @@ def modules(package: str) -> list[Path]:
     return sorted(p for p in found if not any(part.startswith(".") for part in p.parts))
 
 
-@pytest.mark.parametrize("package", LAYERS)
-def test_package_imports_only_lower_layers(package: str) -> None:
-    allowed = set(LAYERS[: LAYERS.index(package) + 1])
-    higher = set(LAYERS) - allowed
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_package_imports_only_what_its_layer_may(package: str) -> None:
+    forbidden = PACKAGES - ALLOWED[package]
     offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_top_levels(path) & higher)
+        str(path.relative_to(ROOT)): sorted(imported_top_levels(path) & forbidden)
         for path in modules(package)
-        if imported_top_levels(path) & higher
+        if imported_top_levels(path) & forbidden
     }
-    assert not offenders, f"{package} imports a higher layer: {offenders}"
+    assert not offenders, f"{package} imports a layer it may not: {offenders}"
+
+
+def test_the_service_imports_no_adapter_session_or_cli() -> None:
+    """``server`` (service, storage, gRPC, security, observability) stands on ``tuner``."""
+    offenders = {
+        str(p.relative_to(ROOT)): sorted((imported_top_levels(p) & PACKAGES) - {"tuner", "server"})
+        for p in modules("server")
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_runner_reaches_a_server_only_through_its_client() -> None:
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(
+            m for m in imported_modules(p) if m.split(".")[0] == "server" and m != "server.client"
+        )
+        for p in modules("runner")
+    }
+    assert not {k: v for k, v in offenders.items() if v}
 
 
 def test_optimizer_never_imports_grpc_or_sqlite() -> None:
@@ -55,12 +90,13 @@ def test_optimizer_never_imports_grpc_or_sqlite() -> None:
     assert not offenders, offenders
 
 
-def test_only_the_cli_entry_point_is_outside_server() -> None:
-    """Nothing but server itself imports server (bench and examples included)."""
-    outside = [
-        p for d in ("tuner", "knobs", "targets", "runner", "bench", "examples") for p in modules(d)
+def test_benchmarks_and_examples_use_neither_the_service_nor_the_cli() -> None:
+    """bench/ and examples/ drive the optimizer, the targets and the runner directly (a
+    benchmark of the service talks to it over the wire, as any client would)."""
+    outside = [p for d in ("bench", "examples") for p in modules(d)]
+    offenders = [
+        str(p.relative_to(ROOT)) for p in outside if imported_top_levels(p) & {"server", "cli"}
     ]
-    offenders = [str(p.relative_to(ROOT)) for p in outside if "server" in imported_top_levels(p)]
     assert not offenders, offenders
 
 

@@ -13,6 +13,7 @@ nothing else decides status codes.
     ├── StateError               e.g. completing a finished trial            -> FAILED_PRECONDITION
     ├── StorageError             the database cannot be read or written       -> UNAVAILABLE
     ├── OverloadedError          too busy now; retry after a delay            -> RESOURCE_EXHAUSTED
+    ├── PermissionDeniedError    a trial handed to another client             -> PERMISSION_DENIED
     └── TargetError              a target could not run a trial (infrastructure)
         ├── ConfigRejected       the configuration itself is at fault (INFEASIBLE trial)
         └── TrialTimedOut        the measurement ran past its time limit (TIMED_OUT trial)
@@ -75,6 +76,10 @@ class OverloadedError(TunerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.retry_after_s))
+
+
+class PermissionDeniedError(TunerError):
+    """The caller may not do this: e.g. finish a trial handed to another client."""
 
 
 class TargetError(TunerError):

@@ -36,10 +36,11 @@ from dataclasses import replace
 
 from bench.contract import Measurement, MethodRun, SuiteProblem, run_rng
 from bench.peers.ours import study_spec
-from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol, confirm, machine_noise
+from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol, confirm
 from runner.memory import MemoryAPI
 from runner.session import run_session
 from targets.base import ConfigRejected, Target
+from tuner.confirmation import machine_noise
 from tuner.errors import TargetError
 from tuner.space import Config, Knob
 from tuner.trial import StepKind, Trial, best_trial

@@ -356,6 +356,12 @@ class Storage(ABC):
         """The schema version of the stored data (0 for a backend without versions)."""
 
     @abstractmethod
+    def check(self) -> None:
+        """Raise ``StorageError`` when the backend can no longer keep what it is given (its
+        data deleted or replaced, writes failing); a server probes it every few seconds
+        and reports NOT_SERVING while it fails."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the backend's resources; later calls raise ``StorageError``."""
 

@@ -199,6 +199,12 @@ def v6_measurements(db: Database) -> None:
         db.execute(statement)
 
 
+def v7_write_probe(db: Database) -> None:
+    """One row the server rewrites every few seconds (``SQLiteStorage.check``): a write that
+    fails tells that the file became read-only or its disk full before a client's does."""
+    db.execute("CREATE TABLE write_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL NOT NULL)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
@@ -206,6 +212,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     v4_requests,
     v5_step_kinds,
     v6_measurements,
+    v7_write_probe,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

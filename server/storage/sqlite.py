@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -56,6 +57,8 @@ from tuner.errors import (
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
+log = logging.getLogger(__name__)
+
 _REQUEST_RETENTION_S = 7 * 24 * 3600.0
 _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
 
@@ -88,7 +91,12 @@ class SQLiteStorage(Storage):
         self._clock = clock
         self._lock = threading.RLock()
         self._closed = False
+        self._identity: tuple[int, int] | None = None  # the file opened (device, inode)
+        self._lost: str | None = None  # why the file can no longer be trusted
         self._db = self._open(busy_timeout_s)
+        self._identity = _identity(self.path)
+        self._wal_identity = _identity(_sidecar(self.path, "-wal"))
+        self.rescued: Path | None = None  # where the data went when the file was lost
 
     def __repr__(self) -> str:
         mode = ", read_only=True" if self.read_only else ""
@@ -466,6 +474,18 @@ class SQLiteStorage(Storage):
                 problems.append(f"{table} row {rowid}: missing {parent} row (foreign key)")
         return "\n".join(problems) or "ok"
 
+    def check(self) -> None:
+        """Raise ``StorageError`` when the storage cannot keep what it is given: the file
+        was deleted or replaced (checked before every call too), or a write fails (the
+        file is read-only, its disk full or gone). Writes and commits one row
+        (``write_probe``); a read-only storage only checks the file."""
+        with self._errors("check the database"):
+            pass
+        if self.read_only:
+            return
+        with self._write("write to the database (probe)") as db:
+            db.execute("INSERT OR REPLACE INTO write_probe (id, at) VALUES (1, ?)", [self._clock()])
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
@@ -485,10 +505,65 @@ class SQLiteStorage(Storage):
         with self._lock:
             if self._closed:
                 raise StorageError(f"cannot {action}: the storage at {self.path} is closed")
+            self._check_identity(action)
             try:
                 yield
             except sqlite3.Error as exc:
                 raise StorageError(f"cannot {action} in {self.path}: {exc}") from exc
+
+    def _check_identity(self, action: str) -> None:
+        """Refuse every call once the file at ``path`` is not the one opened: a deleted
+        file's writes would go to an inode nobody can open again, and a replaced one is
+        another database."""
+        if self._lost is None and self._identity is not None:
+            now = _identity(self.path)
+            if now is None:
+                self._lost = "was deleted"
+            elif now != self._identity:
+                self._lost = "was replaced by another file"
+            if self._lost is not None:
+                self._rescue()
+        if self._lost is not None:
+            saved = (
+                f"everything stored until then is saved in {self.rescued}; restart the "
+                "server on that file"
+                if self.rescued is not None
+                else "restart the server on a database"
+            )
+            raise StorageError(
+                f"cannot {action}: the database file {self.path} {self._lost} while in use; "
+                f"nothing more is read or written ({saved})"
+            )
+
+    def _rescue(self) -> None:
+        """Save what the lost file held: the open connection still reads it (its inode and
+        the WAL beside it), so SQLite's backup copies every committed transaction to
+        ``<name>.rescued-<time>`` next to it. Then the WAL and its index, when they are
+        still this connection's, are moved aside (``.stale-<time>``): SQLite matches them
+        to a database by name only, and would lay this database's pages over the file
+        that took its place."""
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = self.path.with_name(f"{self.path.name}.rescued-{stamp}")
+        try:
+            copy = sqlite3.connect(target)
+            try:
+                self._db.conn.backup(copy)
+            finally:
+                copy.close()
+            os.chmod(target, 0o600)
+            self.rescued = target
+        except (sqlite3.Error, OSError) as error:
+            log.error("cannot save the lost database %s to %s: %s", self.path, target, error)
+            return
+        log.error("database file %s %s while in use; its data is saved in %s", self.path,
+                  self._lost, target)  # fmt: skip
+        wal = _sidecar(self.path, "-wal")
+        if self._wal_identity is not None and _identity(wal) == self._wal_identity:
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.replace(
+                        _sidecar(self.path, suffix), f"{_sidecar(self.path, suffix)}.stale-{stamp}"
+                    )
 
     @contextlib.contextmanager
     def _write(self, action: str) -> Iterator[Database]:
@@ -501,6 +576,20 @@ class SQLiteStorage(Storage):
         """One deferred transaction, so multi-statement reads see a single snapshot."""
         with self._errors(action), _transaction(self._db, "BEGIN"):
             yield self._db
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    """SQLite's file beside the database: ``-wal`` or ``-shm``."""
+    return path.with_name(path.name + suffix)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file's device and inode (None: no such file)."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""bench.pareto, server.sweep and bench.replay: the problems are the published ones, the
+"""bench.pareto, runner.sweep and bench.replay: the problems are the published ones, the
 sweep writes a table the replay target reads, and the replay benchmark judges on means."""
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ from typing import Any, cast
 
 import pytest
 
-from runner.measurement import confirm, stored_confirmation
-from server.cli import main
+from cli.main import main
+from runner.measurement import confirm
 from targets.base import Target, TrialOutcome
+from tuner.confirmation import stored_confirmation
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 

@@ -15,16 +15,12 @@ from typing import Any
 
 import pytest
 
-from runner.measurement import (
-    MeasurementProtocol,
-    could_win,
-    measure,
-    pooled_noise,
-)
+from runner.measurement import MeasurementProtocol, could_win, measure
 from runner.session import run_session, summarize
 from server.service import TuningService
 from server.storage import SQLiteStorage
 from targets.base import ConfigRejected, Target, TrialOutcome
+from tuner.confirmation import pooled_noise
 from tuner.errors import ValidationError
 from tuner.space import FloatKnob, Knob
 from tuner.study import StudySpec

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from server.app import build_server, stop_server
-from server.cli import main
 from server.service import TuningService
 from server.storage import SQLiteStorage
 from tuner.trial import TrialStatus
@@ -81,9 +81,20 @@ def test_ask_and_tell_over_grpc(
     assert json.loads(run(capsys, "ask", "shell", *where, "--client-id", "w1")[1]) == asked
     other = json.loads(run(capsys, "ask", "shell", *where, "--client-id", "w2")[1])
     assert other["trial"] != asked["trial"]
-    code, out, _ = run(capsys, "tell", "shell", str(asked["trial"]), "--metric", "y=2.5", *where)
+    # only the caller a trial was handed to may tell it (an operator may override)
+    code, _, err = run(capsys, "tell", "shell", str(asked["trial"]), "--metric", "y=2.5", *where)
+    assert code == 1 and "PermissionDeniedError" in err and "'w1'" in err
+    w1, w2 = ("--client-id", "w1"), ("--client-id", "w2")
+    code, _, err = run(capsys, "heartbeat", "shell", str(asked["trial"]), *where, *w2)
+    assert code == 1 and "PermissionDeniedError" in err
+    code, out, _ = run(
+        capsys, "tell", "shell", str(asked["trial"]), "--metric", "y=2.5", *where, *w1
+    )
     assert (code, out.strip()) == (0, f"trial {asked['trial']} COMPLETED")
-    code, out, _ = run(capsys, "tell", "shell", str(other["trial"]), "--infeasible", "OOM", *where)
+    code, out, _ = run(
+        capsys, "tell", "shell", str(other["trial"]), "--infeasible", "OOM", *where,
+        "--override-holder",
+    )  # fmt: skip
     assert (code, out.strip()) == (0, f"trial {other['trial']} INFEASIBLE")
     stored = {t.id: t for t in storage.list_trials("shell")}
     assert stored[asked["trial"]].metrics == {"y": 2.5}
@@ -91,7 +102,7 @@ def test_ask_and_tell_over_grpc(
     assert stored[other["trial"]].status is TrialStatus.INFEASIBLE
     assert stored[other["trial"]].reason == "OOM"
     # telling a finished trial again is refused and changes nothing
-    code, _, err = run(capsys, "tell", "shell", str(asked["trial"]), "--metric", "y=9", *where)
+    code, _, err = run(capsys, "tell", "shell", str(asked["trial"]), "--metric", "y=9", *where, *w1)
     assert code == 1 and "StateError" in err
     assert storage.get_trial("shell", asked["trial"]).metrics == {"y": 2.5}
 

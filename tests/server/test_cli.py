@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
+from cli.render import unsafe_settings
+from runner.config import load_config, parse_config
 from server.app import build_server, stop_server
-from server.cli import main, unsafe_settings
-from server.config import load_config, parse_config
 from server.service import TuningService
 from server.storage import SQLiteStorage
 from tuner.errors import ValidationError
@@ -291,7 +292,7 @@ def test_sigterm_during_a_session_cleans_up_and_the_rerun_resumes(tmp_path: Path
     config = write_config(tmp_path, name="term", trials=3, measure_s=30.0)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "tune", str(config)],
+        [sys.executable, "-m", "cli.main", "tune", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,

@@ -45,7 +45,7 @@ class ServerProcess:
         self.log = log
         self._out = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--db", str(db), "--port", "0"],
+            [sys.executable, "-m", "cli.main", "serve", "--db", str(db), "--port", "0"],
             stdout=self._out,
             stderr=subprocess.STDOUT,
         )

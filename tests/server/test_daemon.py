@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from server.config import load_config, parse_config
+from runner.config import load_config, parse_config
 from server.storage import SQLiteStorage
 from targets.host.signals import SIGTERM_EXIT_STATUS
 from tuner.errors import ValidationError
@@ -59,7 +59,7 @@ def write_config(tmp_path: Path, trials: int = 6, **daemon: Any) -> Path:
 
 def start(config: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [PY, "-m", "server.cli", "daemon", str(config), *extra],
+        [PY, "-m", "cli.main", "daemon", str(config), *extra],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -273,7 +273,7 @@ def test_the_example_config_and_service_unit_are_valid() -> None:
 def test_the_gpu_example_tunes_applies_and_restores_a_simulated_gpu(tmp_path: Path) -> None:
     """examples/daemon_gpu.toml end to end on the fake NVML, the workload on the CPU in open
     loop at the rate in its load file; the GPU's clocks and power limit are back after."""
-    from server.cli import main
+    from cli.main import main
     from targets.hardware import fake_nvml
     from targets.hardware.fake_nvml import FakeDevice
 

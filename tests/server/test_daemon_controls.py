@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from server.daemon import Daemon, DaemonSettings, EventLog
+from runner.daemon import Daemon, DaemonSettings, EventLog
 from server.service import TuningService
 from server.storage import SQLiteStorage
 from targets.base import Target

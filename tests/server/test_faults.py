@@ -66,7 +66,7 @@ class Server:
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--db", str(self.db),
+                [sys.executable, "-m", "cli.main", "serve", "--db", str(self.db),
                  "--port", str(self.port), "--lease-ttl", str(LEASE_S)],
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip

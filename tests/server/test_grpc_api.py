@@ -35,7 +35,14 @@ from server.errors import INTERNAL_MESSAGE
 from server.service import TuningService
 from server.storage import SQLiteStorage
 from tuner.constraints import OutcomeConstraint
-from tuner.errors import NotFoundError, StateError, StorageError, TunerError, ValidationError
+from tuner.errors import (
+    NotFoundError,
+    PermissionDeniedError,
+    StateError,
+    StorageError,
+    TunerError,
+    ValidationError,
+)
 from tuner.space import CategoricalKnob, FloatKnob, IntKnob, SearchSpace
 from tuner.study import DesignerSettings, Goal, Objective, StudySpec
 from tuner.trial import StepKind, TrialStatus
@@ -281,6 +288,7 @@ def test_completing_a_finished_trial_is_failed_precondition(
         trial_id=trial.id,
         metrics={"tps": 11.0},
         status=pb.TRIAL_OUTCOME_COMPLETED,
+        client_id="w",
     )
     message = rpc_error(stub.CompleteTrial, request, StatusCode.FAILED_PRECONDITION)
     assert "COMPLETED" in message
@@ -640,3 +648,27 @@ def test_a_bad_candidate_is_invalid_argument(
     )
     assert fragment in message
     assert stub.ListStudies(pb.ListStudiesRequest(), timeout=30).studies == []
+
+
+def test_only_the_client_holding_a_trial_may_finish_or_renew_it(client: TunerClient) -> None:
+    client.create_study(make_spec())
+    (held,) = client.suggest_trials("sqlite-tps", 1, client_id="worker-a")
+    (anonymous,) = client.suggest_trials("sqlite-tps", 1)
+    for other in ("worker-b", ""):
+        with pytest.raises(PermissionDeniedError, match="handed to client 'worker-a'") as denied:
+            client.complete_trial("sqlite-tps", held.id, {"tps": 1.0}, client_id=other)
+        assert denied.value.__cause__.code() is StatusCode.PERMISSION_DENIED  # type: ignore[union-attr]
+        with pytest.raises(PermissionDeniedError):
+            client.heartbeat("sqlite-tps", held.id, client_id=other)
+    assert client.get_trial("sqlite-tps", held.id).status is TrialStatus.ACTIVE
+    assert client.heartbeat("sqlite-tps", held.id, client_id="worker-a").id == held.id
+    done = client.complete_trial("sqlite-tps", held.id, {"tps": 1.0}, client_id="worker-a")
+    assert done.status is TrialStatus.COMPLETED
+    # a trial handed out anonymously is anyone's; an operator may override a holder
+    client.complete_trial("sqlite-tps", anonymous.id, {"tps": 2.0}, client_id="anyone")
+    (third,) = client.suggest_trials("sqlite-tps", 1, client_id="worker-c")
+    fixed = client.complete_trial(
+        "sqlite-tps", third.id, status=TrialStatus.FAILED, reason="operator: host died",
+        override_holder=True,
+    )  # fmt: skip
+    assert fixed.status is TrialStatus.FAILED

@@ -26,7 +26,8 @@ from server.service import TuningService
 from server.storage import SQLiteStorage
 
 OK_CODES = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION}  # fmt: skip
+            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.PERMISSION_DENIED}  # fmt: skip
 # a message names a field of the request: `spec.knobs[2].float_range.high: ...`
 FIELD = re.compile(r"^(spec|study|name|count|client_id|request_id|trial_id|metrics|status|"
                    r"statuses|reason|request)\b[^:]*: ")  # fmt: skip

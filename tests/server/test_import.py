@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 import pytest
 
+from cli.main import main
 from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.app import build_server, stop_server
-from server.cli import main
 from server.client import TunerClient
 from server.service import ImportedTrial, TuningService
 from server.storage import SQLiteStorage

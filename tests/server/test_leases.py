@@ -246,11 +246,13 @@ def test_heartbeat_and_late_completion_over_grpc(db: Path, clock: Clock) -> None
             clock.advance(TTL + 1)
             stub = pb_grpc.TunerServiceStub(client._channel)
             with pytest.raises(grpc.RpcError) as caught:
-                stub.Heartbeat(pb.HeartbeatRequest(study="leased", trial_id=trial.id))
+                stub.Heartbeat(
+                    pb.HeartbeatRequest(study="leased", trial_id=trial.id, client_id="w1")
+                )
             assert caught.value.code() is grpc.StatusCode.FAILED_PRECONDITION
             assert f"re-offered as trial {trial.id + 1}" in caught.value.details()
             with pytest.raises(grpc.RpcError) as caught:
-                stub.Heartbeat(pb.HeartbeatRequest(study="leased", trial_id=99))
+                stub.Heartbeat(pb.HeartbeatRequest(study="leased", trial_id=99, client_id="w1"))
             assert caught.value.code() is grpc.StatusCode.NOT_FOUND
             late = client.complete_trial("leased", trial.id, {"y": 0.5})
             assert late.reported_late and late.status is TrialStatus.COMPLETED

@@ -171,6 +171,7 @@ def test_an_unset_kind_in_complete_trial_means_repeat(
         trial_id=trial.id,
         status=pb.TRIAL_OUTCOME_COMPLETED,
         measurements=wire(1.0, 3.0) + wire(2.0, kind=pb.MEASUREMENT_KIND_REPEAT),
+        client_id="w",
     )
     reply = stub.CompleteTrial(request, timeout=30)
     assert (reply.metrics["tps"], reply.repeats) == (2.0, 3)

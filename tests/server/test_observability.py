@@ -102,7 +102,7 @@ def test_tuner_serve_logs_json_and_serves_metrics(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "-v", "serve", "--db", str(tmp_path / "t.db"),
+            [sys.executable, "-m", "cli.main", "-v", "serve", "--db", str(tmp_path / "t.db"),
              "--port", str(port), "--metrics-port", str(metrics_port), "--log-format", "json"],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

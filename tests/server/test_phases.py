@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from cli.main import main
+from runner.config import parse_config
 from runner.session import run_phases
-from server.cli import main
-from server.config import parse_config
 from server.service import TuningService
 from server.storage import SQLiteStorage
 from tuner.errors import ValidationError

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import main
-from server.config import load_config
+from cli.main import main
+from runner.config import load_config
 from server.storage import SQLiteStorage
 from targets.db.postgres.tools import DIR_PREFIX, find_tools
 from tuner.errors import TargetError, ValidationError
@@ -138,7 +138,7 @@ def test_sigterm_during_a_postgres_session_stops_the_server(tmp_path: Path, work
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "tune", str(config)],
+        [sys.executable, "-m", "cli.main", "tune", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=ROOT,

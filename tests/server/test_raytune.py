@@ -1,7 +1,7 @@
 """Scale-out on Ray Tune: a real local Ray instance runs trials the tuner server proposes.
 
 ``tuner ray`` runs in its own process: Ray starts first (before any gRPC server of the
-process: see ``server.raytune.local_ray``), then a tuner server on 127.0.0.1; trials run
+process: see ``runner.raytune.local_ray``), then a tuner server on 127.0.0.1; trials run
 ``examples/ray_sort.py`` through the command target, two at a time.
 """
 
@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("ray")
 
+from runner.config import load_config
+from runner.raytune import TunerSearch, outcome_of
 from server.app import build_server, stop_server
-from server.config import load_config
-from server.raytune import TunerSearch, outcome_of
 from server.service import LeasePolicy, TuningService
 from server.storage import SQLiteStorage
 from tuner.trial import TrialStatus
@@ -52,7 +52,7 @@ def test_tuner_ray_runs_the_studys_trials_in_parallel(tmp_path: Path) -> None:
     config = tmp_path / "ray_sort.toml"
     config.write_text(text.replace('db = "runs/tuner.db"', f'db = "{tmp_path / "tuner.db"}"'))
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "ray", str(config), "--parallel", "2",
+        [sys.executable, "-m", "cli.main", "ray", str(config), "--parallel", "2",
          "--trials", "4"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cli.main import main
 from server.app import build_server, stop_server
-from server.cli import main
 from server.client import TunerClient
 from server.security import ServerSecurity, is_loopback
 from server.service import TuningService

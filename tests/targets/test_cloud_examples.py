@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import main
-from server.config import load_config
+from cli.main import main
+from runner.config import load_config
 from server.storage import SQLiteStorage
 from targets.cloud.target import CloudLaunchTarget, CloudReplayTarget
 from tuner.trial import TrialStatus

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from knobs.cloud import load_cloud_catalog
-from server.config import parse_config
+from runner.config import parse_config
 from targets.cloud.target import DEFAULT_TABLE, CloudLaunchTarget, CloudReplayTarget
 from targets.registry import build_target
 from tuner.errors import ValidationError

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import main
-from server.config import load_config
+from cli.main import main
+from runner.config import load_config
 from server.storage import SQLiteStorage
 from targets.command.target import CommandTarget
 from tuner.trial import StepKind, TrialStatus

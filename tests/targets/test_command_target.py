@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from server.config import parse_config
+from runner.config import parse_config
 from targets.command.target import CommandTarget, env_name, parse_metrics
 from targets.registry import build_target
 from tuner.errors import TargetError, ValidationError

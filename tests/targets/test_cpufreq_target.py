@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from server.config import parse_config
+from runner.config import parse_config
 from targets.hardware.cpufreq import CPUFREQ, CpuFreqTarget
 from targets.hardware.fake_sysfs import ACPI_TABLE, add_rapl_zone, make_cpufreq_tree
 from targets.hardware.rapl import RaplMeter

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from server.config import load_config, parse_config
+from runner.config import load_config, parse_config
 from targets.registry import build_target
 from targets.scheduler.gpusched import (
     GpuSchedTarget,

@@ -1,4 +1,4 @@
-"""The measuring order of a grid sweep (``server.sweep``, ``bench.gpu_device``)."""
+"""The measuring order of a grid sweep (``runner.sweep``, ``bench.gpu_device``)."""
 
 from __future__ import annotations
 

@@ -138,7 +138,7 @@ def test_no_gpu_and_bad_options_are_clear_errors() -> None:
 def test_the_gpu_example_config_mixes_device_and_workload_knobs(gpu: FakeDevice) -> None:
     import tomllib
 
-    from server.config import parse_config
+    from runner.config import parse_config
 
     root = Path(__file__).resolve().parents[2]
     data = tomllib.loads((root / "examples" / "gpu_inference.toml").read_text(encoding="utf-8"))

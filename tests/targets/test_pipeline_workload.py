@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from server.cli import main
-from server.config import parse_config
+from cli.main import main
+from runner.config import parse_config
 from server.storage import SQLiteStorage
 from targets.hardware import fake_nvml
 from targets.hardware.fake_nvml import FakeDevice

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from server.config import parse_config
+from runner.config import parse_config
 from targets.registry import build_target
 from targets.replay import ReplayTarget
 from tuner.errors import ValidationError

@@ -108,8 +108,8 @@ def test_warm_up_imports_what_a_first_suggestion_would() -> None:
 def test_serve_and_a_local_daemon_warm_up_and_short_commands_do_not(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    import runner.daemon
     import server.app
-    import server.daemon
     from server import cli
 
     monkeypatch.chdir(tmp_path)  # the example's relative paths (its events log) land here
@@ -119,7 +119,7 @@ def test_serve_and_a_local_daemon_warm_up_and_short_commands_do_not(
     assert cli.main(["serve", "--db", str(tmp_path / "s.db"), "--port", "0"]) == 0
     assert calls == ["warm_up", "serve"]
     calls.clear()
-    monkeypatch.setattr(server.daemon.Daemon, "run", lambda self: calls.append("run") or 0)
+    monkeypatch.setattr(runner.daemon.Daemon, "run", lambda self: calls.append("run") or 0)
     config = ROOT / "examples" / "daemon.toml"
     state = tmp_path / "state.json"
     args = ["daemon", str(config), "--db", str(tmp_path / "d.db"), "--state", str(state)]

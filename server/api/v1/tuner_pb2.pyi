@@ -399,7 +399,7 @@ class SuggestTrialsResponse(_message.Message):
     def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
 
 class CompleteTrialRequest(_message.Message):
-    __slots__ = ("study", "trial_id", "metrics", "status", "reason", "request_id", "measurements")
+    __slots__ = ("study", "trial_id", "metrics", "status", "reason", "request_id", "measurements", "client_id", "override_holder")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -414,6 +414,8 @@ class CompleteTrialRequest(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDE_HOLDER_FIELD_NUMBER: _ClassVar[int]
     study: str
     trial_id: int
     metrics: _containers.ScalarMap[str, float]
@@ -421,7 +423,9 @@ class CompleteTrialRequest(_message.Message):
     reason: str
     request_id: str
     measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
-    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...
+    client_id: str
+    override_holder: bool
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., client_id: _Optional[str] = ..., override_holder: _Optional[bool] = ...) -> None: ...
 
 class ListTrialsRequest(_message.Message):
     __slots__ = ("study", "statuses")
@@ -475,12 +479,16 @@ class ImportTrialsResponse(_message.Message):
     def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("study", "trial_id")
+    __slots__ = ("study", "trial_id", "client_id", "override_holder")
     STUDY_FIELD_NUMBER: _ClassVar[int]
     TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDE_HOLDER_FIELD_NUMBER: _ClassVar[int]
     study: str
     trial_id: int
-    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ...) -> None: ...
+    client_id: str
+    override_holder: bool
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., client_id: _Optional[str] = ..., override_holder: _Optional[bool] = ...) -> None: ...
 
 class GetTrialRequest(_message.Message):
     __slots__ = ("study", "trial_id")

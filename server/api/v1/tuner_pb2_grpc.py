@@ -147,7 +147,8 @@ class TunerServiceServicer:
         `reported_late` set); a second one is FAILED_PRECONDITION. A trial measured several
         times sends its repeats in `measurements` instead of `metrics`; its metrics become their
         means, `spread` their standard deviations. Metrics and measurements both given, repeats
-        with different metric names, or a kind other than REPEAT are INVALID_ARGUMENT.
+        with different metric names, or a kind other than REPEAT are INVALID_ARGUMENT. A trial
+        handed to another client is PERMISSION_DENIED (see CompleteTrialRequest.client_id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,7 +169,8 @@ class TunerServiceServicer:
         trial with its new `lease_expires_at`. Send one well within the lease (a third of it).
         FAILED_PRECONDITION once the trial is finished or its lease has expired; the message
         names the trial that re-offers the configuration. A server without leases accepts
-        heartbeats for ACTIVE trials and changes nothing.
+        heartbeats for ACTIVE trials and changes nothing. PERMISSION_DENIED for a trial handed
+        to another client.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

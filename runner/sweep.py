@@ -1,6 +1,6 @@
 """Measure a target over a grid of its knobs into a replay table (``targets/replay.py``).
 
-Run as ``python -m server.sweep CONFIG --out TABLE.csv [--repeats 3] [--levels KNOB=a,b,c]``.
+Run as ``python -m runner.sweep CONFIG --out TABLE.csv [--repeats 3] [--levels KNOB=a,b,c]``.
 
 ``CONFIG`` is a ``tuner tune`` config; its target measures every cell of the grid of the
 study's knobs ``--repeats`` times: ordinal, categorical and bool knobs over all their values,
@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from server.config import load_config
+from runner.config import load_config
 from targets import grid
 from targets.host.signals import terminate_on_sigterm
 from tuner.errors import TunerError, ValidationError
@@ -143,7 +143,7 @@ def _parse(knob: Knob, text: str) -> Scalar:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m server.sweep", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m runner.sweep", description=__doc__)
     parser.add_argument("config", type=Path)
     parser.add_argument("--out", type=Path, required=True, help="the CSV to write")
     parser.add_argument("--repeats", type=int, default=3, help="passes over the grid")

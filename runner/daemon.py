@@ -298,10 +298,14 @@ class Daemon:
                 status, windows, reason = self._measure_trial(spec, trial)
             metrics = _mean([w.metrics for w in windows])
             if len({frozenset(w.metrics) for w in windows}) == 1:  # each window is a repeat
-                self.api.complete_trial(spec.name, trial.id, None, status, reason,
-                                        measurements=windows)  # fmt: skip
+                self.api.complete_trial(
+                    spec.name, trial.id, None, status, reason,
+                    measurements=windows, client_id=trial.client_id,
+                )  # fmt: skip
             else:
-                self.api.complete_trial(spec.name, trial.id, metrics, status, reason)
+                self.api.complete_trial(
+                    spec.name, trial.id, metrics, status, reason, client_id=trial.client_id
+                )
             finished += 1
             self.events.emit(
                 "trial", round=self.state.round, trial=trial.id, status=status.value,

@@ -95,7 +95,7 @@ class TunerSearch(Searcher):  # type: ignore[misc]
             return
         # expired or finished: the completion is still stored (as a late one)
         with contextlib.suppress(StateError):
-            self._client.heartbeat(self.study, tuner_id)
+            self._client.heartbeat(self.study, tuner_id, f"ray:{trial_id}")
 
     def on_trial_complete(
         self, trial_id: str, result: Mapping[str, Any] | None = None, error: bool = False
@@ -104,7 +104,9 @@ class TunerSearch(Searcher):  # type: ignore[misc]
         if tuner_id is None:
             return
         status, reason, metrics = outcome_of(result, error, self._metrics, trial_id)
-        self._client.complete_trial(self.study, tuner_id, metrics, status, reason)
+        self._client.complete_trial(
+            self.study, tuner_id, metrics, status, reason, client_id=f"ray:{trial_id}"
+        )
 
     def save(self, checkpoint_path: str) -> None:
         state = {"server": self.server, "study": self.study, "ids": dict(self._ids)}

@@ -1,6 +1,6 @@
 """Study configs: the TOML file behind ``tuner tune CONFIG``.
 
-A config has three tables (and ``[daemon]`` for ``tuner daemon``, see ``server/daemon.py``)::
+A config has three tables (and ``[daemon]`` for ``tuner daemon``, see ``runner/daemon.py``)::
 
     [study]            # StudySpec.from_dict's shape; knobs default to the target's catalog
     name = "sqlite-oltp"
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runner.daemon import DaemonSettings, parse_daemon
 from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol
 from runner.session import Phase
-from server.daemon import DaemonSettings, parse_daemon
 from targets.base import Target
 from targets.registry import build_target
 from tuner.errors import ValidationError

@@ -1,0 +1,1 @@
+"""The ``tuner`` command: parsing, one module per command group, and rendering."""

@@ -1,0 +1,67 @@
+"""What every command shares: the consoles, and the API a command talks to (a server, or a
+local database file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from server.security import read_file, read_token
+from server.storage import SQLiteStorage
+from tuner.errors import TunerError
+
+out = Console()
+
+
+err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
+
+
+# --tls-ca / --token-file of the running command, for ``connect``
+SECURITY: dict[str, Path | None] = {}
+
+
+# -- helpers --------------------------------------------------------------------------------
+@contextmanager
+def connect(server: str | None, db: Path, writable: bool = False) -> Iterator[Any]:
+    """A ``TunerClient`` for ``server``, else a ``TuningService`` over the file ``db``."""
+    if server:
+        from server.client import TunerClient
+
+        ca, token_file = SECURITY.get("tls_ca"), SECURITY.get("token_file")
+        token = read_token(token_file, "--token-file") if token_file else None
+        tls_ca = read_file(ca, "--tls-ca") if ca else None
+        with TunerClient(server, tls_ca=tls_ca, token=token) as client:
+            client.wait_ready(10)
+            yield client
+        return
+    from server.service import TuningService
+
+    if writable:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    elif not db.exists():
+        raise TunerError(f"no database at {db}; run `tuner tune` first or pass --db/--server")
+    storage = SQLiteStorage(db, read_only=not writable)
+    service = TuningService(storage)
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@contextmanager
+def progress_bar() -> Iterator[Progress]:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("best: {task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=out,
+    ) as progress:
+        yield progress

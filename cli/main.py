@@ -1,0 +1,93 @@
+"""The ``tuner`` command line: ``main``. The parser is ``cli.parser``; each command group
+has its module (``cli.sessions``: tune, daemon, ray; ``cli.serving``: serve;
+``cli.trials``: create, ask, tell, heartbeat, import; ``cli.results``: studies, show, best,
+front, measurements, plot); ``cli.render`` draws results, ``cli.common`` holds what they
+share.
+
+::
+
+    tuner tune CONFIG [--server HOST:PORT] [--db PATH] [--trials N] [--name NAME] [--plot PNG]
+    tuner daemon CONFIG [--server HOST:PORT] [--db PATH] [--state FILE] [--max-windows N]
+    tuner serve [--db PATH] [--host 127.0.0.1] [--port 50051] [--lease-ttl S]
+                [--on-lease-expiry reoffer|fail] [--tls-cert PEM --tls-key PEM] [--token-file F]
+                [--metrics-port PORT] [--log-format text|json] [--suggest-workers N]
+                [--grpc-threads N] [--max-waiting N] [--port-file FILE]
+    tuner create CONFIG [--name NAME]            (the study of a config, for ask/tell)
+    tuner ask STUDY [--format json|env|args] [--client-id ID]
+    tuner tell STUDY TRIAL (--metric NAME=VALUE ... | --infeasible R | --failed R | --timed-out R)
+               [--client-id ID] [--override-holder]
+    tuner heartbeat STUDY TRIAL [--client-id ID] (renew a trial's lease while it runs)
+    tuner import STUDY (--csv FILE | --from-study OTHER)   (warm start from measured trials)
+    tuner ray CONFIG [--parallel N] [--server HOST:PORT]   (trials in parallel on Ray Tune)
+    tuner studies [--server HOST:PORT | --db PATH]
+    tuner show STUDY [--json]
+    tuner best STUDY [--json]
+    tuner plot STUDY [--out PNG]
+
+``tune`` runs the study in-process on a local SQLite file unless ``--server`` names a
+running server. Read commands open the file read-only (the server stays the only writer) or
+ask the server. Exit codes: 0 success, 1 the request failed (message on stderr), 2 bad usage.
+
+``ask`` and ``tell`` let a shell script drive a study (every command but ``serve`` takes
+``--server HOST:PORT`` or ``--db PATH``)::
+
+    tuner create study.toml --server 127.0.0.1:50051
+    for i in $(seq 20); do
+        eval "$(tuner ask compress --server 127.0.0.1:50051 --format env)"
+        mbps=$(./bench --level "$TUNER_LEVEL")          # the knobs as TUNER_<KNOB>
+        tuner tell compress "$TUNER_TRIAL_ID" --metric mb_per_s="$mbps" --server ...
+    done
+
+``ask`` prints one trial: ``json`` (default) ``{"study": ..., "trial": 12, "config": {...}}``
+on one line; ``env`` ``TUNER_STUDY``, ``TUNER_TRIAL_ID`` and ``TUNER_<KNOB>`` assignments,
+shell-quoted for ``eval``; ``args`` the trial id then ``--knob=value`` words, shell-quoted
+(``eval "set -- $(tuner ask S --format args)"; trial=$1; shift; ./prog "$@"``). Values print
+as the command target writes them (``true``/``false``, ``0.1``). With ``--client-id`` the
+same caller gets the same ACTIVE trial back until it tells its outcome (a retried ``ask`` is
+safe). ``tell`` prints ``trial N STATUS``.
+
+A server gives up a handed-out trial after ``--lease-ttl`` seconds (default 900) without a
+heartbeat, and hands its configuration to the next ``ask``. ``tune`` and ``daemon`` send
+heartbeats by themselves; a script whose measurement can run longer calls ``tuner heartbeat
+STUDY TRIAL`` meanwhile (a ``tell`` that arrives after expiry is still stored, once).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import grpc
+
+from cli.common import SECURITY, err
+from cli.parser import build_parser
+from tuner import runtime
+from tuner.errors import TunerError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tuner`` console script."""
+    args = build_parser().parse_args(argv)
+    if getattr(args, "server", None):  # how client commands reach a secured server
+        SECURITY.update(tls_ca=args.tls_ca, token_file=args.token_file)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    runtime.configure(args.threads, fused_kernels=args.fused_kernels)
+    try:
+        return int(args.func(args) or 0)
+    except TunerError as exc:
+        err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+        return 1
+    except grpc.RpcError as exc:
+        err.print(f"[bold red]error:[/] server {args.server}: {exc.details()}", highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted; the study is saved and resumes where it stopped")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The ``tuner`` argument parser: every command, its options and its help."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from cli.results import cmd_best, cmd_front, cmd_measurements, cmd_plot, cmd_show, cmd_studies
+from cli.serving import cmd_serve
+from cli.sessions import cmd_daemon, cmd_ray, cmd_tune
+from cli.trials import cmd_ask, cmd_create, cmd_heartbeat, cmd_import, cmd_tell
+from runner.config import DEFAULT_DB
+from server.app import DEFAULT_LEASES, DEFAULT_THREADS, default_suggest_workers
+from server.service import ON_EXPIRY
+from tuner import runtime
+from tuner.trial import (
+    MeasurementKind,
+)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 1")
+    return value
+
+
+def holder_arguments(parser: argparse.ArgumentParser, action: str) -> None:
+    parser.add_argument(
+        "--client-id", default="",
+        help=f"the --client-id the trial was asked with: only that client may {action} it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--override-holder", action="store_true",
+        help=f"{action} a trial handed to another client (an operator's explicit choice)",
+    )  # fmt: skip
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tuner",
+        description="Bayesian-optimization tuning of systems knobs: run sessions, serve studies "
+        "over gRPC, and inspect results.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=runtime.DEFAULT_THREADS,
+        help="torch threads for model fits (default %(default)s; more help past ~1000 trials)",
+    )
+    parser.add_argument(
+        "--fused-kernels",
+        action="store_true",
+        help="build (the first time: about a minute, needs a C++ compiler) and use BoTorch's "
+        "C++ kernel for studies with several objectives; faster suggestions there",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, func: Any, help_: str, db: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(func=func)
+        if db:
+            p.add_argument("--server", metavar="HOST:PORT", help="use a running tuner server")
+            p.add_argument(
+                "--tls-ca", type=Path, metavar="PEM",
+                help="trust this certificate for a server with TLS (its own, if self-signed)",
+            )  # fmt: skip
+            p.add_argument(
+                "--token-file", type=Path, metavar="FILE",
+                help="bearer token for a server started with --token-file",
+            )  # fmt: skip
+            p.add_argument(
+                "--db",
+                type=Path,
+                default=DEFAULT_DB,
+                help=f"local study database (default {DEFAULT_DB})",
+            )
+        return p
+
+    tune = command("tune", cmd_tune, "run a tuning session from a TOML config")
+    tune.set_defaults(db=None)
+    tune.add_argument("config", type=Path)
+    tune.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
+    tune.add_argument("--name", help="study name (overrides [study] name)")
+    tune.add_argument("--plot", type=Path, help="convergence plot PNG path")
+    for flag, help_ in (
+        ("--repeats", "measurements of every trial"),
+        ("--max-repeats", "measurements of a promising trial and of the default (0: --repeats)"),
+        ("--control-every", "re-measure the default after every N trials (0: never)"),
+        ("--confirm", "interleaved confirmation rounds at the end (0: none)"),
+        ("--confirm-select", "rounds that choose the confirmed candidate first (0: none)"),
+        ("--confirm-max", "rounds the confirmation may grow to while its interval is wide"),
+    ):
+        tune.add_argument(flag, type=int, help=f"{help_} (overrides [session])")
+
+    daemon = command("daemon", cmd_daemon, "tune, apply the best, watch, re-tune (unattended)")
+    daemon.set_defaults(db=None)
+    daemon.add_argument("config", type=Path)
+    daemon.add_argument("--name", help="study name (overrides [study] name)")
+    daemon.add_argument("--state", type=Path, help="state file (overrides [daemon] state)")
+    daemon.add_argument(
+        "--max-windows", type=int, help="stop after N watch windows (overrides [daemon])"
+    )
+
+    serve = command("serve", cmd_serve, "serve studies over gRPC", db=False)
+    serve.add_argument("--db", type=Path, default=DEFAULT_DB)
+    serve.add_argument(
+        "--host", default="127.0.0.1",
+        help="interface (default loopback; any other needs --tls-cert, --tls-key, --token-file)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default: none)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--log-format", choices=("text", "json"), default="text",
+        help="json: one JSON object per log line (default text)",
+    )  # fmt: skip
+    serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="server certificate chain")
+    serve.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
+    serve.add_argument(
+        "--token-file", type=Path, metavar="FILE", help="require this bearer token on every call"
+    )
+    serve.add_argument(
+        "--port", type=int, default=50051,
+        help="TCP port (0: any free one); once serving, the address is printed alone on stdout",
+    )  # fmt: skip
+    serve.add_argument(
+        "--port-file", type=Path, metavar="FILE",
+        help="once serving, write the bound port to FILE (for scripts using --port 0)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--suggest-workers", type=non_negative_int, metavar="N",
+        help="processes running the designer, apart from the gRPC threads (0: in the gRPC "
+        f"threads; default one per CPU, at most 4: {default_suggest_workers()} here)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-waiting", type=positive_int, metavar="N",
+        help="SuggestTrials calls that may wait for the designer at once; one more is "
+        "answered RESOURCE_EXHAUSTED with a retry delay (default and most: three quarters "
+        "of --grpc-threads)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--grpc-threads", type=positive_int, default=DEFAULT_THREADS, metavar="N",
+        help="threads answering calls; SuggestTrials may hold three quarters of them, one "
+        f"more is answered RESOURCE_EXHAUSTED with a retry delay (default {DEFAULT_THREADS})",
+    )  # fmt: skip
+    serve.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=DEFAULT_LEASES.ttl_s,
+        metavar="SECONDS",
+        help="a handed-out trial without a heartbeat for this long is given up (0: never; "
+        f"default {DEFAULT_LEASES.ttl_s:.0f})",
+    )
+    serve.add_argument(
+        "--on-lease-expiry",
+        choices=ON_EXPIRY,
+        default=DEFAULT_LEASES.on_expiry,
+        help="reoffer: ABANDONED and its configuration handed to the next worker; "
+        "fail: FAILED (default reoffer)",
+    )
+
+    create = command("create", cmd_create, "create the study of a config (for ask/tell)")
+    create.add_argument("config", type=Path)
+    create.add_argument("--name", help="study name (overrides [study] name)")
+    ask = command("ask", cmd_ask, "print the next configuration to try, with its trial id")
+    ask.add_argument("study")
+    ask.add_argument("--format", choices=("json", "env", "args"), default="json")
+    ask.add_argument(
+        "--client-id", default="", help="caller id: a repeated ask returns its ACTIVE trial"
+    )
+    tell = command("tell", cmd_tell, "report a trial's metrics or why it has none")
+    tell.add_argument("study")
+    tell.add_argument("trial", type=int)
+    tell.add_argument(
+        "--metric", action="append", metavar="NAME=VALUE", help="a measured metric (repeat)"
+    )
+    tell.add_argument("--infeasible", metavar="REASON", help="the configuration is at fault")
+    tell.add_argument("--failed", metavar="REASON", help="the run failed for another reason")
+    tell.add_argument("--timed-out", metavar="REASON", help="the run exceeded its time limit")
+    holder_arguments(tell, "report")
+
+    ray = command("ray", cmd_ray, "run a study's trials in parallel on Ray Tune")
+    ray.set_defaults(db=None)
+    ray.add_argument("config", type=Path)
+    ray.add_argument("--parallel", type=int, default=2, help="trials at once (default 2)")
+    ray.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
+    ray.add_argument("--name", help="study name (overrides [study] name)")
+
+    imp = command("import", cmd_import, "add trials measured elsewhere (warm start)")
+    imp.add_argument("study")
+    source = imp.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--csv", type=Path, help="one row per trial: knob columns, metric columns, [status, reason]"
+    )
+    source.add_argument("--from-study", metavar="STUDY", help="another study with the same knobs")
+    beat = command("heartbeat", cmd_heartbeat, "renew the lease of a trial that is running")
+    beat.add_argument("study")
+    beat.add_argument("trial", type=int)
+    holder_arguments(beat, "renew")
+
+    command("studies", cmd_studies, "list studies")
+    for name, func, help_ in (
+        ("show", cmd_show, "show a study's trials"),
+        ("best", cmd_best, "show a study's best feasible trial"),
+        ("front", cmd_front, "show a study's Pareto front (several objectives)"),
+    ):
+        p = command(name, func, help_)
+        p.add_argument("study")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+    meas = command(
+        "measurements", cmd_measurements, "list a study's measurements: repeats, controls, "
+        "confirmation rounds",
+    )  # fmt: skip
+    meas.add_argument("study")
+    meas.add_argument("--trial", type=int, help="only this trial's")
+    meas.add_argument(
+        "--kind", action="append", choices=[k.value for k in MeasurementKind],
+        help="only these kinds (repeatable)",
+    )  # fmt: skip
+    meas.add_argument("--json", action="store_true", help="machine-readable output")
+    plot = command("plot", cmd_plot, "write a study's convergence plot")
+    plot.add_argument("study")
+    plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")
+    return parser

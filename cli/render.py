@@ -1,0 +1,346 @@
+"""Rendering results for people and scripts: session summaries, confirmations, Pareto fronts
+and trials as rich tables or JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+
+from cli.common import out
+from runner.session import SessionResult
+from tuner.confirmation import Confirmation, Remeasured
+from tuner.measurement_stats import RatioInterval
+from tuner.space import value_key
+from tuner.study import Goal, StudySpec
+from tuner.trial import (
+    StepKind,
+    Trial,
+    best_trial,
+    dominates,
+    is_feasible,
+    pareto_front,
+)
+
+
+def print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
+    """The confirmation's tables and its headline: the ratio with its 95 % interval."""
+    name = spec.objective.name
+    default = confirmation.default
+    if confirmation.selection:
+        rounds = confirmation.selection[0].repeats
+        measured = confirmation.measured
+        chosen = measured[1].trial.id if len(measured) > 1 else None
+        out.print(
+            f"selection: {rounds} interleaved rounds of the default and the "
+            f"{len(confirmation.selection) - 1} best by the model choose "
+            + (f"trial {chosen}" if chosen is not None else "none")
+            + "; fresh rounds estimate its ratio",
+            highlight=False,
+        )
+        out.print(confirmation_table(spec, confirmation, confirmation.selection, "selection"))
+    table = confirmation_table(spec, confirmation, confirmation.measured, "confirmed")
+    out.print(table)
+    best = confirmation.best
+    rounds = best.repeats if best else 0
+    if best is None:
+        out.print(
+            "[bold red]not confirmed: no candidate was feasible and stable in every round; "
+            "keep the default[/]"
+        )
+        return
+    if default is not None and not confirmation.default_feasible:
+        under = ", ".join(map(str, spec.outcome_constraints))
+        broke = sum(not ok for ok in default.feasible)
+        out.print(
+            f"[bold yellow]the default breaks {under} in {broke} of {default.repeats} rounds[/]; "
+            f"trial {best.trial.id} meets it in every round",
+            highlight=False,
+        )
+        for label, m in (("default", default), (f"trial {best.trial.id}", best)):
+            values = ", ".join(f"{k} {fmt(m.metric_mean(k))}" for k in spec.metric_names)
+            out.print(f"  {label}: {values} (means of {m.repeats} rounds)", highlight=False)
+        if confirmation.interval is not None:
+            out.print(f"  {name}: {confirmation.interval} the default's", highlight=False)
+        return
+    if confirmation.interval is None:
+        out.print(f"best by confirmed mean: trial {best.trial.id} (no default to compare with)")
+        return
+    headline = f"{confirmation.interval} the default, {rounds} interleaved repeats each"
+    if confirmation.significant:
+        out.print(f"[bold green]confirmed: trial {best.trial.id} is {headline}[/]", highlight=False)
+    else:
+        out.print(
+            f"[bold yellow]not confirmed: no configuration beat the default beyond noise "
+            f"(best: trial {best.trial.id}, {headline})[/]",
+            highlight=False,
+        )
+
+
+def confirmation_table(
+    spec: StudySpec, confirmation: Confirmation, rows: Sequence[Remeasured], label: str
+) -> Table:
+    name = spec.objective.name
+    choosing = label == "selection"  # a few rounds: the ratio, not its (wide) interval
+    table = Table(
+        "trial", "source", f"session {name}", f"{label} {name}",
+        "vs default" if choosing else "vs default (95 % CI)", "feasible rounds",
+    )  # fmt: skip
+    intervals = confirmation.selection_intervals if choosing else confirmation.intervals
+    for m in rows:
+        found = intervals.get(m.trial.id)
+        shown = "-" if found is None else f"{found.ratio:.2f}x" if choosing else str(found)
+        note = " unstable" if m.trial.id in confirmation.unstable else ""
+        table.add_row(
+            str(m.trial.id),
+            m.trial.source,
+            f"{fmt(m.trial.metrics.get(name))} (n={m.trial.repeats})",
+            f"{fmt(m.metric_mean(name))} ± {fmt(m.std)}" if m.std else fmt(m.metric_mean(name)),
+            ("1" if m.trial.step is StepKind.DEFAULT else shown) + note,
+            f"{sum(m.feasible)}/{m.repeats}",
+        )
+    return table
+
+
+def confirmation_dict(confirmation: Confirmation) -> dict[str, Any]:
+    interval = confirmation.interval
+
+    def row(m: Remeasured, found: RatioInterval | None) -> dict[str, Any]:
+        return {
+            "trial": m.trial.id,
+            "source": m.trial.source,
+            "session": m.trial.metrics,
+            "session_repeats": m.trial.repeats,
+            "rounds": list(m.rounds),
+            "feasible": list(m.feasible),
+            "values": list(m.values),
+            "repeats": m.repeats,
+            "mean": m.mean,
+            "std": m.std,
+            "not_counted": list(m.reasons),
+            "vs_default": interval_dict(found),
+            "unstable": m.trial.id in confirmation.unstable,
+        }
+
+    best = confirmation.best
+    return {
+        "measured": [row(m, confirmation.intervals.get(m.trial.id)) for m in confirmation.measured],
+        "selection": [
+            row(m, confirmation.selection_intervals.get(m.trial.id)) for m in confirmation.selection
+        ],
+        "best_trial": best.trial.id if best else None,
+        "best_config": best.trial.config if best else None,
+        "default_feasible": confirmation.default_feasible,
+        "ratio": confirmation.ratio,
+        "interval": interval_dict(interval),
+        "significant": confirmation.significant,
+    }
+
+
+def confirmed(
+    spec: StudySpec, confirmation: Confirmation | None
+) -> tuple[float, float, float] | None:
+    """The confirmation's best in metric units for the plot: the default's confirmed mean
+    times the ratio and its interval (divided by them when minimizing)."""
+    if confirmation is None or confirmation.interval is None or confirmation.default is None:
+        return None
+    base = confirmation.default.metric_mean(spec.objective.name)
+    if base is None:
+        return None
+    found = confirmation.interval
+    if spec.objective.goal is Goal.MAXIMIZE:
+        return base * found.ratio, base * found.low, base * found.high
+    return base / found.ratio, base / found.high, base / found.low
+
+
+def interval_dict(interval: RatioInterval | None) -> dict[str, Any] | None:
+    if interval is None:
+        return None
+    return {
+        "ratio": interval.ratio, "low": interval.low, "high": interval.high,
+        "level": interval.level, "pairs": interval.n,
+    }  # fmt: skip
+
+
+def standing(spec: StudySpec, trials: list[Trial]) -> str:
+    """The progress bar's "best" column: the best value, or the Pareto front's size."""
+    if spec.multi_objective:
+        front = pareto_front(spec, trials)
+        return f"front of {len(front)}" if front else "none feasible"
+    best = best_trial(spec, trials)
+    return f"{best.metrics[spec.objective.name]:.4g}" if best else "none feasible"
+
+
+def print_front(spec: StudySpec, front: Sequence[Trial], default: Trial | None = None) -> None:
+    """The Pareto front as a table, one row per trial, objectives first; ``*`` marks the
+    trials that dominate the default configuration."""
+    names = [o.name for o in spec.objectives]
+    metrics = [m for m in spec.metric_names if m not in names]
+    goals = ", ".join(f"{o.goal.value} {o.name}" for o in spec.objectives)
+    table = Table(title=f"Pareto front of {spec.name} ({len(front)} trials; {goals})")
+    for column in ("trial", *names, *metrics, *spec.space.names):
+        table.add_column(column)
+    for t in front:
+        mark = "*" if default is not None and dominates(spec, t.metrics, default.metrics) else ""
+        table.add_row(
+            f"{t.id}{mark}",
+            *[fmt(t.metrics.get(m)) for m in (*names, *metrics)],
+            *[fmt(t.config.get(k)) for k in spec.space.names],
+        )
+    out.print(table)
+
+
+def print_result(result: SessionResult, confirming: bool = False) -> None:
+    """The session's default and best (by trial means), what the measurements say about
+    the machine, and the session's own ratio (labelled as unconfirmed when a confirmation
+    follows: that one is the headline)."""
+    spec = result.spec
+    name = spec.objective.name
+    if result.default is not None:
+        print_trial("default configuration", result.default)
+    if spec.multi_objective:
+        print_multi_result(result)
+        return
+    print_noise(result)
+    if result.best is None:
+        out.print("[bold red]no feasible configuration found[/]")
+        return
+    print_trial("best configuration", result.best)
+    unsafe = unsafe_settings(spec, result.best.config)
+    if unsafe:
+        out.print(
+            f"[yellow]the best configuration uses unsafe values: {', '.join(unsafe)}[/] "
+            "(study.allow_unsafe = true; see the knob catalog for what each risks)",
+            highlight=False,
+        )
+    under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
+    if result.default is not None and not is_feasible(spec, result.default):
+        out.print(
+            f"[yellow]the default configuration is not feasible under {under}[/]; "
+            "the best is the best feasible configuration found",
+            highlight=False,
+        )
+    elif result.ratio is not None:
+        word = "higher" if spec.objective.goal.value == "maximize" else "lower"
+        if confirming:
+            out.print(
+                f"session estimate: {result.ratio:.2f}x ({name} {word} than the default's, by "
+                "trial means; the confirmation below re-measures it)",
+                highlight=False,
+            )
+        else:
+            out.print(
+                f"[bold green]improvement: {result.ratio:.2f}x[/] ({name} {word} than the "
+                f"default's, feasible under {under}; unconfirmed: session.confirm = 0)",
+                highlight=False,
+            )
+        then = result.relative.get(result.best.id)
+        if then and result.drift is not None and result.drift.changed():
+            then = then if spec.objective.goal.value == "maximize" else 1 / then
+            out.print(
+                f"against the default as the machine was then (interpolated between the "
+                f"nearest controls): {then:.2f}x",
+                highlight=False,
+            )
+
+
+def print_noise(result: SessionResult) -> None:
+    """What the repeats and controls say: the machine's drift and unstable trials."""
+    drift = result.drift
+    if drift is not None and len(drift.values) > 1:
+        factors = drift.factors
+        low, high = min(factors), max(factors)
+        goal = result.spec.objective.goal.value == "maximize"
+        at, worst = drift.worst(goal)
+        after = max((t.id for t in result.trials if t.updated_at <= at), default=0)
+        text = (
+            f"the default measured {low:.2f}x to {high:.2f}x of its first measurements over "
+            f"{len(factors)} measurements (repeats and controls); most off: {worst:.2f}x "
+            f"after trial {after}"
+        )
+        if drift.changed():
+            out.print(f"[bold yellow]the machine drifted:[/] {text}", highlight=False)
+        else:
+            out.print(f"machine steady: {text}", highlight=False)
+    if result.unstable:
+        out.print(
+            f"[yellow]unstable (repeats disagree beyond the measured noise; never the best): "
+            f"trials {', '.join(map(str, result.unstable))}[/]",
+            highlight=False,
+        )
+
+
+def unsafe_settings(spec: StudySpec, config: Mapping[str, Any]) -> list[str]:
+    """``name = value`` for each value of ``config`` its knob lists as unsafe (a study with
+    ``allow_unsafe = true`` can choose them: durability or availability risks)."""
+    found = []
+    for knob in spec.space.knobs:
+        if knob.name in config and any(
+            value_key(config[knob.name]) == value_key(v) for v in knob.unsafe_values
+        ):
+            found.append(f"{knob.name} = {config[knob.name]}")
+    return found
+
+
+def print_multi_result(result: SessionResult) -> None:
+    spec, default = result.spec, result.default
+    if not result.front:
+        out.print("[bold red]no feasible configuration found[/]")
+        return
+    feasible_default = default if default is not None and is_feasible(spec, default) else None
+    print_front(spec, result.front, feasible_default)
+    if feasible_default is not None:
+        better = sum(dominates(spec, t.metrics, feasible_default.metrics) for t in result.front)
+        out.print(
+            f"{better} of {len(result.front)} front trials (*) are better than the default in "
+            "every objective",
+            highlight=False,
+        )
+    elif default is not None:
+        under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
+        out.print(f"[yellow]the default configuration is not feasible under {under}[/]")
+
+
+def print_trial(title: str, trial: Trial) -> None:
+    table = Table(title=f"{title} (trial {trial.id}, {trial.status.value})", show_header=False)
+    for key, value in trial.config.items():
+        table.add_row(key, fmt(value))
+    for key, value in trial.metrics.items():
+        table.add_row(f"[bold]{key}[/]", fmt(value))
+    if trial.reason:
+        table.add_row("reason", trial.reason)
+    out.print(table)
+
+
+def mean_and_spread(trial: Trial, name: str) -> str:
+    """A metric of a trial: its mean, and ± the repeats' standard deviation when measured
+    more than once."""
+    spread = trial.spread.get(name)
+    text = fmt(trial.metrics.get(name))
+    return f"{text} ± {fmt(spread)}" if spread is not None and trial.repeats > 1 else text
+
+
+def trial_dict(trial: Trial) -> dict[str, Any]:
+    return {
+        "id": trial.id,
+        "status": trial.status.value,
+        "config": trial.config,
+        "metrics": trial.metrics,
+        "repeats": trial.repeats,
+        "spread": trial.spread,
+        "reason": trial.reason,
+        "source": trial.source,
+        "client_id": trial.client_id,
+        "warning": trial.warning,
+        **({"embedded": list(trial.embedded)} if trial.embedded else {}),
+    }
+
+
+def fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

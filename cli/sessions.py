@@ -1,0 +1,226 @@
+"""``tuner tune``, ``tuner daemon`` and ``tuner ray``: sessions that measure trials on a target."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from cli.common import connect, out, progress_bar
+from cli.plot import plot_convergence
+from cli.render import (
+    confirmation_dict,
+    confirmed,
+    fmt,
+    print_confirmation,
+    print_result,
+    print_trial,
+    standing,
+)
+from runner.config import SessionConfig, load_config
+from runner.measurement import confirm
+from runner.session import run_phases, run_session, summarize
+from server.app import DEFAULT_LEASES
+from server.security import read_file, read_token
+from server.storage import SQLiteStorage
+from targets.host.signals import terminate_on_sigterm
+from tuner import runtime
+from tuner.confirmation import machine_noise
+from tuner.errors import ValidationError
+from tuner.study import StudySpec
+from tuner.trial import (
+    Measurement,
+    Trial,
+)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    overrides = {
+        "trials": args.trials, "db": args.db, "plot": args.plot, "name": args.name,
+        "repeats": args.repeats, "max_repeats": args.max_repeats,
+        "control_every": args.control_every, "confirm": args.confirm,
+        "confirm_select": args.confirm_select, "confirm_max": args.confirm_max,
+    }  # fmt: skip
+    config = load_config(args.config, overrides)
+    if config.phases:
+        return tune_phases(args, config)
+    spec = config.spec
+    with terminate_on_sigterm(), connect(args.server, config.db, writable=True) as api:
+        where = args.server or str(config.db)
+        out.print(
+            f"study [bold]{spec.name}[/]: {len(spec.space)} knobs, {config.trials} trials, "
+            f"target {config.target.kind}, results in {where}",
+            highlight=False,
+        )
+        out.print(f"preparing the {config.target.kind} target...")
+        with config.target as target, progress_bar() as progress:
+            task = progress.add_task("tuning", total=config.trials, best="-")
+
+            def on_trial(trial: Trial, finished: int) -> None:
+                value = standing(spec, api.list_trials(spec.name))
+                progress.update(task, completed=finished, best=value)
+
+            protocol = config.protocol
+            result = run_session(api, target, spec, config.trials, on_trial, protocol)
+            confirmation = None
+            if protocol.confirm:
+                check = progress.add_task("confirming", total=None, best="")
+
+                def on_measure(done: int, total: int) -> None:
+                    progress.update(check, completed=done, total=total)
+
+                def store(trial_id: int, measurement: Measurement) -> None:
+                    api.add_measurements(spec.name, trial_id, [measurement])
+
+                confirmation = confirm(
+                    target, result.spec, result.trials, result.ranking, protocol.confirm,
+                    protocol.confirm_top,
+                    on_measure, store, machine_noise(
+                        result.spec, result.measurements,
+                        None if result.default is None else result.default.id,
+                    ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
+                )  # fmt: skip
+    print_result(result, confirming=confirmation is not None)
+    if confirmation is not None:
+        print_confirmation(result.spec, confirmation)
+        best = confirmation.best
+        if best is not None and (result.best is None or best.trial.id != result.best.id):
+            print_trial("confirmed best configuration", best.trial)
+    path = plot_convergence(
+        spec, result.trials, config.plot, result.measurements, confirmed(spec, confirmation)
+    )
+    out.print(f"convergence plot: {path}")
+    if confirmation is not None:
+        saved = config.plot.with_name(config.plot.stem + "-confirm.json")
+        saved.write_text(json.dumps(confirmation_dict(confirmation), indent=2) + "\n")
+        out.print(f"confirmation rounds: {saved}")
+    return 0
+
+
+def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
+    """``tune`` with ``[session] phases``: one study per phase, the other knobs held."""
+    spec, phases = config.spec, config.phases
+    with terminate_on_sigterm(), connect(args.server, config.db, writable=True) as api:
+        out.print(
+            f"study [bold]{spec.name}[/]: {len(spec.space)} knobs in {len(phases)} phases, "
+            f"{config.trials} trials, target {config.target.kind}, results in "
+            f"{args.server or config.db}",
+            highlight=False,
+        )
+        out.print(f"preparing the {config.target.kind} target...")
+        with config.target as target, progress_bar() as progress:
+            task = progress.add_task("phase 1", total=config.trials, best="-")
+            state: dict[str, Any] = {"spec": spec, "offset": 0}
+
+            def on_phase(index: int, sub: StudySpec, held: dict[str, Any]) -> None:
+                state.update(spec=sub, offset=sum(p.trials for p in phases[:index]))
+                progress.update(task, description=f"phase {index + 1}")
+                holding = ", ".join(f"{k}={fmt(v)}" for k, v in held.items()) or "nothing"
+                out.print(
+                    f"phase {index + 1} ({sub.name}): tuning {', '.join(sub.space.names)}; "
+                    f"holding {holding}",
+                    highlight=False,
+                )
+
+            def on_trial(trial: Trial, finished: int) -> None:
+                value = standing(state["spec"], api.list_trials(state["spec"].name))
+                progress.update(task, completed=state["offset"] + finished, best=value)
+
+            results = run_phases(api, target, spec, phases, on_trial, on_phase, config.protocol)
+    for index, phase in enumerate(results):
+        out.print(f"[bold]phase {index + 1}[/]", highlight=False)
+        print_result(phase.result)
+        stem = config.plot.with_name(f"{config.plot.stem}-phase{index + 1}{config.plot.suffix}")
+        out.print(
+            f"convergence plot: {plot_convergence(phase.result.spec, phase.result.trials, stem)}"
+        )
+    final = results[-1].best_config
+    if final is not None:
+        out.print("[bold]best configuration over all phases[/]")
+        table = Table(show_header=False)
+        for key, value in final.items():
+            table.add_row(key, fmt(value))
+        out.print(table)
+    return 0
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    from runner.daemon import Daemon, EventLog, parse_daemon
+
+    overrides = {"db": args.db, "name": args.name}
+    config = load_config(args.config, overrides)
+    settings = config.daemon or parse_daemon({}, config.spec, config.db)
+    if args.state:
+        settings = replace(settings, state=args.state)
+    if args.max_windows is not None:
+        settings = replace(settings, max_windows=args.max_windows)
+    if not args.server:
+        runtime.warm_up()  # this process suggests; its first suggestion would pay it
+    events = EventLog(settings.log)
+    try:
+        with (
+            terminate_on_sigterm(),
+            connect(args.server, config.db, writable=True) as api,
+            config.target as target,
+        ):
+            Daemon(api, target, config.spec, config.trials, settings, events).run()
+    finally:
+        events.close()
+    return 0
+
+
+def cmd_ray(args: argparse.Namespace) -> int:
+    try:
+        from runner.raytune import local_ray, run_ray
+    except ImportError as exc:
+        raise ValidationError(
+            "ray", f"Ray Tune is not installed ({exc})", "pip install 'ray[tune]'"
+        ) from None
+    overrides = {"trials": args.trials, "db": args.db, "name": args.name}
+    config = load_config(args.config, overrides)
+    if config.phases:
+        raise ValidationError("session.phases", "tuner ray runs one study, not phases")
+    tls_ca = read_file(args.tls_ca, "--tls-ca") if args.tls_ca else None
+    token = read_token(args.token_file, "--token-file") if args.token_file else None
+    with local_ray(args.parallel), local_server(args.server, config.db) as server:
+        out.print(
+            f"study [bold]{config.spec.name}[/]: {config.trials} trials on Ray, "
+            f"{args.parallel} at a time, server {server}"
+        )
+        run_ray(
+            server, config.spec, config.target, config.trials, args.parallel, tls_ca, token,
+            storage=config.db.parent / "ray",
+        )  # fmt: skip
+        with connect(server, config.db) as api:
+            trials = api.list_trials(config.spec.name)
+    result = summarize(config.spec, trials)
+    print_result(result)
+    out.print(f"convergence plot: {plot_convergence(config.spec, result.trials, config.plot)}")
+    return 0
+
+
+@contextmanager
+def local_server(server: str | None, db: Path) -> Iterator[str]:
+    """``server``, or a tuner server on 127.0.0.1 over ``db`` for the block's duration."""
+    if server:
+        yield server
+        return
+    from server.app import build_server, stop_server
+    from server.service import TuningService
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    storage = SQLiteStorage(db)
+    service = TuningService(storage, leases=DEFAULT_LEASES)
+    grpc_server, port = build_server(service, "127.0.0.1", 0)
+    grpc_server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_server(grpc_server, 5).wait()
+        service.close()
