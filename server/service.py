@@ -68,6 +68,9 @@ from tuner.trial import (
 log = logging.getLogger(__name__)
 
 MAX_SUGGESTIONS = 100
+#: Knob values one SuggestTrials call may create (count x knobs): every value is stored and
+#: sent, so a call on a many-knob study asks for fewer trials at a time.
+MAX_SUGGESTED_VALUES = 50_000
 MAX_CLIENT_ID = 256
 MAX_REQUEST_ID = 256
 MAX_REASON = 4096
@@ -253,7 +256,15 @@ class TuningService:
                 self._callers.add(caller)
         try:
             with self._lock(study):
-                self.storage.get_study(study)
+                knobs = len(self.storage.get_study(study).spec.space)
+                if count * knobs > MAX_SUGGESTED_VALUES:
+                    raise ValidationError(
+                        "count",
+                        f"{count} trials of {knobs} knobs are {count * knobs} knob values, "
+                        f"more than one call creates ({MAX_SUGGESTED_VALUES})",
+                        f"at most {max(1, MAX_SUGGESTED_VALUES // knobs)} trials per call "
+                        "for this study",
+                    )
                 if request is not None and (known := self._replay(study, request)) is not None:
                     return known
                 self._expire(study, arrived)

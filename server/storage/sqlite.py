@@ -666,15 +666,23 @@ def _insert_trials(
     db.table("trials").insert_all(
         {"study_id": study_id, "trial_id": i, **row} for i, (row, _, _, _) in numbered
     )
-    db.table("parameters").insert_all(
-        {"study_id": study_id, "trial_id": i, "name": name, "value_json": json.dumps(value)}
-        for i, (_, config, _, _) in numbered
-        for name, value in config.items()
+    # plain executemany: sqlite-utils' insert_all builds each row's query in Python, 8x
+    # slower for a batch of many-knob trials (100 trials of 5,000 knobs: 500,000 rows)
+    db.conn.executemany(
+        "INSERT INTO parameters (study_id, trial_id, name, value_json) VALUES (?, ?, ?, ?)",
+        (
+            (study_id, i, name, json.dumps(value))
+            for i, (_, config, _, _) in numbered
+            for name, value in config.items()
+        ),
     )
-    db.table("metrics").insert_all(
-        {"study_id": study_id, "trial_id": i, "name": name, "value": value}
-        for i, (_, _, metrics, _) in numbered
-        for name, value in metrics.items()
+    db.conn.executemany(
+        "INSERT INTO metrics (study_id, trial_id, name, value) VALUES (?, ?, ?, ?)",
+        (
+            (study_id, i, name, value)
+            for i, (_, _, metrics, _) in numbered
+            for name, value in metrics.items()
+        ),
     )
     _insert_events(db, [(study_id, i, now, "created", detail) for i, (*_, detail) in numbered])
     return first

@@ -260,6 +260,22 @@ def test_nan_and_inf_metrics_and_huge_repeated_fields_are_rejected(served: Any) 
     assert storage.get_trial("good", trial.id).status.value == "ACTIVE"
 
 
+def test_a_call_creates_at_most_50000_knob_values(served: Any) -> None:
+    """5,000 knobs x 100 trials held a server thread for 32 s (stored and sent value by
+    value): the count is capped per study, and the error says the study's own cap."""
+    stub, storage, _ = served
+    spec = spec_with(5000, name="many")
+    spec.designer.CopyFrom(pb.DesignerSettings(algorithm="sobol"))
+    stub.CreateStudy(pb.CreateStudyRequest(spec=spec))
+    code, message = answer(stub.SuggestTrials, pb.SuggestTrialsRequest(study="many", count=11))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert message.startswith("count: 11 trials of 5000 knobs"), message
+    assert "at most 10 trials per call for this study" in message
+    assert storage.list_trials("many") == []
+    reply = stub.SuggestTrials(pb.SuggestTrialsRequest(study="many", count=10), timeout=60)
+    assert len(reply.trials) == 10 and len(reply.trials[0].config) == 5000
+
+
 def test_undeclared_metrics_are_bounded_in_count_and_name(served: Any) -> None:
     stub, storage, _ = served
     [trial] = stub.SuggestTrials(pb.SuggestTrialsRequest(study="good", count=1)).trials
