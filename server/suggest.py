@@ -138,14 +138,18 @@ class WorkerPool:
             return self._busy
 
     def close(self) -> None:
-        """Cancel queued jobs and stop the workers (a running job's caller gets an error)."""
+        """Cancel queued jobs and stop the workers (a running job's caller gets an error):
+        a fit in progress is not waited for."""
         with self._guard:
             self._closed = True
             executor = self._executor
         processes = list((getattr(executor, "_processes", None) or {}).values())
         executor.shutdown(wait=False, cancel_futures=True)
         for process in processes:
-            process.terminate()  # a fit in progress is not waited for
+            process.terminate()
+        for process in processes:
+            process.join(timeout=10)
+        executor.shutdown(wait=True)  # its manager thread ends before the interpreter does
 
     # -- private -------------------------------------------------------------------------
     def _start(self) -> ProcessPoolExecutor:
@@ -153,7 +157,7 @@ class WorkerPool:
             self.workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
-            initargs=(self._settings, self._nice),
+            initargs=(self._settings, self._nice, os.getpid()),
         )
 
     def _run(
@@ -178,13 +182,24 @@ class WorkerPool:
         raise TunerError(f"study {spec.name}: the designer's worker died twice on this request")
 
 
-def _start_worker(settings: dict[str, Any], nice: int) -> None:
-    """Set a worker process up: lower priority, the server's settings, imports paid."""
+def _start_worker(settings: dict[str, Any], nice: int, server: int) -> None:
+    """Set a worker process up: lower priority, the server's settings, imports paid, and a
+    watch that ends it when the server is gone (a server killed with SIGKILL cannot stop
+    its workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server shuts its pool down itself
+    threading.Thread(target=_exit_with, args=(server,), name="parent-watch", daemon=True).start()
     if nice:
         os.nice(nice)
     runtime.configure(**settings)
     runtime.warm_up()
+
+
+def _exit_with(server: int, every_s: float = 1.0) -> None:
+    """End this process once the ``server`` process is no longer its parent (it died,
+    maybe before this process even started, and init or a subreaper took it over)."""
+    while os.getppid() == server:
+        time.sleep(every_s)
+    os._exit(0)
 
 
 def _ready() -> int:

@@ -323,3 +323,42 @@ def test_closing_the_service_ends_a_waiting_suggestion_with_an_error(tmp_path: P
     assert time.monotonic() - begun < 6
     assert isinstance(out[0], TunerError)
     assert "shut down" in str(out[0]) or "terminated" in str(out[0]).lower()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def test_the_workers_of_a_killed_server_end_with_it(tmp_path: Path) -> None:
+    """SIGKILL gives the server no chance to stop its workers: they watch for it."""
+    import subprocess
+    import sys
+
+    tuner = Path(sys.executable).with_name("tuner")
+    server = subprocess.Popen(
+        [str(tuner), "serve", "--db", str(tmp_path / "t.db"), "--port", "0",
+         "--suggest-workers", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        end = time.monotonic() + 60
+        while len(children := _children(server.pid)) < 2:  # the workers (and a tracker)
+            assert time.monotonic() < end, "the server never started its workers"
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        server.kill()
+        server.wait(30)
+    end = time.monotonic() + 20
+    while alive := [c for c in children if Path(f"/proc/{c}").exists()]:
+        assert time.monotonic() < end, f"workers outlived their server: {alive}"
+        time.sleep(0.2)
