@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import pareto, replay
-from server import sweep
+from runner import sweep
 from targets.replay import ReplayTarget
 from tuner.constraints import OutcomeConstraint
 

@@ -108,25 +108,25 @@ def test_warm_up_imports_what_a_first_suggestion_would() -> None:
 def test_serve_and_a_local_daemon_warm_up_and_short_commands_do_not(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    import cli.main
     import runner.daemon
     import server.app
-    from server import cli
 
     monkeypatch.chdir(tmp_path)  # the example's relative paths (its events log) land here
     calls: list[str] = []
     monkeypatch.setattr(runtime, "warm_up", lambda: calls.append("warm_up"))
     monkeypatch.setattr(server.app, "serve", lambda *a, **k: calls.append("serve"))
-    assert cli.main(["serve", "--db", str(tmp_path / "s.db"), "--port", "0"]) == 0
+    assert cli.main.main(["serve", "--db", str(tmp_path / "s.db"), "--port", "0"]) == 0
     assert calls == ["warm_up", "serve"]
     calls.clear()
     monkeypatch.setattr(runner.daemon.Daemon, "run", lambda self: calls.append("run") or 0)
     config = ROOT / "examples" / "daemon.toml"
     state = tmp_path / "state.json"
     args = ["daemon", str(config), "--db", str(tmp_path / "d.db"), "--state", str(state)]
-    assert cli.main(args) == 0
+    assert cli.main.main(args) == 0
     assert calls == ["warm_up", "run"]
     calls.clear()
-    assert cli.main(["studies", "--db", str(tmp_path / "d.db")]) == 0
+    assert cli.main.main(["studies", "--db", str(tmp_path / "d.db")]) == 0
     assert calls == []
 
 
