@@ -42,8 +42,11 @@ log = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50051
 #: gRPC threads. A SuggestTrials call waiting for the designer holds one (waiting, not
-#: computing), so there are many, and a quarter of them is kept for every other call.
-DEFAULT_THREADS = 64
+#: computing), so there are many, and a quarter of them is kept for every other call. With
+#: 64 (48 waiting) the 64 clients of ``bench.load`` were refused 153-196 times per 192
+#: cycles, and the refused calls' retries cost a quarter of the throughput and tripled
+#: the whole wait's p99 (``bench/README.md``, "Session 50"); 128 admit 96.
+DEFAULT_THREADS = 128
 # A worker heartbeats a third of a lease apart; 15 minutes of silence means it is gone.
 DEFAULT_LEASES = LeasePolicy(ttl_s=900.0, on_expiry="reoffer")
 HEALTH_SERVICE_NAME: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
