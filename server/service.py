@@ -389,8 +389,6 @@ class TuningService:
         study = _study_name(study)
         status = _reportable(status)
         reason = _text(reason, "reason", MAX_REASON)
-        if client_id is not None:
-            client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
         if REPORTABLE[status] and not reason.strip():
             raise ValidationError(
                 "reason", f"a {status.value} trial needs a reason", "non-empty text"
@@ -545,8 +543,6 @@ class TuningService:
         """
         arrived = self._clock()
         study = _study_name(study)
-        if client_id is not None:
-            client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
         with self._lock(study):
             self.storage.get_study(study)
             self._check_holder(study, trial_id, client_id, override_holder, "renew")
@@ -641,6 +637,7 @@ class TuningService:
         is anyone's. ``client_id`` None: an in-process caller, trusted."""
         if client_id is None:
             return
+        client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
         holder = self.storage.get_trial(study, trial_id).client_id
         if not holder or holder == client_id:
             return

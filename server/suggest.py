@@ -95,7 +95,6 @@ class WorkerPool:
         self._settings = runtime.current()
         self._nice = nice
         self._guard = threading.Lock()
-        self._busy = 0  # jobs submitted and not finished (queued or running)
         self._seconds: float | None = None  # moving average of a job's wall time
         self._closed = False
         self._executor = self._start()
@@ -111,14 +110,11 @@ class WorkerPool:
         self, spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache
     ) -> list[Suggestion]:
         entries = cache.export(spec.name)
-        with self._guard:
-            self._busy += 1
         begun = time.monotonic()
         try:
             suggestions, entries = self._run(spec, list(trials), count, entries)
         finally:
             with self._guard:
-                self._busy -= 1
                 took = time.monotonic() - begun
                 self._seconds = took if self._seconds is None else 0.8 * self._seconds + 0.2 * took
         cache.update(entries)
@@ -130,12 +126,6 @@ class WorkerPool:
         with self._guard:
             each = 1.0 if self._seconds is None else self._seconds
         return min(MAX_RETRY_S, max(MIN_RETRY_S, each / self.workers))
-
-    @property
-    def busy(self) -> int:
-        """Jobs submitted and not yet finished."""
-        with self._guard:
-            return self._busy
 
     def close(self) -> None:
         """Cancel queued jobs and stop the workers (a running job's caller gets an error):
