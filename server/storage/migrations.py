@@ -285,7 +285,7 @@ def migrate(db: Database, migrations: Sequence[Migration] | None = None) -> int:
     """
     steps = MIGRATIONS if migrations is None else tuple(migrations)
     latest = len(steps)
-    if _check_not_newer(current_version(db), latest) == latest:
+    if check_not_newer(current_version(db), latest) == latest:
         return latest
     db.conn.execute("BEGIN IMMEDIATE")
     try:
@@ -294,7 +294,7 @@ def migrate(db: Database, migrations: Sequence[Migration] | None = None) -> int:
             "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
         )
         # Read again under the write lock: another process may have upgraded meanwhile.
-        version = _check_not_newer(current_version(db), latest)
+        version = check_not_newer(current_version(db), latest)
         for number in range(version + 1, latest + 1):
             step = steps[number - 1]
             step(db)
@@ -316,20 +316,26 @@ def require_current(db: Database) -> int:
     Raises:
         StorageError: The file is older (it needs a read-write open to upgrade) or newer.
     """
-    version = _check_not_newer(current_version(db), LATEST_VERSION)
-    if version < LATEST_VERSION:
+    return check_current(current_version(db), LATEST_VERSION)
+
+
+def check_current(version: int, latest: int) -> int:
+    """``version`` if it is ``latest``; else ``StorageError`` saying which way it is off."""
+    if check_not_newer(version, latest) < latest:
         raise StorageError(
             f"database schema version {version} is older than this tuner's "
-            f"({LATEST_VERSION}); open it read-write once to upgrade it"
+            f"({latest}); open it read-write once to upgrade it"
         )
     return version
 
 
-def _check_not_newer(version: int, latest: int) -> int:
+def check_not_newer(version: int, latest: int) -> int:
+    """``version`` unless it is newer than ``latest``: a newer tuner's data is refused."""
     if version > latest:
         raise StorageError(
             f"database schema version {version} is newer than this tuner supports "
-            f"({latest}); it was written by a newer tuner: upgrade tuner or use another file"
+            f"({latest}); it was written by a newer tuner: upgrade tuner or use another "
+            "database"
         )
     return version
 
