@@ -1,8 +1,11 @@
 """Durable storage of studies, trials and trial events.
 
-``Storage`` is the contract the service programs against; ``SQLiteStorage`` is the backend
-(one SQLite file, WAL, numbered migrations). See ``server/storage/base.py`` for the promises
-every backend keeps.
+``Storage`` is the contract the service programs against (``server/storage/base.py`` has the
+promises every backend keeps). ``server/storage/sql.py`` implements it once in SQL for the
+two backends: ``SQLiteStorage`` (one file, WAL, numbered migrations; the default) and
+``PostgresStorage`` (``server/storage/postgres.py``; a database several servers may share,
+imported only when asked for, with psycopg). ``open_storage`` opens whichever a storage URL
+names (``server/storage/urls.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from server.storage.base import (
 )
 from server.storage.migrations import LATEST_VERSION
 from server.storage.sqlite import SQLiteStorage
+from server.storage.urls import StorageURL, open_storage, parse
 
 __all__ = [
     "CREATABLE_STATUSES",
@@ -30,9 +34,12 @@ __all__ = [
     "Request",
     "SQLiteStorage",
     "Storage",
+    "StorageURL",
     "StoredStudy",
     "TrialEvent",
     "check_config",
     "check_metrics",
     "check_status",
+    "open_storage",
+    "parse",
 ]

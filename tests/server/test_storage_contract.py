@@ -1,8 +1,10 @@
 """Conformance suite for ``server.storage.Storage``: every backend must pass all of it.
 
 To run the suite against a new backend, add a factory to ``BACKENDS``; the ``storage``
-fixture is parametrized over its keys. Backend-specific behaviour (files, pragmas,
-migrations) is tested next to the backend, e.g. ``test_sqlite_storage.py``.
+fixture is parametrized over its keys. The PostgreSQL backend runs against a real server
+(``conftest.postgres_url``: a new schema per test), skipped where PostgreSQL is missing.
+Backend-specific behaviour (files, pragmas, migrations, replicas) is tested next to the
+backend: ``test_sqlite_storage.py``, ``test_postgres_storage.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.storage import NewTrial, Request, SQLiteStorage, Storage
+from server.storage.postgres import PostgresStorage
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
@@ -29,14 +32,15 @@ from tuner.errors import (
 from tuner.study import StudySpec
 from tuner.trial import TrialStatus
 
-BACKENDS: dict[str, Callable[[Path], Storage]] = {
-    "sqlite": lambda tmp: SQLiteStorage(tmp / "tuner.db"),
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Storage]] = {
+    "sqlite": lambda _, tmp: SQLiteStorage(tmp / "tuner.db"),
+    "postgresql": lambda request, _: PostgresStorage(request.getfixturevalue("postgres_url")),
 }
 
 
 @pytest.fixture(params=list(BACKENDS))
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
-    store = BACKENDS[request.param](tmp_path)
+    store = BACKENDS[request.param](request, tmp_path)
     yield store
     store.close()
 
