@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from server.security import read_file, read_token
-from server.storage import SQLiteStorage
+from server.storage import open_storage, parse
 from tuner.errors import TunerError
 
 out = Console()
@@ -28,8 +28,9 @@ SECURITY: dict[str, Path | None] = {}
 
 # -- helpers --------------------------------------------------------------------------------
 @contextmanager
-def connect(server: str | None, db: Path, writable: bool = False) -> Iterator[Any]:
-    """A ``TunerClient`` for ``server``, else a ``TuningService`` over the file ``db``."""
+def connect(server: str | None, db: str | Path, writable: bool = False) -> Iterator[Any]:
+    """A ``TunerClient`` for ``server``, else a ``TuningService`` over the storage ``db``
+    names (a SQLite file, or a ``postgresql://`` URL)."""
     if server:
         from server.client import TunerClient
 
@@ -42,11 +43,12 @@ def connect(server: str | None, db: Path, writable: bool = False) -> Iterator[An
         return
     from server.service import TuningService
 
-    if writable:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    elif not db.exists():
-        raise TunerError(f"no database at {db}; run `tuner tune` first or pass --db/--server")
-    storage = SQLiteStorage(db, read_only=not writable)
+    path = parse(db, "--db").path
+    if path is not None and writable:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif path is not None and not path.exists():
+        raise TunerError(f"no database at {path}; run `tuner tune` first or pass --db/--server")
+    storage = open_storage(db, read_only=not writable, field="--db")
     service = TuningService(storage)
     try:
         yield service

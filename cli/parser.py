@@ -75,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
         p.set_defaults(func=func)
         if db:
-            p.add_argument("--server", metavar="HOST:PORT", help="use a running tuner server")
+            p.add_argument(
+                "--server",
+                metavar="HOST:PORT",
+                help="use a running tuner server (or replicas: HOST:PORT,HOST:PORT)",
+            )
             p.add_argument(
                 "--tls-ca", type=Path, metavar="PEM",
                 help="trust this certificate for a server with TLS (its own, if self-signed)",
@@ -86,9 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
             )  # fmt: skip
             p.add_argument(
                 "--db",
-                type=Path,
-                default=DEFAULT_DB,
-                help=f"local study database (default {DEFAULT_DB})",
+                default=str(DEFAULT_DB),
+                metavar="URL",
+                help=f"local study database: a SQLite file or postgresql://... "
+                f"(default {DEFAULT_DB})",
             )
         return p
 
@@ -118,7 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     serve = command("serve", cmd_serve, "serve studies over gRPC", db=False)
-    serve.add_argument("--db", type=Path, default=DEFAULT_DB)
+    serve.add_argument(
+        "--db", default=str(DEFAULT_DB), metavar="URL",
+        help=f"where studies are kept: a SQLite file (a path or sqlite:///PATH; default "
+        f"{DEFAULT_DB}) or a PostgreSQL database (postgresql://user@host/db), which several "
+        "servers may share",
+    )  # fmt: skip
     serve.add_argument(
         "--host", default="127.0.0.1",
         help="interface (default loopback; any other needs --tls-cert, --tls-key, --token-file)",

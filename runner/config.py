@@ -26,6 +26,7 @@ the command runs in.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -147,7 +148,7 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
     trials = overrides.get("trials") or session.get("trials", 30)
     if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= 100_000:
         raise ValidationError("session.trials", f"got {trials!r}", "an integer in [1, 100000]")
-    db = Path(overrides.get("db") or session.get("db", DEFAULT_DB))
+    db = _session_db(overrides.get("db") or session.get("db", DEFAULT_DB))
     plot = Path(overrides.get("plot") or session.get("plot", db.parent / f"{spec.name}.png"))
     given = {k: overrides[k] for k in _PROTOCOL_KEYS if overrides.get(k) is not None}
     given = {**{k: session[k] for k in _PROTOCOL_KEYS if k in session}, **given}
@@ -334,3 +335,23 @@ def _check_metrics(spec: StudySpec, target: Target) -> None:
             raise ValidationError(
                 field_, f"the {target.kind} target does not report {metric!r}", sorted(available)
             )
+
+
+def _session_db(value: object) -> Path:
+    """The SQLite file of ``session.db`` (a path, or ``sqlite:///PATH``). A session keeps
+    its study in a file beside its plots; a shared PostgreSQL database is a server's
+    (``tuner serve --db postgresql://...``), which a session reaches with ``--server``."""
+    allowed = ["a file path", "sqlite:///PATH"]
+    if not isinstance(value, str | os.PathLike):
+        raise ValidationError("session.db", f"got {value!r}", allowed)
+    text = os.fspath(value)
+    if text.startswith("sqlite:///") and len(text) > len("sqlite:///"):
+        return Path(text[len("sqlite:///") :])
+    if "://" in text:
+        raise ValidationError(
+            "session.db",
+            f"{text!r}: a session keeps its study in a SQLite file; for a PostgreSQL "
+            "database run `tuner serve --db postgresql://...` and pass --server HOST:PORT",
+            allowed,
+        )
+    return Path(text)

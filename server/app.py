@@ -33,7 +33,7 @@ from server.observability import Metrics
 from server.security import ServerSecurity
 from server.service import LeasePolicy, TuningService
 from server.servicer import SERVICE_NAME, TunerServicer, add_to_server
-from server.storage import SQLiteStorage, Storage
+from server.storage import Storage, open_storage, parse
 from server.suggest import WorkerPool
 from tuner.errors import StorageError
 
@@ -131,7 +131,7 @@ def stop_server(server: grpc.Server, grace: float | None = 5.0) -> threading.Eve
 
 
 def serve(
-    db_path: str | os.PathLike[str],
+    db: str | os.PathLike[str],
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     *,
@@ -146,7 +146,7 @@ def serve(
     port_file: str | os.PathLike[str] | None = None,
     announce: bool = False,
 ) -> None:
-    """Serve the studies in the SQLite database ``db_path`` until told to stop.
+    """Serve the studies in the database ``db`` names until told to stop.
 
     Stops on SIGTERM or SIGINT when called from the main thread (the previous handlers are
     restored on return), or when ``stop`` is set (from another thread or a test). Shutdown
@@ -154,7 +154,9 @@ def serve(
     the service and its storage.
 
     Args:
-        db_path: The database file; created if missing.
+        db: A storage URL (``server.storage.urls``): a SQLite file (a path, or
+            ``sqlite:///PATH``; created if missing) or a PostgreSQL database
+            (``postgresql://...``), which several servers may share.
         host: Interface to bind; loopback by default.
         port: TCP port; 0 picks a free one (logged).
         max_workers: Threads serving calls concurrently. SuggestTrials calls may hold three
@@ -176,13 +178,14 @@ def serve(
         announce: Once serving, print the bound address (``host:port``) alone on stdout.
 
     Raises:
+        ValidationError: ``db`` is not a storage URL (the error lists the forms).
         StorageError: The database cannot be opened.
         OSError: The address cannot be bound.
     """
     stop = stop or threading.Event()
     security = security or ServerSecurity()
     security.check_host(host)  # before the database is touched
-    storage = SQLiteStorage(db_path)
+    storage = open_storage(db)
     try:
         storage.check()  # a read-only file or a full disk: refuse to start, saying so
         workers = default_suggest_workers() if suggest_workers is None else suggest_workers
@@ -211,7 +214,7 @@ def serve(
             )
         try:
             _serve_until(
-                service, host, port, max_workers, grace, stop, db_path, security, metrics,
+                service, host, port, max_workers, grace, stop, str(parse(db)), security, metrics,
                 port_file, announce,
             )  # fmt: skip
         finally:
@@ -252,7 +255,7 @@ def _serve_until(
     max_workers: int,
     grace: float,
     stop: threading.Event,
-    db_path: str | os.PathLike[str],
+    where: str,
     security: ServerSecurity,
     metrics: Metrics | None,
     port_file: str | os.PathLike[str] | None = None,
@@ -272,7 +275,7 @@ def _serve_until(
             "tuner serving %s on %s (database %s; %s, %s)",
             SERVICE_NAME,
             format_address(host, bound),
-            os.fspath(db_path),
+            where,
             "TLS" if security.tls else "no TLS",
             "bearer token required" if security.token else "no token",
         )

@@ -63,7 +63,11 @@ class TunerClient:
     """A connection to a tuner server.
 
     Args:
-        target: The server's address, ``host:port`` (any gRPC target string).
+        target: The server's address, ``host:port`` (any gRPC target string), or several
+            replicas' (servers sharing one PostgreSQL database), comma-separated IP
+            addresses ``10.0.0.5:50051,10.0.0.6:50051``: calls are spread over those that
+            are up (gRPC's ``round_robin``), so one going away costs only the calls in
+            flight to it.
         timeout: Deadline in seconds of each attempt of a call, as given.
         retry_for: Seconds during which an UNAVAILABLE or refused call is tried again (0:
             never); a new attempt starts only within them.
@@ -84,11 +88,12 @@ class TunerClient:
         self.timeout = timeout
         self.retry_for = retry_for
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        channel_target, options = _channel_target(target)
         if tls_ca is None:
-            self._channel = grpc.insecure_channel(target)
+            self._channel = grpc.insecure_channel(channel_target, options)
         else:
             credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca)
-            self._channel = grpc.secure_channel(target, credentials)
+            self._channel = grpc.secure_channel(channel_target, credentials, options)
         self._stub = pb_grpc.TunerServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         # (study, trial id) -> the client id this client got the trial with
@@ -360,6 +365,17 @@ class TunerClient:
                 if domain is error:
                     raise
                 raise domain from error
+
+
+def _channel_target(target: str) -> tuple[str, list[tuple[str, Any]]]:
+    """The gRPC target and channel options for ``target``: a comma-separated list of
+    replicas becomes an ``ipv4:``/``ipv6:`` list balanced round robin."""
+    if "," not in target or ":/" in target or target.startswith(("ipv4:", "ipv6:")):
+        balanced = "," in target
+        return target, [("grpc.lb_policy_name", "round_robin")] if balanced else []
+    parts = [part.strip() for part in target.split(",") if part.strip()]
+    scheme = "ipv6" if all(part.startswith("[") for part in parts) else "ipv4"
+    return f"{scheme}:{','.join(parts)}", [("grpc.lb_policy_name", "round_robin")]
 
 
 def _request_id() -> str:

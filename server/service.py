@@ -411,9 +411,15 @@ class TuningService:
             _check_metrics(spec, metrics, status)
             self._check_holder(study, trial_id, client_id, override_holder, "finish")
             self._expire(study, arrived)
-            trial = self.storage.finish_trial(
-                study, trial_id, status, metrics, reason, request, repeats, spread
-            )
+            try:
+                trial = self.storage.finish_trial(
+                    study, trial_id, status, metrics, reason, request, repeats, spread
+                )
+            except (StateError, AlreadyExistsError):
+                # another server on a shared database answered this request meanwhile
+                if request is None or (known := self._replay(study, request)) is None:
+                    raise
+                return known[0]
         if trial.reported_late:
             log.warning(
                 "study %s trial %d: %s reported after its lease expired; stored",
