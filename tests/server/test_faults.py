@@ -3,9 +3,11 @@
 The kill test runs the real ``tuner serve`` on a fixed loopback port, drives it with eight
 worker threads (``TunerClient`` with retries) and one worker that takes a trial and
 vanishes, kills the server with SIGKILL three times at random moments, restarts it on the
-same file each time, and then checks the file: SQLite's integrity check passes, every
-completion a worker saw acknowledged is stored once with its value, and every trial that
-was in flight was either completed once or given up by its lease and re-offered.
+same database each time, and then checks the database: every completion a worker saw
+acknowledged is stored once with its value, and every trial that was in flight was either
+completed once or given up by its lease and re-offered (and, for SQLite, its integrity
+check passes). It runs twice: one server on a SQLite file, and two replicas on one
+PostgreSQL database, half the workers on each, the kills falling on either.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pytest
 from server.app import build_server, stop_server
 from server.client import TunerClient
 from server.service import LeasePolicy, TuningService
-from server.storage import SQLiteStorage
+from server.storage import SQLiteStorage, open_storage
 from tuner.errors import StorageError
 from tuner.study import StudySpec
 from tuner.trial import TrialStatus
@@ -57,9 +59,9 @@ def free_port() -> int:
 
 
 class Server:
-    """``tuner serve`` on a fixed port, restartable on the same file."""
+    """``tuner serve`` on a fixed port, restartable on the same database."""
 
-    def __init__(self, db: Path, port: int, log: Path) -> None:
+    def __init__(self, db: str, port: int, log: Path) -> None:
         self.db, self.port, self.log = db, port, log
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -82,11 +84,19 @@ class Server:
             self.proc.wait(timeout=30)
 
 
-def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(tmp_path: Path) -> None:
-    db = tmp_path / "faults.db"
-    server = Server(db, free_port(), tmp_path / "server.log")
-    address = f"127.0.0.1:{server.port}"
-    server.start()
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        db = str(tmp_path / "faults.db")
+        servers = [Server(db, free_port(), tmp_path / "server.log")]
+    else:  # two replicas on one database
+        db = request.getfixturevalue("postgres_url")
+        servers = [Server(db, free_port(), tmp_path / f"server-{i}.log") for i in range(2)]
+    addresses = [f"127.0.0.1:{server.port}" for server in servers]
+    for server in servers:
+        server.start()
     acknowledged: dict[int, float] = {}
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -94,7 +104,9 @@ def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(tmp_path: P
 
     def worker(k: int) -> None:
         try:
-            with TunerClient(address, timeout=10, retry_for=120) as client:
+            # 30 s per attempt: a restarted server's first suggestion waits for its designer
+            # workers to import torch (8 s on a 2-CPU VM, more with two servers restarting)
+            with TunerClient(addresses[k % len(addresses)], timeout=30, retry_for=120) as client:
                 for i in range(CYCLES):
                     (trial,) = client.suggest_trials("faults", 1, client_id=f"w{k}")
                     if k == 0 and i == 2:
@@ -111,27 +123,28 @@ def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(tmp_path: P
             errors.append(exc)
 
     try:
-        with TunerClient(address, retry_for=120) as client:
+        with TunerClient(addresses[0], retry_for=120) as client:
             client.wait_ready(60)
             client.create_study(SPEC)
         threads = [threading.Thread(target=worker, args=(k,)) for k in range(WORKERS)]
         for thread in threads:
             thread.start()
         chance = random.Random(11)
-        with TunerClient(address) as watcher:
-            for _ in range(3):
+        for _ in range(3):
+            victim = chance.choice(servers)
+            with TunerClient(f"127.0.0.1:{victim.port}") as watcher:
                 watcher.wait_ready(60)  # kill under load, not while the server starts
                 time.sleep(chance.uniform(0.2, 1.5))
-                server.kill()
+                victim.kill()
                 time.sleep(chance.uniform(0.0, 0.5))
-                server.start()
+                victim.start()
         for thread in threads:
             thread.join(timeout=300)
         assert not errors, errors
         # the vanished worker's trial: its lease runs out and it is re-offered (perhaps
         # already during the run); whatever is still queued is drained here
         time.sleep(LEASE_S + 0.5)
-        with TunerClient(address, retry_for=60) as client:
+        with TunerClient(addresses[-1], retry_for=60) as client:
             lost = client.get_trial("faults", vanished[0])
             assert lost.status is TrialStatus.ABANDONED and lost.reoffered_as is not None
             for queued in client.list_trials("faults", [TrialStatus.PENDING]):
@@ -142,10 +155,12 @@ def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(tmp_path: P
             copy = client.get_trial("faults", lost.reoffered_as)
             assert copy.config == lost.config and copy.status is TrialStatus.COMPLETED
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
 
-    with SQLiteStorage(db, read_only=True) as storage:
-        assert storage.integrity_check() == "ok"
+    with open_storage(db, read_only=True) as storage:
+        if isinstance(storage, SQLiteStorage):
+            assert storage.integrity_check() == "ok"
         trials = {t.id: t for t in storage.list_trials("faults")}
         for trial_id, value in acknowledged.items():
             assert trials[trial_id].status is TrialStatus.COMPLETED
@@ -154,8 +169,13 @@ def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(tmp_path: P
         # no completion the workers were not told about; worker 0 completed two trials
         assert len(completed) == len(acknowledged) >= (WORKERS - 1) * CYCLES + 2
         for trial in trials.values():
-            events = [e.event for e in storage.trial_events("faults", trial.id)]
+            history = storage.trial_events("faults", trial.id)
+            events = [e.event for e in history]
             assert events.count("status:COMPLETED") <= 1
+            handed_out = events.count("status:ACTIVE") + sum(
+                e.event == "created" and e.detail.startswith("ACTIVE") for e in history
+            )
+            assert handed_out <= 1, history  # never handed to two workers
             if trial.status is TrialStatus.COMPLETED:
                 continue
             assert trial.status is TrialStatus.ABANDONED, trial
@@ -163,9 +183,9 @@ def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(tmp_path: P
                 assert trials[trial.reoffered_as or 0].config == trial.config
             else:  # a re-offer made unnecessary by the original's late result
                 assert "reported its result late" in trial.reason
-    log = (tmp_path / "server.log").read_text()
-    assert "lease expired" in log
-    assert log.count("tuner serving") == 4  # started, then restarted after each kill
+    logs = "".join(log.read_text() for log in sorted(tmp_path.glob("server*.log")))
+    assert "lease expired" in logs
+    assert logs.count("tuner serving") == len(servers) + 3  # started, and after each kill
 
 
 # -- a database that cannot be written --------------------------------------------------------

@@ -1,0 +1,133 @@
+"""Two tuner servers on one PostgreSQL database, as replicas behind one client.
+
+Real gRPC on 127.0.0.1, two ``TuningService`` instances, each on its own
+``PostgresStorage`` of one database. Workers talk to both through one ``TunerClient``
+given both addresses; one replica is stopped in the middle of the run. Every trial goes
+to one worker, every acknowledged completion is stored once with its value, and a request
+retried on the other replica is answered as the first time. (The SIGKILL variant with
+``tuner serve`` processes is in ``test_faults.py``.)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from server.app import build_server, stop_server
+from server.client import TunerClient
+from server.service import LeasePolicy, TuningService
+from server.storage.postgres import PostgresStorage
+from tuner.study import StudySpec
+from tuner.trial import TrialStatus
+
+SPEC = StudySpec.from_dict(
+    {
+        "name": "replicas",
+        "knobs": [
+            {"name": "x", "kind": "float", "low": 0.0, "high": 1.0},
+            {"name": "n", "kind": "int", "low": 1, "high": 1000},
+        ],
+        "objectives": [{"name": "y", "goal": "minimize"}],
+        "designer": {"algorithm": "sobol", "seed": 4, "start_with_default": False},
+    }
+)
+WORKERS = 6
+CYCLES = 10
+
+
+class Replica:
+    """A tuner server in this process over its own connections to the shared database."""
+
+    def __init__(self, url: str) -> None:
+        self.service = TuningService(PostgresStorage(url), leases=LeasePolicy(60, "reoffer"))
+        self.server, port = build_server(self.service, "127.0.0.1", 0)
+        self.address = f"127.0.0.1:{port}"
+        self.server.start()
+        self.stopped = False
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            stop_server(self.server, 2).wait()
+            self.service.close()
+            self.service.storage.close()
+
+
+@pytest.fixture
+def replicas(postgres_url: str) -> Iterator[list[Replica]]:
+    pair = [Replica(postgres_url), Replica(postgres_url)]
+    try:
+        yield pair
+    finally:
+        for replica in pair:
+            replica.stop()
+
+
+def test_workers_on_two_replicas_get_distinct_trials_and_lose_no_completion(
+    replicas: list[Replica],
+) -> None:
+    both = ",".join(r.address for r in replicas)
+    acknowledged: dict[int, float] = {}
+    guard = threading.Lock()
+    errors: list[BaseException] = []
+    halfway = threading.Barrier(WORKERS + 1)
+
+    def worker(k: int) -> None:
+        try:
+            with TunerClient(both, timeout=30, retry_for=60) as client:
+                for i in range(CYCLES):
+                    if i == CYCLES // 2:
+                        halfway.wait(timeout=120)  # one replica goes away here
+                        halfway.wait(timeout=120)
+                    (trial,) = client.suggest_trials("replicas", 1, client_id=f"w{k}")
+                    value = float(trial.config["x"]) + k
+                    done = client.complete_trial("replicas", trial.id, {"y": value})
+                    assert done.status is TrialStatus.COMPLETED
+                    with guard:
+                        assert trial.id not in acknowledged, "one trial handed out twice"
+                        acknowledged[trial.id] = value
+        except BaseException as exc:
+            errors.append(exc)
+            halfway.abort()
+
+    with TunerClient(replicas[0].address) as client:
+        client.wait_ready(30)
+        client.create_study(SPEC)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(WORKERS)]
+    for thread in threads:
+        thread.start()
+    halfway.wait(timeout=120)
+    first_half = dict(acknowledged)
+    replicas[0].stop()
+    halfway.wait(timeout=120)
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+
+    trials = replicas[1].service.list_trials("replicas")
+    assert len(trials) == len(acknowledged) == WORKERS * CYCLES
+    assert sorted(t.id for t in trials) == list(range(1, WORKERS * CYCLES + 1))
+    for trial in trials:
+        assert trial.status is TrialStatus.COMPLETED
+        assert trial.metrics == {"y": acknowledged[trial.id]}
+    holders = Counter(t.client_id for t in trials)
+    assert holders == {f"w{k}": CYCLES for k in range(WORKERS)}
+    assert len(first_half) >= WORKERS * (CYCLES // 2 - 1)  # before the stop
+
+
+def test_a_request_retried_on_the_other_replica_is_answered_as_the_first_time(
+    replicas: list[Replica],
+) -> None:
+    a, b = (r.service for r in replicas)
+    a.create_study(SPEC)
+    (first,) = a.suggest_trials("replicas", 1, client_id="w", request_id="ask-1")
+    (again,) = b.suggest_trials("replicas", 1, client_id="w", request_id="ask-1")
+    assert again.id == first.id and again.config == first.config
+    done = a.complete_trial("replicas", first.id, {"y": 1.0}, request_id="tell-1", client_id="w")
+    retried = b.complete_trial("replicas", first.id, {"y": 1.0}, request_id="tell-1", client_id="w")
+    assert retried.status is done.status is TrialStatus.COMPLETED
+    assert retried.metrics == {"y": 1.0}
+    assert len(b.list_trials("replicas")) == 1
