@@ -1,7 +1,8 @@
 """Load benchmark: many workers suggest and complete trials against one server over loopback.
 
 ``python -m bench.load [--clients 64] [--cycles 50] [--studies 8] [--peer optuna]
-[--designer sobol,bo] [--bo-cycles 10] [--markdown]``
+[--designer sobol,bo] [--bo-cycles 10] [--storage sqlite|postgresql] [--replicas N]
+[--pg-url URL] [--markdown]``
 
 ``ours``: a ``tuner serve`` process (the CLI entry point, its own SQLite file, leases on) and
 ``--clients`` worker threads in this process, spread round-robin over ``--studies``
@@ -21,6 +22,11 @@ every 50 ms throughout (each answer timed: the goal is within 1 s, every time).
   refusals and the whole wait (``ask``) beside the answered calls. The yardstick is one
   suggestion on the idle server at the end of the run (one per study, one at a time): the
   time of one fit at that history size.
+
+``--storage postgresql`` keeps the studies in a fresh PostgreSQL database per run (on
+``--pg-url``'s server, or on a throwaway server started for the run); ``--replicas N``
+starts N servers on it, worker k talking to replica k mod N, so every study is served by
+every replica at once; health is watched on each.
 
 The client speaks the wire contract straight from ``proto/tuner/v1/tuner.proto`` (compiled
 at run time into a descriptor pool of its own), as a client in another language would; the
@@ -51,10 +57,11 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -233,17 +240,27 @@ def suggest(stub: Any, ask: Any, log: WorkerLog) -> Any:
 
 def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> dict[str, Any]:
     pb, services = wire()
-    port = free_port()
-    target = f"127.0.0.1:{port}"
-    db = work / f"ours-{designer}.db"
+    replicas = getattr(args, "replicas", 1)
+    ports = [free_port() for _ in range(replicas)]
+    targets = [f"127.0.0.1:{port}" for port in ports]
+    target = targets[0]
+    postgres = getattr(args, "storage", "sqlite") == "postgresql"
+    db = fresh_database(args, designer) if postgres else str(work / f"ours-{designer}.db")
     cycles = args.cycles if designer == "sobol" else args.bo_cycles
     tuner = Path(sys.executable).with_name("tuner")
-    argv = [str(tuner), "serve", "--db", str(db), "--port", str(port)]
+    argv = [str(tuner), "serve", "--db", db]
     argv += ["--max-waiting", str(args.max_waiting)] if getattr(args, "max_waiting", None) else []
     workers = getattr(args, "suggest_workers", None)
     argv += ["--suggest-workers", str(workers)] if workers is not None else []
-    with process(argv, work / f"ours-{designer}-server.log") as proc:
-        wait_serving(target)
+    with ExitStack() as servers:
+        procs = [
+            servers.enter_context(
+                process([*argv, "--port", str(port)], work / f"ours-{designer}-server-{i}.log")
+            )
+            for i, port in enumerate(ports)
+        ]
+        for each in targets:
+            wait_serving(each)
         studies = [f"load-{i}" for i in range(args.studies)]
         with grpc.insecure_channel(target) as channel:
             stub = services.TunerServiceStub(channel)
@@ -251,12 +268,14 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
                 stub.CreateStudy(pb.CreateStudyRequest(spec=study_spec(pb, name, i, designer)))
                 if designer == "bo":
                     stub.ImportTrials(pb.ImportTrialsRequest(study=name, trials=history(pb, i)))
-        health = HealthWatch(target)
+        health = HealthWatch(targets)
         logs = [WorkerLog() for _ in range(args.clients)]
 
         def worker(k: int) -> None:
+            # worker k talks to replica k mod N; with 8 workers a study, each study is
+            # served by every replica at once
             study, log = studies[k % len(studies)], logs[k]
-            with grpc.insecure_channel(target) as channel:
+            with grpc.insecure_channel(targets[k % len(targets)]) as channel:
                 stub = services.TunerServiceStub(channel)
                 for _ in range(cycles):
                     ask = pb.SuggestTrialsRequest(
@@ -274,16 +293,31 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
                     log.completed.append((study, trial.id, values, loss))
 
         wall = run_workers(worker, args.clients, health)
-        alive = proc.poll() is None
+        alive = all(proc.poll() is None for proc in procs)
         idle = idle_suggestions(services, pb, target, studies) if designer == "bo" else []
-    check = check_ours(db, logs, args, cycles)
-    result = summary(f"ours ({designer})", logs, wall, check, health, alive)
+    rows = stored_rows_postgres(db) if postgres else stored_rows_sqlite(Path(db))
+    check = check_ours(rows, logs, args, cycles)
+    label = designer if not postgres else f"{designer}, postgresql x{replicas}"
+    result = summary(f"ours ({label})", logs, wall, check, health, alive)
     result["designer"] = designer
+    result["storage"] = "postgresql" if postgres else "sqlite"
+    result["replicas"] = replicas
     result["refused"] = sum(log.refused for log in logs)
     result["asked"] = percentiles([v for log in logs for v in log.asked])
     if idle:
         result["one_fit_ms"] = percentiles(idle)
     return result
+
+
+def fresh_database(args: argparse.Namespace, designer: str) -> str:
+    """A new, empty PostgreSQL database for one run, on ``--pg-url``'s server; its URL."""
+    import psycopg
+
+    name = f"tuner_load_{designer}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(args.pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    parts = urllib.parse.urlsplit(args.pg_url)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
 
 
 def idle_suggestions(services: Any, pb: Any, target: str, studies: list[str]) -> list[float]:
@@ -319,35 +353,82 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     }
 
 
+@dataclass
+class Stored:
+    """What a run's database holds: the workers' trials (study, id, status, client), the
+    ``loss`` metric of every trial, every trial's configuration in stored order, and the
+    database's own consistency check ("ok" or the problems)."""
+
+    rows: list[tuple[str, int, str, str]]
+    values: dict[tuple[str, int], float]
+    configs: dict[tuple[str, int], list[Any]]
+    integrity: str
+
+
+_WORKER_TRIALS = (
+    "SELECT s.name, t.trial_id, t.status, t.client_id FROM trials t "
+    "JOIN studies s ON s.id = t.study_id WHERE {worker}"
+)
+_LOSSES = (
+    "SELECT s.name, m.trial_id, m.value FROM metrics m "
+    "JOIN studies s ON s.id = m.study_id WHERE m.name = 'loss'"
+)
+_CONFIGS = (
+    "SELECT s.name, p.trial_id, p.value_json FROM parameters p "
+    "JOIN studies s ON s.id = p.study_id ORDER BY p.{order}"
+)
+
+
+def stored_rows_sqlite(db: Path) -> Stored:
+    with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as conn:
+        return Stored(
+            conn.execute(_WORKER_TRIALS.format(worker="t.client_id GLOB 'w[0-9]*'")).fetchall(),
+            {(n, t): v for n, t, v in conn.execute(_LOSSES)},
+            _configs(conn.execute(_CONFIGS.format(order="rowid"))),
+            conn.execute("PRAGMA integrity_check").fetchone()[0],
+        )
+
+
+def stored_rows_postgres(url: str) -> Stored:
+    """The same from PostgreSQL; its consistency check: no parameter, metric or event row
+    without its trial (the foreign keys forbid them; this reads that they held)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        orphans = {
+            table: conn.execute(
+                f"SELECT count(*) FROM {table} x LEFT JOIN trials t ON "
+                "t.study_id = x.study_id AND t.trial_id = x.trial_id WHERE t.trial_id IS NULL"
+            ).fetchone()[0]  # type: ignore[index]
+            for table in ("parameters", "metrics", "trial_events")
+        }
+        return Stored(
+            [tuple(r) for r in conn.execute(  # type: ignore[misc]
+                _WORKER_TRIALS.format(worker="t.client_id ~ '^w[0-9]+$'"))],
+            {(n, t): v for n, t, v in conn.execute(_LOSSES)},
+            _configs(conn.execute(_CONFIGS.format(order="seq"))),
+            "; ".join(f"{n} {t} rows without a trial" for t, n in orphans.items() if n) or "ok",
+        )  # fmt: skip
+
+
+def _configs(rows: Any) -> dict[tuple[str, int], list[Any]]:
+    configs: dict[tuple[str, int], list[Any]] = {}
+    for name, trial, value in rows:
+        configs.setdefault((name, trial), []).append(json.loads(value))
+    return configs
+
+
 def check_ours(
-    db: Path, logs: list[WorkerLog], args: argparse.Namespace, cycles: int | None = None
+    stored: Stored, logs: list[WorkerLog], args: argparse.Namespace, cycles: int | None = None
 ) -> dict[str, Any]:
     """What the database holds of the workers' trials (client ids ``w0``, ``w1``...; the
     imported and idle-yardstick trials are not theirs)."""
-    with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as conn:
-        rows = conn.execute(
-            "SELECT s.name, t.trial_id, t.status, t.client_id FROM trials t "
-            "JOIN studies s ON s.id = t.study_id WHERE t.client_id GLOB 'w[0-9]*'"
-        ).fetchall()
-        values = {
-            (name, trial): value
-            for name, trial, value in conn.execute(
-                "SELECT s.name, m.trial_id, m.value FROM metrics m "
-                "JOIN studies s ON s.id = m.study_id WHERE m.name = 'loss'"
-            )
-        }
-        configs: dict[tuple[str, int], list[float]] = {}
-        for name, trial, value in conn.execute(
-            "SELECT s.name, p.trial_id, p.value_json FROM parameters p "
-            "JOIN studies s ON s.id = p.study_id ORDER BY p.rowid"
-        ):
-            configs.setdefault((name, trial), []).append(json.loads(value))
-        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    rows, values = stored.rows, stored.values
     seen = [(study, trial, loss) for log in logs for study, trial, _, loss in log.completed]
     lost = sum(values.get((study, trial)) != loss for study, trial, loss in seen)
     handed_twice = len(seen) - len({(study, trial) for study, trial, _ in seen})
     by_study: dict[str, list[tuple[float, ...]]] = {}
-    for (name, _), config in configs.items():
+    for (name, _), config in stored.configs.items():
         by_study.setdefault(name, []).append(tuple(config))
     repeated = sum(len(c) - len(set(c)) for c in by_study.values())
     return {
@@ -358,23 +439,25 @@ def check_ours(
         "duplicated": len(rows) - len(seen),
         "handed_to_two_workers": handed_twice,
         "repeated_configurations": repeated,
-        "integrity_check": integrity,
+        "integrity_check": stored.integrity,
     }
 
 
 class HealthWatch:
-    """Asks the health service every 50 ms while the workers run."""
+    """Asks each server's health service every 50 ms while the workers run."""
 
-    def __init__(self, target: str) -> None:
-        self.target = target
+    def __init__(self, targets: str | list[str]) -> None:
+        self.targets = [targets] if isinstance(targets, str) else list(targets)
         self.checks = 0
         self.not_serving: list[str] = []
         self.seconds: list[float] = []  # each answer's latency
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._threads = [
+            threading.Thread(target=self._watch, args=(t,), daemon=True) for t in self.targets
+        ]
 
-    def _watch(self) -> None:
-        with grpc.insecure_channel(self.target) as channel:
+    def _watch(self, target: str) -> None:
+        with grpc.insecure_channel(target) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while not self._stop.wait(0.05):
                 begun = time.perf_counter()
@@ -388,12 +471,14 @@ class HealthWatch:
                 self.checks += 1
 
     def __enter__(self) -> HealthWatch:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
 
 # -- optuna --------------------------------------------------------------------------------
@@ -620,8 +705,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     meta = machine_info()
     results = []
-    with tempfile.TemporaryDirectory(prefix="tuner-load-") as tmp:
+    if args.replicas > 1 and args.storage != "postgresql":
+        raise SystemExit("--replicas above 1 needs --storage postgresql (replicas share it)")
+    with tempfile.TemporaryDirectory(prefix="tuner-load-") as tmp, ExitStack() as stack:
         work = Path(tmp)
+        if args.storage == "postgresql" and not args.pg_url:
+            args.pg_url = stack.enter_context(throwaway_postgres())
         runs = [*args.designer, *([args.peer] if args.peer != "none" else [])]
         for method in runs:
             cycles = args.bo_cycles if method == "bo" else args.cycles
@@ -643,6 +732,26 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(passed(r) for r in results if "designer" in r)
     console.print("checks: " + ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
+
+
+@contextmanager
+def throwaway_postgres() -> Iterator[str]:
+    """A private PostgreSQL server for the run (the postgres target's throwaway cluster, on
+    a Unix socket); the URL of its ``postgres`` database."""
+    from targets.db.postgres.cluster import Cluster
+    from targets.db.postgres.tools import find_tools
+
+    parent = Path(tempfile.mkdtemp(prefix="tuner-load-pg-"))
+    parent.chmod(0o755)  # the postgres user reaches its socket through it
+    cluster = Cluster(find_tools(), parent)
+    try:
+        cluster.create()
+        cluster.write_conf(["max_connections = 200", "fsync = on", "synchronous_commit = on"])
+        cluster.start()
+        yield f"postgresql://postgres@/postgres?host={cluster.root}&port={cluster.port}"
+    finally:
+        cluster.destroy()
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def passed(ours: dict[str, Any]) -> bool:
@@ -682,6 +791,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--bo-cycles", type=int, default=10, help="cycles per worker of the bo run (default 10)"
+    )
+    parser.add_argument(
+        "--storage", choices=("sqlite", "postgresql"), default="sqlite",
+        help="our servers' database: a SQLite file each run (default) or a PostgreSQL database",
+    )  # fmt: skip
+    parser.add_argument(
+        "--replicas", type=int, default=1,
+        help="servers on one PostgreSQL database, worker k on replica k mod N (default 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pg-url",
+        help="PostgreSQL server to create each run's database on (default: a throwaway one)",
     )
     parser.add_argument("--peer", choices=("optuna", "none"), default="optuna")
     parser.add_argument("--out", type=Path, default=OUT)

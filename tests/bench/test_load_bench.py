@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_the_check_counts_a_completion_the_database_does_not_hold(tmp_path: Path
     args = argparse.Namespace(clients=2, cycles=2, studies=1, peer="none", out=tmp_path)
     result = load.run_ours(args, work)
     logs = [load.WorkerLog(completed=[("load-0", 99, (0.1,) * load.KNOBS, 1.0)])]
-    fake = load.check_ours(work / "ours-sobol.db", logs, args)
+    fake = load.check_ours(load.stored_rows_sqlite(work / "ours-sobol.db"), logs, args)
     assert fake["lost"] == 1 and fake["duplicated"] == 3  # 4 stored, 1 (other) acknowledged
     assert result["check"]["lost"] == 0
 
@@ -53,3 +54,24 @@ def test_the_wire_contract_loads_beside_the_generated_code() -> None:
     again = generated.StudySpec.FromString(spec.SerializeToString())
     assert again.objectives[0].goal == generated.GOAL_MINIMIZE
     assert callable(services.TunerServiceStub)
+
+
+def test_two_replicas_on_postgresql_lose_and_duplicate_nothing(
+    tmp_path: Path, postgres_cluster: Any
+) -> None:
+    base = (
+        f"postgresql://postgres@/postgres?host={postgres_cluster.root}&port={postgres_cluster.port}"
+    )
+    code = load.main(
+        ["--clients", "6", "--cycles", "4", "--studies", "2", "--peer", "none",
+         "--designer", "sobol", "--storage", "postgresql", "--replicas", "2",
+         "--pg-url", base, "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    (ours,) = json.loads((tmp_path / "load.json").read_text())["results"]
+    assert ours["method"] == "ours (sobol, postgresql x2)" and ours["replicas"] == 2
+    check = ours["check"]
+    assert check["stored_trials"] == check["completed_stored"] == 24
+    assert check["lost"] == check["duplicated"] == check["handed_to_two_workers"] == 0
+    assert check["integrity_check"] == "ok"
+    assert ours["health"]["not_serving"] == 0 and ours["server_alive_after"]
