@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from tuner import runtime
 from tuner.designer import FitCache, Suggestion
+from tuner.designer.factory import fits_models
 from tuner.designer.model import CacheEntries
 from tuner.errors import TunerError
 from tuner.loop import propose
@@ -109,6 +110,10 @@ class WorkerPool:
     def propose(
         self, spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache
     ) -> list[Suggestion]:
+        if not fits_models(spec):
+            # quasi-random points take milliseconds: computed here, they never wait behind
+            # other studies' fits, nor for the workers of a server that just started
+            return propose(spec, trials, count, cache)
         entries = cache.export(spec.name)
         begun = time.monotonic()
         try:

@@ -28,7 +28,7 @@ from tuner.designer import FitCache, Suggestion
 from tuner.errors import OverloadedError, TunerError
 from tuner.space import FloatKnob, IntKnob, SearchSpace
 from tuner.study import DesignerSettings, Goal, Objective, StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 
 def spec(name: str = "s", algorithm: str = "sobol") -> StudySpec:
@@ -307,6 +307,23 @@ def test_a_dead_worker_is_replaced_and_the_request_answered(
     (trial,) = service.suggest_trials("s", 1, "w")
     assert trial.status is TrialStatus.ACTIVE
     assert pool._executor.submit(os.getpid).result(timeout=60) != pid
+    service.storage.close()
+
+
+def test_quasi_random_studies_never_wait_for_the_workers(tmp_path: Path) -> None:
+    """Sobol points are computed in the calling thread: a study that never fits a model
+    is answered even when no worker can run (here: the pool is shut down; in a server that
+    just started, its workers are still importing torch), while a BO study needs one."""
+    workers = WorkerPool(1)
+    workers.close()
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"), designer=workers)
+    service.create_study(spec("quasi", algorithm="sobol"))
+    service.create_study(spec("model", algorithm="bo"))
+    service.import_trials("model", history(6))
+    trials = service.suggest_trials("quasi", 3, "w")
+    assert [t.step for t in trials] == [StepKind.SOBOL] * 3
+    with pytest.raises(TunerError, match="shut down"):
+        service.suggest_trials("model", 1, "w")
     service.storage.close()
 
 

@@ -18,3 +18,9 @@ def make_designer(spec: StudySpec, cache: FitCache | None = None) -> Designer:
     if spec.designer.algorithm == "bo":
         return BODesigner(spec, cache)
     return QuasiRandomDesigner(spec)
+
+
+def fits_models(spec: StudySpec) -> bool:
+    """Whether the study's designer may fit a model (BO, or anything in an embedding); the
+    quasi-random designer (``sobol``, ``random``) never does, and suggests in milliseconds."""
+    return spec.embedding is not None or spec.designer.algorithm == "bo"
