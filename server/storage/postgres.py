@@ -202,8 +202,8 @@ class _Tx:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._conn.execute(_dialect(sql), params).rowcount
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(_dialect(sql), params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)

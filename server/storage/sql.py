@@ -7,8 +7,9 @@ A backend subclasses ``SQLStorage`` and supplies:
   yield a ``Tx``. A write commits on success and rolls back on any error; a read sees one
   consistent snapshot. Driver errors leave as ``tuner.errors.StorageError`` naming the
   action.
-* ``Tx``: ``execute``, ``executemany``, ``rows`` (dicts) and ``one`` (a tuple or None),
-  taking SQL with ``?`` placeholders (the PostgreSQL backend rewrites them for psycopg).
+* ``Tx``: ``execute`` and ``executemany`` (no result), ``rows`` (dicts) and ``one`` (a
+  tuple or None), taking SQL with ``?`` placeholders (the PostgreSQL backend rewrites them
+  for psycopg).
 * Three fragments of dialect, as class attributes:
 
   ``LOCK_STUDY``
@@ -73,8 +74,9 @@ _NEW_TRIAL_COLUMNS = (
 class Tx(Protocol):
     """One open transaction of a backend; SQL takes ``?`` placeholders."""
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement; the number of rows it changed."""
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement whose result nobody reads (``RETURNING`` rows, read with
+        ``rows``, tell what a write changed)."""
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run one statement for each parameter row."""
@@ -710,9 +712,9 @@ def _supersede(tx: Tx, study_id: int, copy: int, late: int, now: float) -> None:
     """A late result arrived for trial ``late``: its re-offer ``copy``, if nobody has taken
     it yet, is not needed any more."""
     reason = f"not needed: trial {late} reported its result late"
-    changed = tx.execute(
+    changed = tx.rows(
         "UPDATE trials SET status = ?, reason = ?, updated_at = ? "
-        "WHERE study_id = ? AND trial_id = ? AND status = ?",
+        "WHERE study_id = ? AND trial_id = ? AND status = ? RETURNING trial_id",
         [TrialStatus.ABANDONED.value, reason, now, study_id, copy, TrialStatus.PENDING.value],
     )
     if changed:

@@ -204,8 +204,8 @@ class _Tx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._conn.execute(sql, params).rowcount
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self._conn.executemany(sql, rows)

@@ -30,7 +30,7 @@ from tuner.errors import (
     ValidationError,
 )
 from tuner.study import StudySpec
-from tuner.trial import TrialStatus
+from tuner.trial import Measurement, MeasurementKind, TrialStatus
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Storage]] = {
     "sqlite": lambda _, tmp: SQLiteStorage(tmp / "tuner.db"),
@@ -418,6 +418,54 @@ def test_a_lease_is_renewed_only_while_the_trial_is_active(storage: Storage) -> 
         storage.finish_trial("pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 2.0})
     with pytest.raises(NotFoundError):
         storage.renew_lease("pg-oltp", 99, 400.0)
+
+
+def test_a_late_result_drops_its_untaken_re_offer_and_leaves_a_taken_one(
+    storage: Storage,
+) -> None:
+    storage.create_study(make_spec())
+    first = add_one(storage, client_id="w1", lease_expires_at=100.0)
+    second = add_one(storage, client_id="w2", lease_expires_at=100.0)
+    storage.expire_leases("pg-oltp", 200.0, TrialStatus.ABANDONED, reoffer=True)
+    copy_1, copy_2 = (storage.get_trial("pg-oltp", i).reoffered_as for i in (first, second))
+    assert copy_1 is not None and copy_2 is not None
+    [taken] = storage.claim_trials("pg-oltp", "w3", 1, None)  # the older copy is taken
+    assert taken.id == copy_1
+    for late in (first, second):
+        storage.finish_trial("pg-oltp", late, TrialStatus.COMPLETED, {"tps": 1.0})
+    assert storage.get_trial("pg-oltp", copy_1).status is TrialStatus.ACTIVE
+    dropped = storage.get_trial("pg-oltp", copy_2)
+    assert dropped.status is TrialStatus.ABANDONED
+    assert dropped.reason == f"not needed: trial {second} reported its result late"
+    events = [(e.event, e.detail) for e in storage.trial_events("pg-oltp", copy_2)]
+    assert events[-1] == ("status:ABANDONED", f"from PENDING: {dropped.reason}")
+    assert [e.event for e in storage.trial_events("pg-oltp", copy_1)].count("status:ABANDONED") == 0
+
+
+def test_measurements_are_kept_in_order_for_finished_trials_only(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage)
+    repeats = [Measurement({"tps": v}, MeasurementKind.REPEAT, at=10.0 + v) for v in (1, 2)]
+    with pytest.raises(StateError, match="only a finished trial"):
+        storage.add_measurements("pg-oltp", trial_id, repeats)
+    done = storage.finish_trial(
+        "pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.5}, measurements=repeats,
+        spread={"tps": 0.5},
+    )  # fmt: skip
+    assert done.repeats == 2 and done.spread == {"tps": 0.5}
+    control = Measurement({"tps": 3.0}, MeasurementKind.CONTROL)
+    [stored] = storage.add_measurements("pg-oltp", trial_id, [control])
+    assert stored.trial_id == trial_id and stored.at > 0
+    listed = storage.list_measurements("pg-oltp")
+    assert [(m.kind, m.metrics) for m in listed] == [
+        (MeasurementKind.REPEAT, {"tps": 1.0}),
+        (MeasurementKind.REPEAT, {"tps": 2.0}),
+        (MeasurementKind.CONTROL, {"tps": 3.0}),
+    ]
+    assert storage.list_measurements("pg-oltp", kinds=[MeasurementKind.CONTROL]) == [stored]
+    assert storage.list_measurements("pg-oltp", trial_id, kinds=[]) == []
+    with pytest.raises(NotFoundError):
+        storage.list_measurements("pg-oltp", 99)
 
 
 # -- request ids ---------------------------------------------------------------------------
