@@ -75,3 +75,26 @@ def test_two_replicas_on_postgresql_lose_and_duplicate_nothing(
     assert check["lost"] == check["duplicated"] == check["handed_to_two_workers"] == 0
     assert check["integrity_check"] == "ok"
     assert ours["health"]["not_serving"] == 0 and ours["server_alive_after"]
+
+
+def test_the_storage_comparison_runs_every_configuration_each_round(
+    tmp_path: Path, postgres_cluster: Any
+) -> None:
+    from bench import load_storage
+
+    base = (
+        f"postgresql://postgres@/postgres?host={postgres_cluster.root}&port={postgres_cluster.port}"
+    )
+    code = load_storage.main(
+        ["--rounds", "1", "--designer", "sobol", "--clients", "4", "--cycles", "2",
+         "--studies", "2", "--pg-url", base, "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    runs = json.loads((tmp_path / "storage.json").read_text())["runs"]
+    assert [r["method"] for r in runs] == [
+        "ours (sobol)",
+        "ours (sobol, postgresql x1)",
+        "ours (sobol, postgresql x2)",
+    ]
+    assert all(r["check"]["completed_stored"] == 8 and r["check"]["lost"] == 0 for r in runs)
+    assert (tmp_path / "storage.png").stat().st_size > 0
