@@ -112,8 +112,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> Path:
             values = [key(r) for r in runs if r["method"] == method]
             ax.scatter([i] * len(values), values, color="tab:blue", zorder=3)
             ax.hlines(sum(values) / len(values), i - 0.25, i + 0.25, color="tab:red")
-        ax.set_xticks(range(len(methods)), [m.replace("ours ", "") for m in methods],
-                      rotation=20, ha="right")  # fmt: skip
+        ax.set_xticks(range(len(methods)), [_label(m) for m in methods], rotation=20,
+                      ha="right")  # fmt: skip
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3, axis="y")
@@ -123,6 +123,12 @@ def plot(runs: list[dict[str, Any]], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _label(method: str) -> str:
+    """``ours (bo)`` -> ``bo, sqlite x1``; ``ours (bo, postgresql x2)`` -> ``bo, postgresql x2``."""
+    inner = method.removeprefix("ours (").removesuffix(")")
+    return inner if "postgresql" in inner else f"{inner}, sqlite x1"
 
 
 def _parser() -> argparse.ArgumentParser:
