@@ -10,7 +10,7 @@ which the target tests' child processes inspect.
 ``postgres_cluster`` is a real PostgreSQL server for the whole session (the PostgreSQL
 storage backend's tests, bench.load's replicas), and ``postgres_url`` a new, empty schema in
 it for each test. Skipped where PostgreSQL is not installed, unless
-``TUNER_REQUIRE_POSTGRES=1`` (``.ci/run`` installs Debian's package and sets it, so on CI a
+``REQUIRE_POSTGRES_TESTS=1`` (``.ci/run`` installs Debian's package and sets it, so on CI a
 missing server fails instead).
 """
 
@@ -39,8 +39,8 @@ def postgres_cluster() -> Iterator[Cluster]:
     try:
         tools = find_tools()
     except TargetError as exc:
-        if os.environ.get("TUNER_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"TUNER_REQUIRE_POSTGRES=1 but PostgreSQL is not installed: {exc}")
+        if os.environ.get("REQUIRE_POSTGRES_TESTS") == "1":
+            pytest.fail(f"REQUIRE_POSTGRES_TESTS=1 but PostgreSQL is not installed: {exc}")
         pytest.skip(f"PostgreSQL is not installed ({exc}); .ci/run installs it on CI")
     parent = Path(tempfile.mkdtemp(prefix="tuner-pgstore-"))
     parent.chmod(0o755)  # the postgres user must reach its socket directory

@@ -1,13 +1,15 @@
 """Faults: SIGKILL at random moments under load, and a database that cannot be written.
 
-The kill test runs the real ``tuner serve`` on a fixed loopback port, drives it with eight
-worker threads (``TunerClient`` with retries) and one worker that takes a trial and
-vanishes, kills the server with SIGKILL three times at random moments, restarts it on the
-same database each time, and then checks the database: every completion a worker saw
-acknowledged is stored once with its value, and every trial that was in flight was either
-completed once or given up by its lease and re-offered (and, for SQLite, its integrity
-check passes). It runs twice: one server on a SQLite file, and two replicas on one
-PostgreSQL database, half the workers on each, the kills falling on either.
+The kill test runs the real ``tuner serve`` on a fixed loopback port, drives a Bayesian
+optimization study (every suggestion after the first four a GP fit, in the server's
+designer workers) with sixteen worker threads (``TunerClient`` with retries), one of which
+takes a trial and vanishes, kills the server with SIGKILL five times at random moments,
+restarts it on the same database each time, and then checks the database: every
+completion a worker saw acknowledged is stored once with its value, no trial was handed to
+two workers, and every trial that was in flight was either completed once or given up by
+its lease and re-offered (and, for SQLite, its integrity check passes). It runs twice: one
+server on a SQLite file, and two replicas on one PostgreSQL database, half the workers on
+each, the kills falling on either.
 """
 
 from __future__ import annotations
@@ -44,12 +46,15 @@ SPEC = StudySpec.from_dict(
             {"name": "n", "kind": "int", "low": 1, "high": 1000, "default": 4},
         ],
         "objectives": [{"name": "y", "goal": "minimize"}],
-        "designer": {"algorithm": "sobol", "seed": 5, "start_with_default": False},
+        "designer": {
+            "algorithm": "bo", "seed": 5, "start_with_default": False, "initial_trials": 4,
+        },
     }
-)
+)  # fmt: skip
 LEASE_S = 3.0
-WORKERS = 8
-CYCLES = 12
+WORKERS = 16
+CYCLES = 8
+KILLS = 5
 
 
 def free_port() -> int:
@@ -130,7 +135,7 @@ def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(
         for thread in threads:
             thread.start()
         chance = random.Random(11)
-        for _ in range(3):
+        for _ in range(KILLS):
             victim = chance.choice(servers)
             with TunerClient(f"127.0.0.1:{victim.port}") as watcher:
                 watcher.wait_ready(60)  # kill under load, not while the server starts
@@ -185,7 +190,7 @@ def test_sigkill_under_load_loses_nothing_and_leaves_no_trial_behind(
                 assert "reported its result late" in trial.reason
     logs = "".join(log.read_text() for log in sorted(tmp_path.glob("server*.log")))
     assert "lease expired" in logs
-    assert logs.count("tuner serving") == len(servers) + 3  # started, and after each kill
+    assert logs.count("tuner serving") == len(servers) + KILLS  # started, and after each kill
 
 
 # -- a database that cannot be written --------------------------------------------------------
