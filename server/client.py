@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import random
 import threading
@@ -46,7 +47,7 @@ from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import error_from_rpc
 from server.service import ImportedTrial, StudyInfo
-from tuner.errors import OverloadedError
+from tuner.errors import OverloadedError, ValidationError
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus
 
@@ -374,6 +375,17 @@ def _channel_target(target: str) -> tuple[str, list[tuple[str, Any]]]:
         balanced = "," in target
         return target, [("grpc.lb_policy_name", "round_robin")] if balanced else []
     parts = [part.strip() for part in target.split(",") if part.strip()]
+    for part in parts:
+        host = part.rsplit(":", 1)[0].strip("[]")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValidationError(
+                "target",
+                f"replica {part!r} is not an IP address and port",
+                "comma-separated IP:PORT (e.g. 10.0.0.5:50051,10.0.0.6:50051), or one DNS "
+                "name for all replicas (dns:///tuner.internal:50051)",
+            ) from None
     scheme = "ipv6" if all(part.startswith("[") for part in parts) else "ipv4"
     return f"{scheme}:{','.join(parts)}", [("grpc.lb_policy_name", "round_robin")]
 

@@ -80,7 +80,7 @@ def parse(value: str | os.PathLike[str], field: str = "db") -> StorageURL:
         return StorageURL("sqlite", path[1:])
     if scheme in _POSTGRES:
         return StorageURL("postgresql", "postgresql://" + text[found.end() :])
-    raise ValidationError(field, f"unknown storage scheme {scheme!r} in {text!r}", ALLOWED)
+    raise ValidationError(field, f"unknown storage scheme {scheme!r} in {redact(text)!r}", ALLOWED)
 
 
 def open_storage(

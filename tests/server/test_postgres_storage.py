@@ -294,6 +294,24 @@ def test_open_storage_opens_either_backend(tmp_path: Path, postgres_url: str) ->
         assert store.get_study("pg-oltp").spec == make_spec()
 
 
+def test_a_bad_url_is_named_without_its_password() -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse("mysql://u:hunter2@h/t")
+    assert "hunter2" not in str(caught.value) and "u:***@h" in str(caught.value)
+
+
+def test_a_client_takes_replicas_as_ip_addresses_and_names_a_hostname() -> None:
+    from server.client import TunerClient
+
+    with TunerClient("127.0.0.1:1,127.0.0.1:2", retry_for=0) as client:
+        assert client.target == "127.0.0.1:1,127.0.0.1:2"
+    with TunerClient("[::1]:1,[::1]:2", retry_for=0):
+        pass
+    with pytest.raises(ValidationError, match="replica 'db2:50051' is not an IP") as caught:
+        TunerClient("10.0.0.5:50051,db2:50051")
+    assert caught.value.field == "target" and "dns:///" in str(caught.value)
+
+
 def test_redact_hides_only_the_password() -> None:
     assert redact("postgresql://u:pw@h:5/d?sslmode=require") == (
         "postgresql://u:***@h:5/d?sslmode=require"
