@@ -451,6 +451,7 @@ class HealthWatch:
         self.checks = 0
         self.not_serving: list[str] = []
         self.seconds: list[float] = []  # each answer's latency
+        self._count = threading.Lock()  # one watching thread per server
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._watch, args=(t,), daemon=True) for t in self.targets
@@ -463,12 +464,17 @@ class HealthWatch:
                 begun = time.perf_counter()
                 try:
                     reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
-                    self.seconds.append(time.perf_counter() - begun)
+                    took, problem = time.perf_counter() - begun, None
                     if reply.status != health_pb2.HealthCheckResponse.SERVING:
-                        self.not_serving.append(str(reply.status))
+                        problem = str(reply.status)
                 except grpc.RpcError as error:
-                    self.not_serving.append(str(error.code()))
-                self.checks += 1
+                    took, problem = None, str(error.code())
+                with self._count:
+                    self.checks += 1
+                    if took is not None:
+                        self.seconds.append(took)
+                    if problem is not None:
+                        self.not_serving.append(problem)
 
     def __enter__(self) -> HealthWatch:
         for thread in self._threads:

@@ -54,15 +54,20 @@ def postgres_cluster() -> Iterator[Cluster]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def postgres_server_url(postgres_cluster: Cluster) -> str:
+    """The cluster's ``postgres`` database as a libpq URL over its Unix socket."""
+    return (
+        f"postgresql://postgres@/postgres?host={postgres_cluster.root}&port={postgres_cluster.port}"
+    )
+
+
 @pytest.fixture
-def postgres_url(postgres_cluster: Cluster) -> str:
+def postgres_url(postgres_server_url: str) -> str:
     """A storage URL whose tables go to a new, empty schema (its own search_path)."""
     import psycopg
 
-    base = (
-        f"postgresql://postgres@/postgres?host={postgres_cluster.root}&port={postgres_cluster.port}"
-    )
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as conn:
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    return f"{base}&options=-csearch_path%3D{schema}"
+    return f"{postgres_server_url}&options=-csearch_path%3D{schema}"

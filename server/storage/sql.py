@@ -596,7 +596,7 @@ def _insert_trials(
     tx.executemany(
         f"INSERT INTO trials ({columns}) VALUES ({', '.join('?' * len(_NEW_TRIAL_COLUMNS))})",
         [
-            [({"study_id": study_id, "trial_id": i} | row)[key] for key in _NEW_TRIAL_COLUMNS]
+            [study_id, i, *(row[key] for key in _NEW_TRIAL_COLUMNS[2:])]
             for i, (row, _, _, _) in numbered
         ],
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -57,16 +56,13 @@ def test_the_wire_contract_loads_beside_the_generated_code() -> None:
 
 
 def test_the_storage_comparison_runs_every_configuration_each_round(
-    tmp_path: Path, postgres_cluster: Any
+    tmp_path: Path, postgres_server_url: str
 ) -> None:
     from bench import load_storage
 
-    base = (
-        f"postgresql://postgres@/postgres?host={postgres_cluster.root}&port={postgres_cluster.port}"
-    )
     code = load_storage.main(
         ["--rounds", "1", "--designer", "sobol", "--clients", "4", "--cycles", "2",
-         "--studies", "2", "--pg-url", base, "--out", str(tmp_path)]
+         "--studies", "2", "--pg-url", postgres_server_url, "--out", str(tmp_path)]
     )  # fmt: skip
     assert code == 0
     runs = json.loads((tmp_path / "storage.json").read_text())["runs"]

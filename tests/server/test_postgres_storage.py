@@ -226,7 +226,7 @@ def test_a_server_restart_fails_calls_while_down_and_loses_nothing(
         assert [t.id for t in store.list_trials("pg-oltp")] == [1, 2]
 
 
-def test_errors_name_the_database_without_its_password(postgres_cluster: Cluster) -> None:
+def test_errors_name_the_database_without_its_password(postgres_server_url: str) -> None:
     url = f"postgresql://postgres:s3cret@127.0.0.1:{_closed_port()}/tuner"
     with pytest.raises(StorageError) as caught:
         PostgresStorage(url, connect_timeout_s=2)
@@ -234,7 +234,7 @@ def test_errors_name_the_database_without_its_password(postgres_cluster: Cluster
     assert "cannot open the database in postgresql://postgres:***@127.0.0.1" in message
     assert "s3cret" not in message
     # the socket's trust authentication takes any password: one that works, and stays hidden
-    works = postgres_base(postgres_cluster).replace("postgres@", "postgres:s3cret@")
+    works = postgres_server_url.replace("postgres@", "postgres:s3cret@")
     with PostgresStorage(works) as store:
         assert "s3cret" not in repr(store) and "postgres:***@" in repr(store)
 
@@ -326,10 +326,6 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def postgres_base(cluster: Cluster) -> str:
-    return f"postgresql://postgres@/postgres?host={cluster.root}&port={cluster.port}"
 
 
 # -- the command line ------------------------------------------------------------------------
