@@ -28,9 +28,10 @@ from server.storage import SQLiteStorage
 OK_CODES = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
             grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION,
             grpc.StatusCode.PERMISSION_DENIED}  # fmt: skip
-# a message names a field of the request: `spec.knobs[2].float_range.high: ...`
+# a message names a field of the request: `spec.knobs[2].float_range.high: ...`, or
+# `metrics[':']: ...` (a bad metric name, quoted in its index, may itself hold a colon)
 FIELD = re.compile(r"^(spec|study|name|count|client_id|request_id|trial_id|metrics|status|"
-                   r"statuses|reason|request)\b[^:]*: ")  # fmt: skip
+                   r"statuses|reason|request)\b(\[.*?\])?[^:]*: ")  # fmt: skip
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
