@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from server.storage import FinishedTrial, NewTrial, Request, Storage
+from server.storage import FinishedTrial, NewTrial, Request, Storage, check_holder
 from server.suggest import Designer, InlineDesigner
 from tuner.confirmation import best_of, stored_confirmation
 from tuner.constraints import METRIC_NAME
@@ -48,7 +48,6 @@ from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
     OverloadedError,
-    PermissionDeniedError,
     StateError,
     ValidationError,
 )
@@ -168,6 +167,7 @@ class TuningService:
         self._clock = clock
         self._designer: Designer = designer if designer is not None else InlineDesigner()
         self._locks: dict[str, threading.Lock] = {}
+        self._specs: dict[str, StudySpec] = {}  # a study's spec never changes once stored
         self._locks_guard = threading.Lock()
         # SuggestTrials bookkeeping (``suggest_trials``, ``_new_trials``), under one condition:
         self._asking = threading.Condition()
@@ -256,7 +256,7 @@ class TuningService:
                 self._callers.add(caller)
         try:
             with self._lock(study):
-                knobs = len(self.storage.get_study(study).spec.space)
+                knobs = len(self._spec(study).space)
                 if count * knobs > MAX_SUGGESTED_VALUES:
                     raise ValidationError(
                         "count",
@@ -329,7 +329,7 @@ class TuningService:
         its own client, lease and request record."""
         try:
             with self._lock(study):
-                spec = self.storage.get_study(study).spec
+                spec = self._spec(study)
                 trials = self.storage.list_trials(study)
             need = sum(ask.need for ask in batch)
             suggestions = self._designer.propose(spec, trials, need, self.fit_cache)
@@ -374,7 +374,7 @@ class TuningService:
         """Record a trial's outcome: measured metrics, or a failure with its reason.
 
         A trial handed to a client is finished by that client only (``client_id``; see
-        ``_check_holder``); ``override_holder`` lets an operator finish it by hand. None
+        ``_holder``); ``override_holder`` lets an operator finish it by hand. None
         (the default) is an in-process caller, which is not checked; the gRPC servicer
         always passes the request's client id.
 
@@ -399,27 +399,31 @@ class TuningService:
             request_id, "CompleteTrial", study, trial_id, status.value, sorted(metrics.items()),
             reason, [(sorted(m.metrics.items()), m.at) for m in repeats],
         )  # fmt: skip
+        holder = _holder(client_id, override_holder)
         with self._lock(study):
-            spec = self.storage.get_study(study).spec
-            if request is not None and (known := self._replay(study, request)) is not None:
-                return known[0]
+            spec = self._spec(study)
             for i, repeat in enumerate(repeats):
                 _check_metrics(spec, repeat.metrics, status, f"measurements[{i}].metrics")
             spread: dict[str, float] = {}
             if repeats:
                 metrics, spread = repeat_summary(repeats)
             _check_metrics(spec, metrics, status)
-            self._check_holder(study, trial_id, client_id, override_holder, "finish")
             self._expire(study, arrived)
             try:
                 trial = self.storage.finish_trial(
-                    study, trial_id, status, metrics, reason, request, repeats, spread
+                    study, trial_id, status, metrics, reason, request, repeats, spread, holder
                 )
             except (StateError, AlreadyExistsError):
-                # another server on a shared database answered this request meanwhile
+                # a retry: this request was answered before (maybe by another server on a
+                # shared database), so the trial is finished or the request id is taken.
+                # Looked for only now: the first try of a request, the common case, costs
+                # no lookup.
                 if request is None or (known := self._replay(study, request)) is None:
                     raise
                 return known[0]
+        if override_holder and trial.client_id and trial.client_id != client_id:
+            log.warning("study %s trial %d: finished by %r overriding its holder %r", study,
+                        trial.id, client_id, trial.client_id)  # fmt: skip
         if trial.reported_late:
             log.warning(
                 "study %s trial %d: %s reported after its lease expired; stored",
@@ -455,7 +459,7 @@ class TuningService:
             [(t.config, t.status.value, sorted(t.metrics.items()), t.reason) for t in items],
         )  # fmt: skip
         with self._lock(study):
-            spec = self.storage.get_study(study).spec
+            spec = self._spec(study)
             if request is not None and (known := self._replay(study, request)) is not None:
                 return known
             if spec.embedding is not None:
@@ -541,7 +545,7 @@ class TuningService:
         override_holder: bool = False,
     ) -> Trial:
         """Renew the lease of an ACTIVE trial: its worker is still measuring it. Only the
-        client it was handed to may (``client_id``, ``override_holder``: ``_check_holder``).
+        client it was handed to may (``client_id``, ``override_holder``: ``_holder``).
 
         Raises:
             StateError: The trial is not ACTIVE (finished, or its lease expired: the message
@@ -549,17 +553,22 @@ class TuningService:
         """
         arrived = self._clock()
         study = _study_name(study)
+        holder = _holder(client_id, override_holder)
         with self._lock(study):
-            self.storage.get_study(study)
-            self._check_holder(study, trial_id, client_id, override_holder, "renew")
+            self._spec(study)
             self._expire(study, arrived)
             lease = self._lease_end()
             if lease is None:
                 trial = self.storage.get_trial(study, trial_id)
+                check_holder(study, trial_id, trial.client_id, holder, "renew")
                 if trial.status is not TrialStatus.ACTIVE:
                     raise StateError(f"trial {trial_id} is {trial.status.value}, not ACTIVE")
-                return trial  # no leases: nothing expires, the heartbeat changes nothing
-            return self.storage.renew_lease(study, trial_id, lease)
+            else:
+                trial = self.storage.renew_lease(study, trial_id, lease, holder)
+        if override_holder and trial.client_id and trial.client_id != client_id:
+            log.warning("study %s trial %d: renewed by %r overriding its holder %r", study,
+                        trial.id, client_id, trial.client_id)  # fmt: skip
+        return trial  # without leases nothing expires: the heartbeat changed nothing
 
     def list_trials(
         self, study: str, statuses: Collection[TrialStatus] | None = None
@@ -576,7 +585,7 @@ class TuningService:
         the confirmed best, else the best posterior mean among stable trials);
         NotFoundError while there is none, StateError when the study has several
         objectives."""
-        spec = self.storage.get_study(_study_name(study)).spec
+        spec = self._spec(_study_name(study))
         if spec.multi_objective:
             names = ", ".join(o.name for o in spec.objectives)
             raise StateError(
@@ -591,7 +600,7 @@ class TuningService:
 
     def get_pareto_front(self, study: str) -> list[Trial]:
         """Feasible trials no other feasible trial dominates (``tuner.trial.pareto_front``)."""
-        spec = self.storage.get_study(_study_name(study)).spec
+        spec = self._spec(_study_name(study))
         return pareto_front(spec, self.storage.list_trials(study, [TrialStatus.COMPLETED]))
 
     def close(self, wait_s: float = 5.0) -> None:
@@ -634,28 +643,12 @@ class TuningService:
                  request.request_id)  # fmt: skip
         return [self.storage.get_trial(study, i) for i in known.trial_ids]
 
-    def _check_holder(
-        self, study: str, trial_id: int, client_id: str | None, override: bool, action: str
-    ) -> None:
-        """A trial handed to a client is that client's to finish or renew: anyone else (an
-        empty ``client_id`` too) gets ``PermissionDeniedError``, unless ``override`` (an
-        operator's explicit choice, logged). A trial handed out anonymously, or imported,
-        is anyone's. ``client_id`` None: an in-process caller, trusted."""
-        if client_id is None:
-            return
-        client_id = _text(client_id, "client_id", MAX_CLIENT_ID)
-        holder = self.storage.get_trial(study, trial_id).client_id
-        if not holder or holder == client_id:
-            return
-        if override:
-            log.warning("study %s trial %d: %s by %r overriding its holder %r", study,
-                        trial_id, action, client_id, holder)  # fmt: skip
-            return
-        raise PermissionDeniedError(
-            f"trial {trial_id} of study {study!r} was handed to client {holder!r}, not "
-            f"{client_id!r}: only that client may {action} it (an operator may, with "
-            "override_holder)"
-        )
+    def _spec(self, study: str) -> StudySpec:
+        """The study's spec (NotFoundError for an unknown study), read from storage once."""
+        spec = self._specs.get(study)
+        if spec is None:
+            spec = self._specs[study] = self.storage.get_study(study).spec
+        return spec
 
     def _lease_end(self) -> float | None:
         return None if self.leases is None else self._clock() + self.leases.ttl_s
@@ -716,6 +709,16 @@ def _request(request_id: object, method: str, *asked: object) -> Request | None:
         return None
     text = json.dumps([method, *asked], separators=(",", ":"), default=str)
     return Request(request_id, method, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _holder(client_id: str | None, override: bool) -> str | None:
+    """Whom storage lets finish or renew a trial (``check_holder``): a trial handed to a
+    client is that client's (an empty ``client_id`` is nobody's), unless ``override`` (an
+    operator's explicit choice, logged). None: anyone (``override``, or an in-process
+    caller, which is trusted)."""
+    if client_id is None or override:
+        return None
+    return _text(client_id, "client_id", MAX_CLIENT_ID)
 
 
 def _study_name(name: object) -> str:

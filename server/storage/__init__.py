@@ -19,6 +19,7 @@ from server.storage.base import (
     StoredStudy,
     TrialEvent,
     check_config,
+    check_holder,
     check_metrics,
     check_status,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "StoredStudy",
     "TrialEvent",
     "check_config",
+    "check_holder",
     "check_metrics",
     "check_status",
     "open_storage",

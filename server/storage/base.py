@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from tuner.errors import ValidationError
+from tuner.errors import PermissionDeniedError, ValidationError
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
@@ -244,8 +244,13 @@ class Storage(ABC):
         request: Request | None = None,
         measurements: Sequence[Measurement] = (),
         spread: Mapping[str, float] | None = None,
+        holder: str | None = None,
     ) -> Trial:
         """Move a trial to ``status`` and record its metrics, reason and a ``status:`` event.
+
+        With ``holder``, only that client may: a trial handed to another client raises
+        ``PermissionDeniedError`` and nothing is written (a trial handed out anonymously, or
+        imported, is anyone's). The check and the write are one transaction.
 
         With ``request``, the request is recorded (answered by this trial) in the same
         transaction. With ``measurements`` (the trial's repeats; ``metrics`` are then their
@@ -262,6 +267,8 @@ class Storage(ABC):
         Raises:
             NotFoundError: Unknown study or trial.
             StateError: The transition is not allowed; the message names both statuses.
+                (Checked before ``holder``: a finished trial is a StateError for anyone.)
+            PermissionDeniedError: The trial was handed to a client other than ``holder``.
             ValidationError: A metric is not a finite number (field ``metrics.<name>``).
         """
 
@@ -301,11 +308,15 @@ class Storage(ABC):
         """The recorded request with this id, or None."""
 
     @abstractmethod
-    def renew_lease(self, study: str, trial_id: int, expires_at: float) -> Trial:
+    def renew_lease(
+        self, study: str, trial_id: int, expires_at: float, holder: str | None = None
+    ) -> Trial:
         """Record a heartbeat: the ACTIVE trial's lease now runs until ``expires_at``.
+        ``holder``: as in ``finish_trial``.
 
         Raises:
             NotFoundError: Unknown study or trial.
+            PermissionDeniedError: The trial was handed to a client other than ``holder``.
             StateError: The trial is not ACTIVE; the message says what became of it (for an
                 expired lease: when, and the trial that re-offers its configuration).
         """
@@ -455,6 +466,19 @@ def check_point(value: Any, field_: str) -> tuple[float, ...]:
             raise ValidationError(f"{field_}[{i}]", f"must be a finite number, got {item!r}")
         out.append(number)
     return tuple(out)
+
+
+def check_holder(
+    study: str, trial_id: int, handed_to: str, holder: str | None, action: str
+) -> None:
+    """``PermissionDeniedError`` unless ``holder`` (None: anyone) may ``action`` a trial
+    ``handed_to`` that client ("": handed out anonymously, or imported: anyone's)."""
+    if holder is None or not handed_to or handed_to == holder:
+        return
+    raise PermissionDeniedError(
+        f"trial {trial_id} of study {study!r} was handed to client {handed_to!r}, not "
+        f"{holder!r}: only that client may {action} it (an operator may, with override_holder)"
+    )
 
 
 def check_trial_id(trial_id: Any) -> int:

@@ -142,6 +142,11 @@ class PostgresStorage(SQLStorage):
             yield _Tx(conn)
 
     @contextlib.contextmanager
+    def _peek(self, action: str) -> Iterator[_Tx]:
+        with self._connection(action) as conn:  # autocommit: the statement is its own
+            yield _Tx(conn)
+
+    @contextlib.contextmanager
     def _connection(self, action: str) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection for one call; psycopg errors become ``StorageError``."""
         where = redact(self.url)

@@ -7,6 +7,11 @@ A backend subclasses ``SQLStorage`` and supplies:
   yield a ``Tx``. A write commits on success and rolls back on any error; a read sees one
   consistent snapshot. Driver errors leave as ``tuner.errors.StorageError`` naming the
   action.
+* Optionally ``_peek(action)``, for reads of one statement: the same without a
+  transaction around it where the engine allows (PostgreSQL: one round trip, not three).
+  Lookups the service makes on every call use it (a study, a request id, whether any
+  lease has run out), and a write transaction is opened only when there is something to
+  write (``expire_leases``) or asked for.
 * ``Tx``: ``execute`` and ``executemany`` (no result), ``rows`` (dicts) and ``one`` (a
   tuple or None), taking SQL with ``?`` placeholders (the PostgreSQL backend rewrites them
   for psycopg).
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -48,6 +54,7 @@ from server.storage.base import (
     Storage,
     StoredStudy,
     TrialEvent,
+    check_holder,
     check_metrics,
     check_status,
     check_text,
@@ -64,6 +71,7 @@ from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 _REQUEST_RETENTION_S = 7 * 24 * 3600.0
+_FORGET_EVERY_S = 60.0  # how often a process deletes requests older than the retention
 _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
 _NEW_TRIAL_COLUMNS = (
     "study_id", "trial_id", "status", "client_id", "source", "step", "warning",
@@ -102,6 +110,7 @@ class SQLStorage(Storage):
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
+        self._forgotten_at = -math.inf  # when ``_remember`` last deleted old requests
 
     @abstractmethod
     def _write(self, action: str) -> AbstractContextManager[Tx]:
@@ -110,6 +119,12 @@ class SQLStorage(Storage):
     @abstractmethod
     def _read(self, action: str) -> AbstractContextManager[Tx]:
         """One read transaction that sees a single snapshot."""
+
+    def _peek(self, action: str) -> AbstractContextManager[Tx]:
+        """For a read of one statement (a statement sees one snapshot by itself): a backend
+        may run it without a transaction around it (PostgreSQL: no BEGIN and COMMIT, one
+        round trip instead of three)."""
+        return self._read(action)
 
     # -- studies ----------------------------------------------------------------------
     def create_study(self, spec: StudySpec) -> StoredStudy:
@@ -131,7 +146,7 @@ class SQLStorage(Storage):
             return StoredStudy(id=int(cast(tuple[Any, ...], made)[0]), spec=spec, created_at=now)
 
     def get_study(self, name: str) -> StoredStudy:
-        with self._read(f"read study {name!r}") as tx:
+        with self._peek(f"read study {name!r}") as tx:
             rows = tx.rows("SELECT * FROM studies WHERE name = ?", [check_text(name, "study")])
         if not rows:
             raise NotFoundError(f"study {name!r} not found")
@@ -229,6 +244,7 @@ class SQLStorage(Storage):
         request: Request | None = None,
         measurements: Sequence[Measurement] = (),
         spread: Mapping[str, float] | None = None,
+        holder: str | None = None,
     ) -> Trial:
         trial_id = check_trial_id(trial_id)
         new = check_status(status)
@@ -238,18 +254,19 @@ class SQLStorage(Storage):
         check_text(reason, "reason")
         with self._write(f"finish trial {trial_id} of study {study!r}") as tx:
             study_id = self._study_id(tx, study, lock=True)
-            old = _stored_status(tx, study, study_id, trial_id)
-            row = cast(
-                tuple[Any, ...],
-                tx.one(
-                    "SELECT expired_at, reported_late, reoffered_as FROM trials "
-                    "WHERE study_id = ? AND trial_id = ?",
-                    [study_id, trial_id],
-                ),
+            row = tx.one(
+                "SELECT status, client_id, expired_at, reported_late, reoffered_as FROM trials "
+                "WHERE study_id = ? AND trial_id = ?",
+                [study_id, trial_id],
             )
-            late = row[0] is not None and not row[1]
+            if row is None:
+                raise NotFoundError(f"trial {trial_id} not found in study {study!r}")
+            old, handed_to, expired_at, reported_late, reoffered_as = row
+            old = TrialStatus(old)
+            late = expired_at is not None and not reported_late
             if not late:
                 old.check_transition(new, trial_id)
+            check_holder(study, trial_id, handed_to, holder, "finish")
             now = self._clock()
             tx.execute(
                 "UPDATE trials SET status = ?, reason = ?, updated_at = ?, lease_expires_at = "
@@ -257,13 +274,13 @@ class SQLStorage(Storage):
                 "reported_late = ?, repeats = ?, spread_json = ? "
                 "WHERE study_id = ? AND trial_id = ?",
                 [
-                    new.value, reason, now, int(late or bool(row[1])), max(1, len(repeats)),
+                    new.value, reason, now, int(late or bool(reported_late)), max(1, len(repeats)),
                     json.dumps(deviations), study_id, trial_id,
                 ],
             )  # fmt: skip
             _insert_measurements(tx, study_id, trial_id, now, repeats)
-            if late and row[2] is not None:
-                _supersede(tx, study_id, int(row[2]), trial_id, now)
+            if late and reoffered_as is not None:
+                _supersede(tx, study_id, int(reoffered_as), trial_id, now)
             tx.executemany(
                 "INSERT INTO metrics (study_id, trial_id, name, value) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (study_id, trial_id, name) DO UPDATE SET value = excluded.value",
@@ -320,7 +337,7 @@ class SQLStorage(Storage):
 
     def find_request(self, study: str, request_id: str) -> Request | None:
         check_text(request_id, "request_id", required=True)
-        with self._read(f"look up request {request_id!r}") as tx:
+        with self._peek(f"look up request {request_id!r}") as tx:
             row = tx.one(
                 "SELECT r.method, r.digest, r.trial_ids, s.name FROM requests r "
                 "JOIN studies s ON s.id = r.study_id WHERE r.request_id = ?",
@@ -343,24 +360,34 @@ class SQLStorage(Storage):
             AlreadyExistsError: Another call (another server's, with a shared database)
                 recorded a request with this id first; the caller's writes roll back.
         """
-        tx.execute("DELETE FROM requests WHERE created_at < ?", [now - _REQUEST_RETENTION_S])
-        if tx.one("SELECT 1 FROM requests WHERE request_id = ?", [request.request_id]):
-            raise AlreadyExistsError(
-                f"request {request.request_id!r} was answered meanwhile; nothing more was stored"
-            )
-        tx.execute(
+        if now - self._forgotten_at > _FORGET_EVERY_S:
+            tx.execute("DELETE FROM requests WHERE created_at < ?", [now - _REQUEST_RETENTION_S])
+            self._forgotten_at = now
+        stored = tx.one(
             "INSERT INTO requests (request_id, method, study_id, digest, trial_ids, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING 1",
             [request.request_id, request.method, study_id, request.digest,
              json.dumps(list(request.trial_ids)), now],
         )  # fmt: skip
+        if stored is None:
+            raise AlreadyExistsError(
+                f"request {request.request_id!r} was answered meanwhile; nothing more was stored"
+            )
 
-    def renew_lease(self, study: str, trial_id: int, expires_at: float) -> Trial:
+    def renew_lease(
+        self, study: str, trial_id: int, expires_at: float, holder: str | None = None
+    ) -> Trial:
         trial_id = check_trial_id(trial_id)
         with self._write(f"renew the lease of trial {trial_id} of study {study!r}") as tx:
             study_id = self._study_id(tx, study, lock=True)
-            status = _stored_status(tx, study, study_id, trial_id)
-            if status is not TrialStatus.ACTIVE:
+            row = tx.one(
+                "SELECT status, client_id FROM trials WHERE study_id = ? AND trial_id = ?",
+                [study_id, trial_id],
+            )
+            if row is None:
+                raise NotFoundError(f"trial {trial_id} not found in study {study!r}")
+            check_holder(study, trial_id, row[1], holder, "renew")
+            if TrialStatus(row[0]) is not TrialStatus.ACTIVE:
                 trial = self._load_trials(tx, study_id, "AND t.trial_id = ?", [trial_id])[0]
                 raise StateError(_not_active(trial))
             tx.execute(
@@ -375,6 +402,19 @@ class SQLStorage(Storage):
     ) -> list[Trial]:
         if status not in (TrialStatus.ABANDONED, TrialStatus.FAILED):
             raise ValidationError("status", f"got {status!r}", ["ABANDONED", "FAILED"])
+        with self._peek(f"look for expired leases in study {study!r}") as tx:
+            # the common case, nothing expired, without a write transaction or a lock; a
+            # lease another call renews meanwhile is judged again under the lock below
+            due = tx.one(
+                "SELECT EXISTS (SELECT 1 FROM trials t WHERE t.study_id = s.id AND t.status = ? "
+                "AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < ?) "
+                "FROM studies s WHERE s.name = ?",
+                [TrialStatus.ACTIVE.value, now, check_text(study, "study")],
+            )
+        if due is None:
+            raise NotFoundError(f"study {study!r} not found")
+        if not due[0]:
+            return []
         with self._write(f"expire leases in study {study!r}") as tx:
             study_id = self._study_id(tx, study, lock=True)
             expired = self._load_trials(

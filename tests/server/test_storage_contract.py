@@ -25,6 +25,7 @@ from server.storage.postgres import PostgresStorage
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
+    PermissionDeniedError,
     StateError,
     StorageError,
     ValidationError,
@@ -469,6 +470,40 @@ def test_measurements_are_kept_in_order_for_finished_trials_only(storage: Storag
 
 
 # -- request ids ---------------------------------------------------------------------------
+def test_only_the_holder_finishes_or_renews_a_trial_and_a_refusal_writes_nothing(
+    storage: Storage,
+) -> None:
+    storage.create_study(make_spec())
+    held = add_one(storage, client_id="w1", lease_expires_at=100.0)
+    anyone = add_one(storage)  # handed out anonymously: anyone's
+    before = storage.get_trial("pg-oltp", held)
+    for holder in ("w2", ""):
+        with pytest.raises(PermissionDeniedError, match=r"handed to client 'w1', not '"):
+            storage.finish_trial(
+                "pg-oltp", held, TrialStatus.COMPLETED, {"tps": 1.0}, holder=holder
+            )
+        with pytest.raises(PermissionDeniedError, match="only that client may renew it"):
+            storage.renew_lease("pg-oltp", held, 500.0, holder=holder)
+    assert storage.get_trial("pg-oltp", held) == before
+    assert len(storage.trial_events("pg-oltp", held)) == 1
+    assert storage.renew_lease("pg-oltp", held, 500.0, holder="w1").lease_expires_at == 500.0
+    done = storage.finish_trial("pg-oltp", held, TrialStatus.COMPLETED, {"tps": 1.0}, holder="w1")
+    assert done.status is TrialStatus.COMPLETED
+    # a finished trial is a StateError for anyone (a retry learns what became of it)
+    with pytest.raises(StateError, match="is COMPLETED"):
+        storage.finish_trial("pg-oltp", held, TrialStatus.COMPLETED, {"tps": 2.0}, holder="w2")
+    assert storage.finish_trial(
+        "pg-oltp", anyone, TrialStatus.COMPLETED, {"tps": 3.0}, holder="w9"
+    ).metrics == {"tps": 3.0}
+    with pytest.raises(NotFoundError, match="trial 99"):
+        storage.finish_trial("pg-oltp", 99, TrialStatus.COMPLETED, {"tps": 1.0}, holder="w1")
+
+
+def test_expiring_leases_of_an_unknown_study_raises_not_found(storage: Storage) -> None:
+    with pytest.raises(NotFoundError, match="study 'nope' not found"):
+        storage.expire_leases("nope", 1.0, TrialStatus.ABANDONED, reoffer=True)
+
+
 def test_a_request_is_recorded_with_its_write_and_found_again(storage: Storage) -> None:
     storage.create_study(make_spec())
     storage.create_study(make_spec("other"))
