@@ -2,13 +2,16 @@
 
 ``python -m bench.load [--clients 64] [--cycles 50] [--studies 8] [--peer optuna]
 [--designer sobol,bo] [--bo-cycles 10] [--storage sqlite|postgresql] [--replicas N]
-[--pg-url URL] [--markdown]``
+[--pg-url URL] [--think S] [--markdown]``
 
 ``ours``: a ``tuner serve`` process (the CLI entry point, its own SQLite file, leases on) and
 ``--clients`` worker threads in this process, spread round-robin over ``--studies``
 studies (so 8 workers share each study by default). Each worker runs ``--cycles`` times:
 ``SuggestTrials(count=1, client_id, request_id)``, computes a made-up metric from the
-configuration, ``CompleteTrial(request_id)``. A thread asks the standard health service
+configuration, ``CompleteTrial(request_id)``. With ``--think S`` a worker first sleeps a
+random time (exponential, mean ``S`` seconds, seeded per worker) between the two, as if
+it measured the trial; without, it asks again at once and the server is saturated (see
+``bench.load_offered`` for what that means for latency). A thread asks the standard health service
 every 50 ms throughout (each answer timed: the goal is within 1 s, every time).
 
 ``--designer`` runs the cycles once per designer, each on a fresh server:
@@ -21,7 +24,9 @@ every 50 ms throughout (each answer timed: the goal is within 1 s, every time).
   (RESOURCE_EXHAUSTED) waits the delay it names and is sent again, and the table shows the
   refusals and the whole wait (``ask``) beside the answered calls. The yardstick is one
   suggestion on the idle server at the end of the run (one per study, one at a time): the
-  time of one fit at that history size.
+  time of one fit at that history size. The same before the workers start, untimed, on
+  each server, so the workers measure a warm server: a fresh one's designer processes
+  import torch first (``warm_up_ms``, reported apart).
 
 ``--storage postgresql`` keeps the studies in a fresh PostgreSQL database per run (on
 ``--pg-url``'s server, or on a throwaway server started for the run); ``--replicas N``
@@ -268,13 +273,21 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
                 stub.CreateStudy(pb.CreateStudyRequest(spec=study_spec(pb, name, i, designer)))
                 if designer == "bo":
                     stub.ImportTrials(pb.ImportTrialsRequest(study=name, trials=history(pb, i)))
+        # steady state: a fresh server's designer workers import torch first (seconds), so
+        # one untimed suggestion per study and server before the workers start; what it
+        # took is reported apart (``warm_up_ms``)
+        warm_up = [
+            v for each in targets for v in idle_suggestions(services, pb, each, studies)
+        ] if designer == "bo" else []  # fmt: skip
         health = HealthWatch(targets)
         logs = [WorkerLog() for _ in range(args.clients)]
+        measuring = float(getattr(args, "think", 0.0))
 
         def worker(k: int) -> None:
             # worker k talks to replica k mod N; with 8 workers a study, each study is
             # served by every replica at once
             study, log = studies[k % len(studies)], logs[k]
+            think = np.random.default_rng(k)
             with grpc.insecure_channel(targets[k % len(targets)]) as channel:
                 stub = services.TunerServiceStub(channel)
                 for _ in range(cycles):
@@ -284,6 +297,8 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
                     [trial] = suggest(stub, ask, log).trials
                     values = tuple(p.value.number for p in trial.config)
                     loss = metric(values)
+                    if measuring:  # the trial's measurement
+                        time.sleep(float(think.exponential(measuring)))
                     tell = pb.CompleteTrialRequest(
                         study=study, trial_id=trial.id, metrics={"loss": loss},
                         status=pb.TRIAL_OUTCOME_COMPLETED, request_id=uuid.uuid4().hex,
@@ -306,6 +321,7 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
     result["asked"] = percentiles([v for log in logs for v in log.asked])
     if idle:
         result["one_fit_ms"] = percentiles(idle)
+        result["warm_up_ms"] = percentiles(warm_up)
     return result
 
 
@@ -665,7 +681,7 @@ def model_table(r: dict[str, Any]) -> Table:
     table = Table(title=f"{r['method']}: against the goals (ms)")
     for column in ("suggest p50", "suggest p99", "one fit (idle) p50", "p99 / one fit",
                    "whole ask p99", "refused", "complete p99", "health <= 1 s",
-                   "health p99"):  # fmt: skip
+                   "health p99", "warm-up max"):  # fmt: skip
         table.add_column(column, justify="right")
     suggest, complete = r["rpcs"]["SuggestTrials"], r["rpcs"]["CompleteTrial"]
     fit, health = r["one_fit_ms"], r["health"]
@@ -674,6 +690,7 @@ def model_table(r: dict[str, Any]) -> Table:
         f"{suggest['p99_ms'] / fit['p50_ms']:.2f}", f"{r['asked']['p99_ms']:.0f}",
         str(r["refused"]), f"{complete['p99_ms']:.1f}",
         f"{health['within_1s']}/{health['checks']}", f"{health.get('p99_ms', 0):.1f}",
+        f"{r['warm_up_ms'].get('max_ms', 0):.0f}",
     )  # fmt: skip
     return table
 
@@ -810,6 +827,11 @@ def _parser() -> argparse.ArgumentParser:
         "--pg-url",
         help="PostgreSQL server to create each run's database on (default: a throwaway one)",
     )
+    parser.add_argument(
+        "--think", type=float, default=0.0,
+        help="mean seconds a worker measures a trial (exponential; default 0: none, each "
+        "worker asks again at once, the server saturated)",
+    )  # fmt: skip
     parser.add_argument("--peer", choices=("optuna", "none"), default="optuna")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--markdown", action="store_true")

@@ -7,9 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from bench import load
+from bench import load, load_offered
 
 
 def test_a_small_load_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
@@ -26,6 +27,7 @@ def test_a_small_load_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
         assert ours["rpcs"]["SuggestTrials"]["calls"] == 6 * cycles + ours["refused"]
         assert ours["health"]["checks"] > 0 and ours["health"]["not_serving"] == 0
     assert bo["one_fit_ms"]["calls"] == 2, "one idle suggestion per study"
+    assert bo["warm_up_ms"]["calls"] == 2, "and one per study before the workers start"
     assert (tmp_path / "load.png").stat().st_size > 0
 
 
@@ -79,3 +81,23 @@ def test_the_storage_comparison_runs_every_configuration_each_round(
         assert run["health"]["not_serving"] == 0 and run["server_alive_after"]
     assert runs[2]["replicas"] == 2 and runs[2]["storage"] == "postgresql"
     assert (tmp_path / "storage.png").stat().st_size > 0
+
+
+def test_offered_load_workers_measure_each_trial_for_the_time_asked(tmp_path: Path) -> None:
+    code = load_offered.main(
+        ["--rounds", "1", "--think", "0.5", "--clients", "2", "--studies", "1",
+         "--bo-cycles", "2", "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    [run] = json.loads((tmp_path / "offered.json").read_text())["runs"]
+    assert run["think_s"] == 0.5 and run["check"]["completed_stored"] == 4
+    # worker k sleeps its own seeded exponential draws between suggestion and report
+    slept = [sum(np.random.default_rng(k).exponential(0.5) for _ in range(2)) for k in (0, 1)]
+    assert run["wall_s"] >= max(slept)
+    assert load_offered.ratio(run) > 0 and (tmp_path / "offered.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("text", ["-1", "x", "", "1,-2"])
+def test_offered_load_rejects_a_bad_think_list(text: str) -> None:
+    with pytest.raises(SystemExit):
+        load_offered._parser().parse_args(["--think", text])
