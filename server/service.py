@@ -277,10 +277,15 @@ class TuningService:
                 if len(mine) >= count:
                     mine = mine[:count]
                     if request is not None:
-                        self.storage.add_trials(study, [], request, [t.id for t in mine])
+                        try:
+                            self.storage.add_trials(study, [], request, [t.id for t in mine])
+                        except AlreadyExistsError:
+                            return self._replayed(study, request)
                     return mine
             ask = _Ask(count - len(mine), client_id, request, [t.id for t in mine])
             new = self._new_trials(study, ask)
+            if ask.replayed is not None:
+                return ask.replayed
         finally:
             with self._asking:
                 self._suggesting -= 1
@@ -338,23 +343,19 @@ class TuningService:
                 for ask in batch:
                     part, suggestions = suggestions[: ask.need], suggestions[ask.need :]
                     made = [new_trial(0, s, ask.client_id) for s in part]  # storage numbers them
-                    ask.trials = self.storage.add_trials(
-                        study,
-                        [
-                            NewTrial(
-                                t.config,
-                                t.client_id,
-                                t.source,
-                                t.warning,
-                                embedded=t.embedded,
-                                lease_expires_at=lease,
-                                step=t.step,
-                            )
-                            for t in made
-                        ],
-                        ask.request,
-                        ask.mine,
-                    )
+                    new = [
+                        NewTrial(t.config, t.client_id, t.source, t.warning, embedded=t.embedded,
+                                 lease_expires_at=lease, step=t.step)
+                        for t in made
+                    ]  # fmt: skip
+                    try:
+                        ask.trials = self.storage.add_trials(study, new, ask.request, ask.mine)
+                    except AlreadyExistsError:
+                        if ask.request is None:
+                            raise
+                        # retried on another server, which answered first: that answer
+                        # stands (nothing of this one was stored); the batch goes on
+                        ask.replayed = self._replayed(study, ask.request)
         except Exception as error:  # every call of the batch gets it, not only the leader
             for ask in batch:
                 ask.error = error
@@ -471,7 +472,12 @@ class TuningService:
                     "a study without an embedding",
                 )
             finished = [self._finished(spec, item, f"trials[{i}]") for i, item in enumerate(items)]
-            stored = self.storage.import_trials(study, finished, request)
+            try:
+                stored = self.storage.import_trials(study, finished, request)
+            except AlreadyExistsError:
+                if request is None:
+                    raise
+                return self._replayed(study, request)  # another server answered it first
         log.info("study %s: imported %d trials", study, len(stored))
         return stored
 
@@ -624,6 +630,13 @@ class TuningService:
             return next((t for t in trials if t.id == kept.id), kept)
         return best_trial(spec, trials)
 
+    def _replayed(self, study: str, request: Request) -> list[Trial]:
+        """The earlier answer to a request whose record another call stored first."""
+        known = self._replay(study, request)
+        if known is None:  # the record was there a moment ago; requests are kept a week
+            raise StateError(f"request {request.request_id!r} was answered and then forgotten")
+        return known
+
     def _replay(self, study: str, request: Request) -> list[Trial] | None:
         """The answer to an earlier request with ``request``'s id, or None if there was none.
 
@@ -683,8 +696,11 @@ class _Ask:
     mine: list[int]  # the ids of the trials the call already holds
     leads: bool = False  # this call's thread runs the designer for its batch
     done: bool = False
-    trials: list[Trial] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)  # the new ones
     error: Exception | None = None
+    # another server answered the same request first (a shared database): its whole
+    # answer, which replaces this call's
+    replayed: list[Trial] | None = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,10 @@ from server.app import build_server, stop_server
 from server.client import TunerClient
 from server.service import LeasePolicy, TuningService
 from server.storage.postgres import PostgresStorage
+from server.suggest import InlineDesigner
+from tuner.designer import Suggestion
 from tuner.study import StudySpec
-from tuner.trial import TrialStatus
+from tuner.trial import Trial, TrialStatus
 
 SPEC = StudySpec.from_dict(
     {
@@ -131,3 +134,46 @@ def test_a_request_retried_on_the_other_replica_is_answered_as_the_first_time(
     assert retried.status is done.status is TrialStatus.COMPLETED
     assert retried.metrics == {"y": 1.0}
     assert len(b.list_trials("replicas")) == 1
+
+
+class GatedDesigner(InlineDesigner):
+    """Suggests as usual once ``go`` is set; ``entered`` tells that a call is waiting."""
+
+    def __init__(self) -> None:
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def propose(self, *args: Any) -> list[Suggestion]:
+        self.entered.set()
+        assert self.go.wait(30)
+        return super().propose(*args)
+
+
+def test_a_request_retried_while_the_first_replica_still_suggests_gets_one_answer(
+    postgres_url: str,
+) -> None:
+    """The client gave up on replica A (its designer is slow) and asked B with the same
+    request id; B answers first. A's late suggestion is dropped and its call answers what
+    B answered: one trial, whoever asked."""
+    gated = GatedDesigner()
+    slow = TuningService(PostgresStorage(postgres_url), designer=gated)
+    fast = TuningService(PostgresStorage(postgres_url))
+    try:
+        fast.create_study(SPEC)
+        answers: list[list[Trial]] = []
+        first = threading.Thread(
+            target=lambda: answers.append(
+                slow.suggest_trials("replicas", 2, client_id="w", request_id="ask-1")
+            )
+        )
+        first.start()
+        assert gated.entered.wait(30)
+        retried = fast.suggest_trials("replicas", 2, client_id="w", request_id="ask-1")
+        gated.go.set()
+        first.join(30)
+        assert [t.id for t in answers[0]] == [t.id for t in retried] == [1, 2]
+        assert [t.id for t in fast.list_trials("replicas")] == [1, 2]
+    finally:
+        gated.go.set()
+        for service in (slow, fast):
+            service.close()
+            service.storage.close()
