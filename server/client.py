@@ -230,10 +230,8 @@ class TunerClient:
     ) -> list[Measurement]:
         """Store further measurements (CONTROL or CONFIRM) of a finished trial's configuration.
 
-        Not retried: without a request id a retry after a lost reply would store the
-        measurements twice. A server that is not up yet is waited for (up to ``timeout``,
-        when ``retry_for`` is not 0); an UNAVAILABLE after that is raised, and whether the
-        measurements were stored is then unknown (``list_measurements`` tells).
+        Retried like ``complete_trial``: the request carries an id, so a retry after a lost
+        reply gets the measurements the first attempt stored and stores nothing twice.
 
         Returns:
             The measurements as stored, with ``trial_id`` and ``at`` set.
@@ -245,9 +243,12 @@ class TunerClient:
                 (the field names it: ``measurements[2].metrics.tps``).
         """
         request = pb.AddMeasurementsRequest(
-            study=study, trial_id=trial_id, measurements=_measurements_to_proto(measurements)
+            study=study,
+            trial_id=trial_id,
+            measurements=_measurements_to_proto(measurements),
+            request_id=_request_id(),
         )
-        reply = self._call(self._stub.AddMeasurements, request, retry=False)
+        reply = self._call(self._stub.AddMeasurements, request)
         return [
             convert.measurement_from_proto(m, f"measurements[{i}]")
             for i, m in enumerate(reply.measurements)
@@ -327,27 +328,21 @@ class TunerClient:
         with self._holders_guard:
             return self._holders.get((study, trial_id), "")
 
-    def _call(self, method: Callable[..., _Reply], request: Any, retry: bool = True) -> _Reply:
+    def _call(self, method: Callable[..., _Reply], request: Any) -> _Reply:
         """Call ``method``; for ``retry_for`` seconds, try again when the server is UNAVAILABLE
-        (only when ``retry``) or answers that it is too busy (``OverloadedError``: nothing
-        was done, so even a call without a request id may be sent again; after the delay
-        the server asked for).
+        or answers that it is too busy (``OverloadedError``: nothing was done; after the
+        delay the server asked for). Every write is idempotent (CreateStudy, Heartbeat) or
+        carries a request id, so a retry after a lost reply gets the first attempt's answer
+        and changes nothing twice.
 
         Every attempt has the deadline ``timeout``, as given: ``retry_for`` only bounds when
-        a new attempt may start. Without ``retry`` the attempt waits for the channel to be
-        ready first, unless ``retry_for`` is 0: nothing is sent to a server that is not up
-        yet, so waiting for it is safe where a retry is not.
+        a new attempt may start.
         """
         give_up = time.monotonic() + self.retry_for
         pause = _FIRST_PAUSE_S
         while True:
             try:
-                return method(
-                    request,
-                    timeout=self.timeout,
-                    metadata=self._metadata,
-                    wait_for_ready=not retry and self.retry_for > 0,
-                )
+                return method(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as error:
                 left = give_up - time.monotonic()
                 domain = error_from_rpc(error)
@@ -356,7 +351,7 @@ class TunerClient:
                     log.info("tuner server %s is busy; retrying in %.1f s", self.target, wait)
                     time.sleep(wait)
                     continue
-                if retry and error.code() is grpc.StatusCode.UNAVAILABLE and left > 0:
+                if error.code() is grpc.StatusCode.UNAVAILABLE and left > 0:
                     wait = min(pause * random.uniform(0.5, 1.0), left)
                     log.warning("tuner server %s unavailable (%s); retrying in %.1f s",
                                 self.target, _describe(error), wait)  # fmt: skip

@@ -499,10 +499,17 @@ class TuningService:
         return FinishedTrial(config, status, metrics, reason, item.source or "import")
 
     def add_measurements(
-        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+        self,
+        study: str,
+        trial_id: int,
+        measurements: Sequence[Measurement],
+        request_id: str = "",
     ) -> list[Measurement]:
         """Store further measurements of a finished trial's configuration: controls measured
         between trials, or the rounds of a confirmation. The trial itself does not change.
+
+        A repeated call with the same ``request_id`` returns the measurements the first one
+        stored and stores nothing (without one, a repeat stores them again).
 
         Raises:
             ValidationError: No measurements, too many, a REPEAT (repeats come with
@@ -527,8 +534,18 @@ class TuningService:
                     allowed,
                 )
             _check_metrics(None, item.metrics, TrialStatus.COMPLETED, f"measurements[{i}].metrics")
+        request = _request(
+            request_id, "AddMeasurements", study, trial_id,
+            [(MeasurementKind(m.kind).value, sorted(m.metrics.items()), m.at, m.round)
+             for m in items],
+        )  # fmt: skip
         with self._lock(study):
-            stored = self.storage.add_measurements(study, trial_id, items)
+            try:
+                stored = self.storage.add_measurements(study, trial_id, items, request)
+            except AlreadyExistsError:  # a retry: answered before, maybe by another server
+                if request is None or (known := self._known(study, request)) is None:
+                    raise
+                return self.storage.list_measurements(study, ids=known.answer_ids)
         log.info("study %s trial %d: %d %s measurements stored", study, trial_id, len(stored),
                  items[0].kind)  # fmt: skip
         return stored
@@ -638,7 +655,15 @@ class TuningService:
         return known
 
     def _replay(self, study: str, request: Request) -> list[Trial] | None:
-        """The answer to an earlier request with ``request``'s id, or None if there was none.
+        """The trials an earlier request with ``request``'s id answered, or None if there
+        was none (``_known``)."""
+        known = self._known(study, request)
+        return (
+            None if known is None else [self.storage.get_trial(study, i) for i in known.answer_ids]
+        )
+
+    def _known(self, study: str, request: Request) -> Request | None:
+        """The stored record of an earlier request with ``request``'s id, or None.
 
         Raises:
             ValidationError: The id was used for a different request (``request_id``).
@@ -654,7 +679,7 @@ class TuningService:
             )
         log.info("study %s: %s %s retried; answered as before", study, request.method,
                  request.request_id)  # fmt: skip
-        return [self.storage.get_trial(study, i) for i in known.trial_ids]
+        return known
 
     def _spec(self, study: str) -> StudySpec:
         """The study's spec (NotFoundError for an unknown study), read from storage once."""

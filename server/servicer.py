@@ -153,7 +153,9 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         self, request: pb.AddMeasurementsRequest, context: grpc.ServicerContext
     ) -> pb.AddMeasurementsResponse:
         measurements = convert.measurements_from_request(request)
-        stored = self._service.add_measurements(request.study, request.trial_id, measurements)
+        stored = self._service.add_measurements(
+            request.study, request.trial_id, measurements, request.request_id
+        )
         return pb.AddMeasurementsResponse(
             measurements=[convert.measurement_to_proto(m) for m in stored]
         )

@@ -78,14 +78,15 @@ class Request:
         request_id: The client's id for the request (unique per request, kept for a week).
         method: The RPC, e.g. ``CompleteTrial``.
         digest: A hash of what was asked; a retry with another digest is refused.
-        trial_ids: The trials the request answered with (filled in by the backend for
-            ``add_trials``).
+        answer_ids: What the request answered with, filled in by the backend: the trials'
+            ids, or for ``AddMeasurements`` the stored measurements' (``list_measurements``
+            with ``ids``).
     """
 
     request_id: str
     method: str
     digest: str
-    trial_ids: tuple[int, ...] = ()
+    answer_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -274,11 +275,17 @@ class Storage(ABC):
 
     @abstractmethod
     def add_measurements(
-        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+        self,
+        study: str,
+        trial_id: int,
+        measurements: Sequence[Measurement],
+        request: Request | None = None,
     ) -> list[Measurement]:
         """Store measurements of a finished trial's configuration (controls, confirmation
         rounds) in one transaction, without changing the trial. A measurement with ``at = 0``
-        is stamped with the current time.
+        is stamped with the current time. With ``request``, the request is recorded (answered
+        by the new measurements' ids) in the same transaction; a request id already recorded
+        raises ``AlreadyExistsError`` and stores nothing.
 
         Returns:
             The measurements as stored (with ``trial_id`` and ``at`` set).
@@ -295,9 +302,11 @@ class Storage(ABC):
         study: str,
         trial_id: int | None = None,
         kinds: Collection[MeasurementKind] | None = None,
+        ids: Collection[int] | None = None,
     ) -> list[Measurement]:
-        """The study's measurements in the order they were stored; only one trial's, or only
-        some kinds, when given.
+        """The study's measurements in the order they were stored; only one trial's, only
+        some kinds, or only those a request answered with (``Request.answer_ids``), when
+        given.
 
         Raises:
             NotFoundError: Unknown study (or trial, when one is named).

@@ -179,7 +179,7 @@ class SQLStorage(Storage):
             )  # fmt: skip
             if request is not None:
                 ids = (*answered, *range(first, first + len(items)))
-                self._remember(tx, study_id, replace(request, trial_ids=ids), now)
+                self._remember(tx, study_id, replace(request, answer_ids=ids), now)
             return self._load_trials(tx, study_id, "AND t.trial_id >= ?", [first]) if items else []
 
     def import_trials(
@@ -200,7 +200,7 @@ class SQLStorage(Storage):
             first = _insert_trials(tx, study_id, now, made)
             if request is not None:
                 ids = tuple(range(first, first + len(items)))
-                self._remember(tx, study_id, replace(request, trial_ids=ids), now)
+                self._remember(tx, study_id, replace(request, answer_ids=ids), now)
             return self._load_trials(tx, study_id, "AND t.trial_id >= ?", [first]) if items else []
 
     def get_trial(self, study: str, trial_id: int) -> Trial:
@@ -290,11 +290,15 @@ class SQLStorage(Storage):
             detail += f": {reason}" if reason else ""
             _insert_events(tx, [(study_id, trial_id, now, f"status:{new.value}", detail)])
             if request is not None:
-                self._remember(tx, study_id, replace(request, trial_ids=(trial_id,)), now)
+                self._remember(tx, study_id, replace(request, answer_ids=(trial_id,)), now)
             return self._load_trials(tx, study_id, "AND t.trial_id = ?", [trial_id])[0]
 
     def add_measurements(
-        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+        self,
+        study: str,
+        trial_id: int,
+        measurements: Sequence[Measurement],
+        request: Request | None = None,
     ) -> list[Measurement]:
         trial_id = check_trial_id(trial_id)
         rows = [_measurement_row(m) for m in measurements]
@@ -306,7 +310,10 @@ class SQLStorage(Storage):
                     f"trial {trial_id} is {status.value}: only a finished trial's "
                     "configuration takes further measurements"
                 )
-            ids = _insert_measurements(tx, study_id, trial_id, self._clock(), rows)
+            now = self._clock()
+            ids = _insert_measurements(tx, study_id, trial_id, now, rows)
+            if request is not None:
+                self._remember(tx, study_id, replace(request, answer_ids=tuple(ids)), now)
             if not ids:
                 return []
             marks = ", ".join("?" * len(ids))
@@ -317,9 +324,14 @@ class SQLStorage(Storage):
         study: str,
         trial_id: int | None = None,
         kinds: Collection[MeasurementKind] | None = None,
+        ids: Collection[int] | None = None,
     ) -> list[Measurement]:
         where: list[str] = []
         params: list[Any] = []
+        if ids is not None:
+            chosen = sorted({int(i) for i in ids})
+            where.append(f"AND m.id IN ({', '.join('?' * len(chosen))})" if chosen else "AND 1 = 0")
+            params += chosen
         if kinds is not None:
             wanted = sorted({_measurement_kind(k, "kinds") for k in kinds})
             where.append(
@@ -367,7 +379,7 @@ class SQLStorage(Storage):
             "INSERT INTO requests (request_id, method, study_id, digest, trial_ids, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING 1",
             [request.request_id, request.method, study_id, request.digest,
-             json.dumps(list(request.trial_ids)), now],
+             json.dumps(list(request.answer_ids)), now],
         )  # fmt: skip
         if stored is None:
             raise AlreadyExistsError(

@@ -234,13 +234,32 @@ def test_controls_and_confirmations_of_the_finished_default(client: TunerClient)
     assert client.get_trial(STUDY, default.id) == default
 
 
-def test_add_measurements_is_not_retried(service: LosesReplies, client: TunerClient) -> None:
+def test_a_retried_add_measurements_stores_them_once_and_answers_as_before(
+    service: LosesReplies, client: TunerClient
+) -> None:
     default = finished_default(client)
     service.calls, service.lost = 0, 1  # stored, but the reply is lost
-    with pytest.raises(StorageError, match="connection reset"):
-        client.add_measurements(STUDY, default.id, [Measurement({"tps": 1.0}, CONTROL)])
-    assert service.calls == 1  # one attempt: a retry would have stored it twice
-    assert len(client.list_measurements(STUDY, default.id, [CONTROL])) == 1
+    added = client.add_measurements(
+        STUDY, default.id, [Measurement({"tps": 1.0}, CONTROL), Measurement({"tps": 2.0}, CONTROL)]
+    )
+    assert service.calls == 2  # the client retried with the same request id
+    assert [m.metrics for m in added] == [{"tps": 1.0}, {"tps": 2.0}]
+    assert client.list_measurements(STUDY, default.id, [CONTROL]) == added
+
+
+def test_an_add_measurements_request_id_used_for_other_measurements_is_refused(
+    service: LosesReplies,
+) -> None:
+    service.create_study(SPEC)
+    (trial,) = service.suggest_trials(STUDY, 1, "w")
+    service.complete_trial(STUDY, trial.id, {"tps": 1.0})
+    first = service.add_measurements(STUDY, trial.id, [Measurement({"tps": 3.0}, CONTROL)], "m-1")
+    again = service.add_measurements(STUDY, trial.id, [Measurement({"tps": 3.0}, CONTROL)], "m-1")
+    assert again == first
+    with pytest.raises(ValidationError) as caught:
+        service.add_measurements(STUDY, trial.id, [Measurement({"tps": 4.0}, CONTROL)], "m-1")
+    assert caught.value.field == "request_id"
+    assert service.list_measurements(STUDY, trial.id, [CONTROL]) == first
 
 
 def test_list_measurements_over_the_wire_filters_by_kind(

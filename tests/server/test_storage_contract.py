@@ -528,3 +528,18 @@ def test_a_request_is_recorded_with_its_write_and_found_again(storage: Storage) 
             "pg-oltp", first, TrialStatus.FAILED, {}, "x", request=Request("req-4", "C", "d")
         )
     assert storage.find_request("pg-oltp", "req-4") is None
+    # measurements: the request answers with their ids, which list them again
+    added = storage.add_measurements(
+        "pg-oltp", first, [Measurement({"tps": 2.0}, MeasurementKind.CONTROL)] * 2,
+        request=Request("req-5", "AddMeasurements", "d5"),
+    )  # fmt: skip
+    known = storage.find_request("pg-oltp", "req-5")
+    assert known is not None and len(known.answer_ids) == 2
+    assert storage.list_measurements("pg-oltp", ids=known.answer_ids) == added
+    assert storage.list_measurements("pg-oltp", ids=[]) == []
+    with pytest.raises(AlreadyExistsError):
+        storage.add_measurements(
+            "pg-oltp", first, [Measurement({"tps": 9.0}, MeasurementKind.CONTROL)],
+            request=Request("req-5", "AddMeasurements", "d5"),
+        )  # fmt: skip
+    assert len(storage.list_measurements("pg-oltp", first)) == 2

@@ -511,14 +511,16 @@ class GetParetoFrontRequest(_message.Message):
     def __init__(self, study: _Optional[str] = ...) -> None: ...
 
 class AddMeasurementsRequest(_message.Message):
-    __slots__ = ("study", "trial_id", "measurements")
+    __slots__ = ("study", "trial_id", "measurements", "request_id")
     STUDY_FIELD_NUMBER: _ClassVar[int]
     TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
     MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     study: str
     trial_id: int
     measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
-    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class AddMeasurementsResponse(_message.Message):
     __slots__ = ("measurements",)
