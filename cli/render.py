@@ -204,8 +204,10 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
         print_multi_result(result)
         return
     print_noise(result)
+    under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
     if result.best is None:
-        out.print("[bold red]no feasible configuration found[/]")
+        # the constraints as resolved (a bound relative to the default, in numbers)
+        out.print(f"[bold red]no feasible configuration found[/] under {under}", highlight=False)
         return
     print_trial("best configuration", result.best)
     unsafe = unsafe_settings(spec, result.best.config)
@@ -215,7 +217,6 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
             "(study.allow_unsafe = true; see the knob catalog for what each risks)",
             highlight=False,
         )
-    under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
     if result.default is not None and not is_feasible(spec, result.default):
         out.print(
             f"[yellow]the default configuration is not feasible under {under}[/]; "

@@ -1,0 +1,28 @@
+"""What ``tuner tune`` prints at the end of a session (``cli.render.print_result``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli import render
+from runner.session import SessionResult
+from tuner.study import StudySpec
+from tuner.trial import Trial, TrialStatus
+
+SPEC = StudySpec.from_dict(
+    {
+        "name": "s",
+        "knobs": [{"name": "x", "kind": "float", "low": 0.0, "high": 1.0}],
+        "objectives": [{"name": "tps", "goal": "maximize"}],
+        "outcome_constraints": ["p95_ms <= 20"],
+    }
+)
+
+
+def test_no_feasible_configuration_names_the_constraints_it_was_judged_by(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    slow = Trial(1, {"x": 0.5}, TrialStatus.COMPLETED, metrics={"tps": 10.0, "p95_ms": 31.0})
+    render.print_result(SessionResult(SPEC, [slow], default=slow, best=None, ratio=None))
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no feasible configuration found under p95_ms <= 20" in text
