@@ -8,9 +8,11 @@
 ``--clients`` worker threads in this process, spread round-robin over ``--studies``
 studies (so 8 workers share each study by default). Each worker runs ``--cycles`` times:
 ``SuggestTrials(count=1, client_id, request_id)``, computes a made-up metric from the
-configuration, ``CompleteTrial(request_id)``. With ``--think S`` a worker first sleeps a
-random time (exponential, mean ``S`` seconds, seeded per worker) between the two, as if
-it measured the trial; without, it asks again at once and the server is saturated (see
+configuration, ``CompleteTrial(request_id)``. With ``--think S`` a worker sleeps a random
+time (exponential, mean ``S`` seconds, seeded per worker) between the two, as if it
+measured the trial, and once more before its first call, as if it were measuring one when
+the run began (so the 64 first calls do not all arrive at once: the run starts in the
+steady state); without, it asks again at once and the server is saturated (see
 ``bench.load_offered`` for what that means for latency). A thread asks the standard health service
 every 50 ms throughout (each answer timed: the goal is within 1 s, every time).
 
@@ -288,6 +290,8 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
             # served by every replica at once
             study, log = studies[k % len(studies)], logs[k]
             think = np.random.default_rng(k)
+            if measuring:  # as if measuring a trial when the run began: arrivals spread out
+                time.sleep(float(think.exponential(measuring)))
             with grpc.insecure_channel(targets[k % len(targets)]) as channel:
                 stub = services.TunerServiceStub(channel)
                 for _ in range(cycles):

@@ -91,8 +91,9 @@ def test_offered_load_workers_measure_each_trial_for_the_time_asked(tmp_path: Pa
     assert code == 0
     [run] = json.loads((tmp_path / "offered.json").read_text())["runs"]
     assert run["think_s"] == 0.5 and run["check"]["completed_stored"] == 4
-    # worker k sleeps its own seeded exponential draws between suggestion and report
-    slept = [sum(np.random.default_rng(k).exponential(0.5) for _ in range(2)) for k in (0, 1)]
+    # worker k sleeps its own seeded exponential draws: once before its first call, then
+    # between each suggestion and its report
+    slept = [sum(np.random.default_rng(k).exponential(0.5) for _ in range(3)) for k in (0, 1)]
     assert run["wall_s"] >= max(slept)
     assert load_offered.ratio(run) > 0 and (tmp_path / "offered.png").stat().st_size > 0
 
