@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from cli.results import cmd_best, cmd_front, cmd_measurements, cmd_plot, cmd_show, cmd_studies
-from cli.serving import cmd_serve
-from cli.sessions import cmd_daemon, cmd_ray, cmd_tune
-from cli.trials import cmd_ask, cmd_create, cmd_heartbeat, cmd_import, cmd_tell
-from runner.config import DEFAULT_DB
-from server.app import DEFAULT_LEASES, DEFAULT_THREADS, default_suggest_workers
-from server.service import ON_EXPIRY
+from runner.defaults import DEFAULT_DB
+from server.defaults import DEFAULT_LEASES, DEFAULT_THREADS, default_suggest_workers
+from server.records import ON_EXPIRY
 from tuner import runtime
 from tuner.trial import (
     MeasurementKind,
 )
+
+
+def handler(path: str) -> Callable[[argparse.Namespace], int | None]:
+    """The command function at ``module:name``, imported when the command runs: each
+    command pays only for what it uses (``tuner studies`` never imports torch; ``tuner
+    tune`` does)."""
+    module, name = path.split(":")
+
+    def run(args: argparse.Namespace) -> int | None:
+        func: Callable[[argparse.Namespace], int | None] = getattr(
+            importlib.import_module(module), name
+        )
+        return func(args)
+
+    run.__qualname__ = run.__name__ = name
+    return run
 
 
 def positive_int(text: str) -> int:
@@ -71,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, func: Any, help_: str, db: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, func: str, help_: str, db: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(func=func)
+        p.set_defaults(func=handler(func))
         if db:
             p.add_argument(
                 "--server",
@@ -97,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         return p
 
-    tune = command("tune", cmd_tune, "run a tuning session from a TOML config")
+    tune = command("tune", "cli.sessions:cmd_tune", "run a tuning session from a TOML config")
     tune.set_defaults(db=None)
     tune.add_argument("config", type=Path)
     tune.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
@@ -113,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         tune.add_argument(flag, type=int, help=f"{help_} (overrides [session])")
 
-    daemon = command("daemon", cmd_daemon, "tune, apply the best, watch, re-tune (unattended)")
+    daemon = command(
+        "daemon", "cli.sessions:cmd_daemon", "tune, apply the best, watch, re-tune (unattended)"
+    )
     daemon.set_defaults(db=None)
     daemon.add_argument("config", type=Path)
     daemon.add_argument("--name", help="study name (overrides [study] name)")
@@ -122,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-windows", type=int, help="stop after N watch windows (overrides [daemon])"
     )
 
-    serve = command("serve", cmd_serve, "serve studies over gRPC", db=False)
+    serve = command("serve", "cli.serving:cmd_serve", "serve studies over gRPC", db=False)
     serve.add_argument(
         "--db", default=str(DEFAULT_DB), metavar="URL",
         help=f"where studies are kept: a SQLite file (a path or sqlite:///PATH; default "
@@ -186,16 +201,20 @@ def build_parser() -> argparse.ArgumentParser:
         "fail: FAILED (default reoffer)",
     )
 
-    create = command("create", cmd_create, "create the study of a config (for ask/tell)")
+    create = command(
+        "create", "cli.trials:cmd_create", "create the study of a config (for ask/tell)"
+    )
     create.add_argument("config", type=Path)
     create.add_argument("--name", help="study name (overrides [study] name)")
-    ask = command("ask", cmd_ask, "print the next configuration to try, with its trial id")
+    ask = command(
+        "ask", "cli.trials:cmd_ask", "print the next configuration to try, with its trial id"
+    )
     ask.add_argument("study")
     ask.add_argument("--format", choices=("json", "env", "args"), default="json")
     ask.add_argument(
         "--client-id", default="", help="caller id: a repeated ask returns its ACTIVE trial"
     )
-    tell = command("tell", cmd_tell, "report a trial's metrics or why it has none")
+    tell = command("tell", "cli.trials:cmd_tell", "report a trial's metrics or why it has none")
     tell.add_argument("study")
     tell.add_argument("trial", type=int)
     tell.add_argument(
@@ -206,37 +225,39 @@ def build_parser() -> argparse.ArgumentParser:
     tell.add_argument("--timed-out", metavar="REASON", help="the run exceeded its time limit")
     holder_arguments(tell, "report")
 
-    ray = command("ray", cmd_ray, "run a study's trials in parallel on Ray Tune")
+    ray = command("ray", "cli.sessions:cmd_ray", "run a study's trials in parallel on Ray Tune")
     ray.set_defaults(db=None)
     ray.add_argument("config", type=Path)
     ray.add_argument("--parallel", type=int, default=2, help="trials at once (default 2)")
     ray.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
     ray.add_argument("--name", help="study name (overrides [study] name)")
 
-    imp = command("import", cmd_import, "add trials measured elsewhere (warm start)")
+    imp = command("import", "cli.trials:cmd_import", "add trials measured elsewhere (warm start)")
     imp.add_argument("study")
     source = imp.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--csv", type=Path, help="one row per trial: knob columns, metric columns, [status, reason]"
     )
     source.add_argument("--from-study", metavar="STUDY", help="another study with the same knobs")
-    beat = command("heartbeat", cmd_heartbeat, "renew the lease of a trial that is running")
+    beat = command(
+        "heartbeat", "cli.trials:cmd_heartbeat", "renew the lease of a trial that is running"
+    )
     beat.add_argument("study")
     beat.add_argument("trial", type=int)
     holder_arguments(beat, "renew")
 
-    command("studies", cmd_studies, "list studies")
+    command("studies", "cli.results:cmd_studies", "list studies")
     for name, func, help_ in (
-        ("show", cmd_show, "show a study's trials"),
-        ("best", cmd_best, "show a study's best feasible trial"),
-        ("front", cmd_front, "show a study's Pareto front (several objectives)"),
+        ("show", "cli.results:cmd_show", "show a study's trials"),
+        ("best", "cli.results:cmd_best", "show a study's best feasible trial"),
+        ("front", "cli.results:cmd_front", "show a study's Pareto front (several objectives)"),
     ):
         p = command(name, func, help_)
         p.add_argument("study")
         p.add_argument("--json", action="store_true", help="machine-readable output")
     meas = command(
-        "measurements", cmd_measurements, "list a study's measurements: repeats, controls, "
-        "confirmation rounds",
+        "measurements", "cli.results:cmd_measurements",
+        "list a study's measurements: repeats, controls, confirmation rounds",
     )  # fmt: skip
     meas.add_argument("study")
     meas.add_argument("--trial", type=int, help="only this trial's")
@@ -245,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only these kinds (repeatable)",
     )  # fmt: skip
     meas.add_argument("--json", action="store_true", help="machine-readable output")
-    plot = command("plot", cmd_plot, "write a study's convergence plot")
+    plot = command("plot", "cli.results:cmd_plot", "write a study's convergence plot")
     plot.add_argument("study")
     plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")
     return parser

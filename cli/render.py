@@ -5,14 +5,11 @@ and trials as rich tables or JSON.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from cli.common import out
-from runner.session import SessionResult
-from tuner.confirmation import Confirmation, Remeasured
-from tuner.measurement_stats import RatioInterval
 from tuner.space import value_key
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
@@ -23,6 +20,11 @@ from tuner.trial import (
     is_feasible,
     pareto_front,
 )
+
+if TYPE_CHECKING:  # the session's machinery is not needed to print its results
+    from runner.session import SessionResult
+    from tuner.confirmation import Confirmation, Remeasured
+    from tuner.measurement_stats import RatioInterval
 
 
 def print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:

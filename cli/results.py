@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from rich.table import Table
 
 from cli.common import connect, out
-from cli.plot import plot_convergence
 from cli.render import fmt, interval_dict, mean_and_spread, print_front, print_trial, trial_dict
 from tuner.confirmation import stored_confirmation
 from tuner.trial import (
@@ -141,6 +140,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     with connect(args.server, args.db) as api:
         spec = api.get_study(args.study).spec
         trials = api.list_trials(args.study)
+    from cli.plot import plot_convergence  # matplotlib: only for this command
+
     path = plot_convergence(spec, trials, args.out or f"{args.study}.png")
     out.print(f"wrote {path}")
     return 0

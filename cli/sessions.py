@@ -26,7 +26,7 @@ from cli.render import (
 from runner.config import SessionConfig, load_config
 from runner.measurement import confirm
 from runner.session import run_phases, run_session, summarize
-from server.app import DEFAULT_LEASES
+from server.defaults import DEFAULT_LEASES
 from server.security import read_file, read_token
 from server.storage import SQLiteStorage
 from targets.host.signals import terminate_on_sigterm

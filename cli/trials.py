@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from cli.common import connect, err
-from runner.config import load_study
 from targets.command.target import env_name, format_value
 from tuner.errors import ValidationError
 from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob
@@ -27,7 +26,7 @@ from tuner.trial import (
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from server.service import ImportedTrial
+    from server.records import ImportedTrial
 
     with connect(args.server, args.db, writable=True) as api:
         spec = api.get_study(args.study).spec
@@ -58,7 +57,7 @@ def read_trials_csv(path: Path, spec: StudySpec) -> list[Any]:
         ValidationError: A missing knob column or a value that does not parse, named as
             ``csv line N, column C``.
     """
-    from server.service import ImportedTrial
+    from server.records import ImportedTrial
 
     try:
         handle = path.open(newline="", encoding="utf-8")
@@ -134,6 +133,8 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    from runner.config import load_study  # targets and the session: only to create
+
     spec = load_study(args.config, args.name)
     with connect(args.server, args.db, writable=True) as api:
         _, created = api.create_study(spec)

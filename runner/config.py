@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.daemon import DaemonSettings, parse_daemon
+from runner.defaults import DEFAULT_DB
 from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol
 from runner.session import Phase
 from targets.base import Target
@@ -51,7 +52,6 @@ _PROTOCOL_KEYS = (
     "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
     "confirm_max", "confirm_width",
 )  # fmt: skip
-DEFAULT_DB = Path("runs/tuner.db")
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from server.defaults import DEFAULT_LEASES, DEFAULT_THREADS, default_suggest_workers
 from server.observability import Metrics
+from server.records import LeasePolicy
 from server.security import ServerSecurity
-from server.service import LeasePolicy, TuningService
+from server.service import TuningService
 from server.servicer import SERVICE_NAME, TunerServicer, add_to_server
 from server.storage import Storage, open_storage, parse
 from server.suggest import WorkerPool
@@ -41,14 +43,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50051
-#: gRPC threads. A SuggestTrials call waiting for the designer holds one (waiting, not
-#: computing), so there are many, and a quarter of them is kept for every other call. With
-#: 64 (48 waiting) the 64 clients of ``bench.load`` were refused 153-196 times per 192
-#: cycles, and the refused calls' retries cost a quarter of the throughput and tripled
-#: the whole wait's p99 (``bench/README.md``, "Session 50"); 128 admit 96.
-DEFAULT_THREADS = 128
-# A worker heartbeats a third of a lease apart; 15 minutes of silence means it is gone.
-DEFAULT_LEASES = LeasePolicy(ttl_s=900.0, on_expiry="reoffer")
 HEALTH_SERVICE_NAME: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 # The health servicer of each server built here, so that shutdown can mark it NOT_SERVING.
@@ -225,11 +219,6 @@ def serve(
     finally:
         storage.close()
     log.info("tuner server stopped")
-
-
-def default_suggest_workers() -> int:
-    """Designer processes of a server: one per CPU, at most 4 (each holds torch in memory)."""
-    return max(1, min(4, os.cpu_count() or 1))
 
 
 def max_waiting(threads: int) -> int:

@@ -46,7 +46,7 @@ from server import convert
 from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import error_from_rpc
-from server.service import ImportedTrial, StudyInfo
+from server.records import ImportedTrial, StudyInfo
 from tuner.errors import OverloadedError, ValidationError
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus

@@ -23,7 +23,7 @@ from typing import Any
 from google.protobuf import timestamp_pb2
 
 from server.api.v1 import tuner_pb2 as pb
-from server.service import ImportedTrial, StudyInfo
+from server.records import ImportedTrial, StudyInfo
 from tuner.errors import ValidationError
 from tuner.space import (
     BoolKnob,

@@ -38,12 +38,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from server.records import ImportedTrial, LeasePolicy, StudyInfo
 from server.storage import FinishedTrial, NewTrial, Request, Storage, check_holder
 from server.suggest import Designer, InlineDesigner
 from tuner.confirmation import best_of, stored_confirmation
 from tuner.constraints import METRIC_NAME
-from tuner.designer import FitCache
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
@@ -52,7 +53,9 @@ from tuner.errors import (
     ValidationError,
 )
 from tuner.loop import new_trial
-from tuner.space import Scalar
+
+if TYPE_CHECKING:
+    from tuner.designer import FitCache
 from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
@@ -87,55 +90,6 @@ REPORTABLE = {
 }
 
 
-@dataclass(frozen=True)
-class ImportedTrial:
-    """A configuration measured elsewhere, for ``TuningService.import_trials``."""
-
-    config: Mapping[str, Scalar]
-    status: TrialStatus = TrialStatus.COMPLETED
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    reason: str = ""
-    source: str = "import"
-
-
-#: What becomes of a trial whose lease expired.
-ON_EXPIRY = ("reoffer", "fail")
-
-
-@dataclass(frozen=True)
-class LeasePolicy:
-    """How long a handed-out trial may go without a heartbeat, and what happens then.
-
-    Attributes:
-        ttl_s: Seconds from a hand-out or heartbeat to the lease's end (> 0).
-        on_expiry: ``reoffer``: the trial becomes ABANDONED and its configuration is queued
-            for the next worker; ``fail``: the trial becomes FAILED (an infrastructure
-            failure, as a worker reports one), nothing is queued, and the designer treats
-            it like any FAILED trial: the configuration is suggested again only while the
-            study's ``designer.retry_failed`` allows.
-    """
-
-    ttl_s: float = 600.0
-    on_expiry: str = "reoffer"
-
-    def __post_init__(self) -> None:
-        ttl = self.ttl_s
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 1e9:
-            raise ValidationError("lease_ttl", f"got {ttl!r}", "seconds, > 0")
-        if self.on_expiry not in ON_EXPIRY:
-            raise ValidationError("on_expiry", f"got {self.on_expiry!r}", ON_EXPIRY)
-
-
-@dataclass(frozen=True)
-class StudyInfo:
-    """A study with a summary of its trials."""
-
-    spec: StudySpec
-    created_at: float
-    trial_counts: dict[str, int]
-    best_trial_id: int | None
-
-
 class TuningService:
     """Studies and trials over one storage backend; safe to call from many threads.
 
@@ -161,7 +115,7 @@ class TuningService:
         max_waiting: int = 0,
     ) -> None:
         self.storage = storage
-        self.fit_cache = fit_cache if fit_cache is not None else FitCache()
+        self._fit_cache = fit_cache
         self.leases = leases
         self.max_waiting = max_waiting
         self._clock = clock
@@ -176,6 +130,16 @@ class TuningService:
         self._queues: dict[str, _Queue] = {}  # studies with a designer run in progress
 
     # -- studies ------------------------------------------------------------------------
+    @property
+    def fit_cache(self) -> FitCache:
+        """Warm starts of the model fits, made on the first suggestion (the designer's
+        import, torch among it, is paid by the first call that needs it)."""
+        if self._fit_cache is None:
+            from tuner.designer import FitCache
+
+            self._fit_cache = FitCache()
+        return self._fit_cache
+
     def create_study(self, spec: StudySpec) -> tuple[StudyInfo, bool]:
         """Create the study, or load it when one with the same name and spec exists.
 

@@ -24,16 +24,17 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner import runtime
-from tuner.designer import FitCache, Suggestion
-from tuner.designer.factory import fits_models
-from tuner.designer.model import CacheEntries
 from tuner.errors import TunerError
 from tuner.loop import propose
 from tuner.study import StudySpec
 from tuner.trial import Trial
+
+if TYPE_CHECKING:  # imported by the first suggestion: a server's import stays light
+    from tuner.designer import FitCache, Suggestion
+    from tuner.designer.model import CacheEntries
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class WorkerPool:
     def propose(
         self, spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache
     ) -> list[Suggestion]:
+        from tuner.designer.factory import fits_models
+
         if not fits_models(spec):
             # quasi-random points take milliseconds: computed here, they never wait behind
             # other studies' fits, nor for the workers of a server that just started
@@ -204,6 +207,8 @@ def _ready() -> int:
 def _propose_job(
     spec: StudySpec, trials: list[Trial], count: int, entries: CacheEntries
 ) -> tuple[list[Suggestion], CacheEntries]:
+    from tuner.designer import FitCache
+
     cache = FitCache()
     cache.update(entries)
     return propose(spec, trials, count, cache), cache.export(spec.name)

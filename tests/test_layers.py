@@ -12,9 +12,15 @@ can be used without the service.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from server.service import TuningService
+from server.storage import SQLiteStorage
+from tuner.study import StudySpec
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["tuner", "knobs", "targets", "runner", "cli"]
@@ -137,3 +143,48 @@ def test_the_designer_package_depends_one_way() -> None:
 
     for name in sorted(graph):
         visit(name, ())
+
+
+# -- what a light command loads -----------------------------------------------------------
+HEAVY = ("torch", "botorch", "gpytorch", "matplotlib", "scipy.stats", "sqlite_utils", "pandas")
+
+
+def loaded_heavy(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_the_client_loads_no_designer_and_no_plotting() -> None:
+    assert loaded_heavy("import server.client") == []
+
+
+def test_reading_commands_load_no_designer_and_no_plotting(tmp_path: Path) -> None:
+    """``tuner --help``, ``studies`` and ``show`` start without torch or matplotlib; what
+    they cost is measured in ``bench.startup``."""
+    db = tmp_path / "t.db"
+    with SQLiteStorage(db) as storage:
+        service = TuningService(storage)
+        service.create_study(
+            StudySpec.from_dict(
+                {
+                    "name": "s",
+                    "knobs": [{"name": "x", "kind": "float", "low": 0.0, "high": 1.0}],
+                    "objectives": [{"name": "y"}],
+                    "designer": {"algorithm": "sobol"},
+                }
+            )
+        )
+        (trial,) = service.suggest_trials("s", 1)
+        service.complete_trial("s", trial.id, {"y": 1.0})
+    for argv in (["--help"], ["studies", "--db", str(db)], ["show", "s", "--db", str(db)]):
+        code = (
+            "import contextlib, io\nfrom cli.main import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            f"    assert main({argv!r}) == 0"
+        )
+        assert loaded_heavy(code) == [], argv

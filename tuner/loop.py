@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tuner.designer import FitCache, Suggestion, make_designer
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus, with_resolved_constraints
+
+if TYPE_CHECKING:  # the designer (torch) is imported when a suggestion is made
+    from tuner.designer import FitCache, Suggestion
 
 
 class Outcome(Protocol):
@@ -49,6 +51,8 @@ def propose(
     """
     completed = [t for t in trials if t.status.is_final]
     pending = [t for t in trials if not t.status.is_final]
+    from tuner.designer import make_designer
+
     designer = make_designer(with_resolved_constraints(spec, completed), cache)
     return designer.suggest(count, completed, pending)
 
@@ -90,7 +94,10 @@ def run_trials(
     if batch < 1:
         raise ValueError(f"batch: got {batch!r}; allowed: an integer >= 1")
     out = list(trials)
-    cache = cache if cache is not None else FitCache()
+    if cache is None:
+        from tuner.designer import FitCache
+
+        cache = FitCache()
     while len(out) < budget:
         suggestions = propose(spec, out, min(batch, budget - len(out)), cache)
         first = len(out)

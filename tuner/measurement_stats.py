@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 
 def _positive(values: Sequence[float], name: str) -> np.ndarray:
@@ -142,6 +141,8 @@ def ratio_interval(
             if se > 0
             else 1.0  # no spread: the half-width is 0 whatever the quantile
         )
+    from scipy import stats  # on first use: a command that reads results starts faster
+
     half = float(stats.t.ppf((1 + level) / 2, df)) * se
     return RatioInterval(
         ratio=math.exp(center),
@@ -210,6 +211,8 @@ def unstable(
         return False
     pooled_var, pooled_df = pooled
     ratio = float(logs.var(ddof=1)) / max(pooled_var, math.log1p(floor_cov) ** 2)
+    from scipy import stats
+
     return ratio > float(stats.f.ppf(1 - alpha, len(logs) - 1, pooled_df))
 
 

@@ -36,6 +36,11 @@ few settings torch keeps per process are made here, by whoever starts the proces
   only when debug logging is on (``tuner -v``). They are expected in normal operation;
   what matters reaches the trial as its warning.
 
+``configure`` itself imports nothing heavy: while torch is not loaded it only records the
+torch settings, and ``apply_pending`` makes them when the designer package is first
+imported, so commands that never suggest start without torch (``tuner studies``, ``show``,
+``ask --server``, the client).
+
 ``warm_up()`` is for long-running processes (``tuner serve``, ``tuner daemon``): it pays at
 start-up what the process's first model-based suggestion would otherwise pay on top of its
 own work. torch's first ``broadcast_shapes`` call (GPyTorch's means make it) imports torch's
@@ -47,18 +52,17 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
-
-import gpytorch.settings
-import linear_operator.settings
-import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS, so the limit below reaches it)
-import torch
-from threadpoolctl import threadpool_limits
 
 DEFAULT_THREADS = 1
 #: Numerical errors propagate instead of falling back (module doc).
 STRICT = os.environ.get("TUNER_STRICT") == "1"
 _blas_limit: Any = None  # kept alive for the process: the limit lasts while it exists
+# torch's settings ``configure`` asked for while torch was not loaded yet: made by
+# ``apply_pending`` when the designer is first imported (``tuner/designer/__init__.py``),
+# so a command that never suggests (``tuner studies``, the client) never imports torch
+_pending: dict[str, Any] | None = None
 
 
 def configure(
@@ -75,23 +79,42 @@ def configure(
     and with more than one thread also on what runs beside a suggestion: with one thread a
     suggestion is the same alone and next to others.
     """
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads: got {threads!r}; allowed: an integer >= 1")
-        torch.set_num_threads(threads)
-        global _blas_limit
-        _blas_limit = threadpool_limits(limits=threads)
-    global STRICT
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ValueError(f"threads: got {threads!r}; allowed: an integer >= 1")
+    global STRICT, _pending
     STRICT = STRICT or strict
-    gpytorch.settings.debug._set_state(False)
-    gpytorch.settings.fast_pred_var._set_state(True)
-    linear_operator.settings._fast_covar_root_decomposition._set_state(False)
     if warnings_to_log:
         logging.captureWarnings(True)
         noted = logging.getLogger("py.warnings")
         if not any(isinstance(f, _ExpectedNotes) for f in noted.filters):
             noted.addFilter(_ExpectedNotes())
-    _hypervolume_kernel(fused_kernels)
+    _pending = {"threads": threads, "fused_kernels": fused_kernels}
+    if "torch" in sys.modules:  # already loaded: nothing to save by waiting
+        apply_pending()
+
+
+def apply_pending() -> None:
+    """Make the torch settings ``configure`` asked for, if it did and they are not made yet
+    (importing torch). The designer package calls it when it is first imported."""
+    global _pending, _blas_limit
+    if _pending is None:
+        return
+    settings, _pending = _pending, None
+    import gpytorch.settings
+    import linear_operator.settings
+    import scipy.linalg  # noqa: F401  (loads SciPy's own BLAS, so the limit below reaches it)
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    if settings["threads"] is not None:
+        torch.set_num_threads(settings["threads"])
+        _blas_limit = threadpool_limits(limits=settings["threads"])
+    gpytorch.settings.debug._set_state(False)
+    gpytorch.settings.fast_pred_var._set_state(True)
+    linear_operator.settings._fast_covar_root_decomposition._set_state(False)
+    _hypervolume_kernel(settings["fused_kernels"])
 
 
 class _ExpectedNotes(logging.Filter):
@@ -108,8 +131,10 @@ class _ExpectedNotes(logging.Filter):
 def current() -> dict[str, Any]:
     """The settings ``configure`` made in this process, as its keyword arguments: what a
     worker process of the server applies so that it suggests as this process would."""
+    import torch
     from botorch.acquisition.multi_objective import logei
 
+    apply_pending()
     return {
         "threads": torch.get_num_threads(),
         "strict": STRICT,
@@ -119,6 +144,9 @@ def current() -> dict[str, Any]:
 
 def warm_up() -> None:
     """Import now what a process's first model-based suggestion would (module doc)."""
+    import torch
+
+    apply_pending()
     torch.broadcast_shapes((1,), (1,))
 
 

@@ -30,13 +30,15 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING
 
 from tuner.errors import StorageError
 from tuner.trial import TrialStatus
 
-Migration = Callable[[Database], None]
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+Migration = Callable[["Database"], None]
 
 _STATUSES = ", ".join(f"'{s.value}'" for s in TrialStatus)
 # Written out, not derived from MeasurementKind: a released migration never changes.
@@ -217,12 +219,14 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST_VERSION = len(MIGRATIONS)
 
 
-def open_database(path: Path, *, read_only: bool, busy_timeout_s: float) -> Database:
+def open_database(path: Path, *, read_only: bool, busy_timeout_s: float) -> sqlite3.Connection:
     """One connection to ``path``, configured and at the current schema version.
 
     The connection may be shared between threads (the caller serialises access) and has the
     driver's implicit transactions switched off (``isolation_level=None``): every
-    transaction is an explicit ``BEGIN``, and sqlite-utils' helpers join it via savepoints.
+    transaction is an explicit ``BEGIN``. sqlite-utils (with the pandas it imports, about a
+    second) is loaded only when a migration runs: opening a current file, what every CLI
+    command does, does without it.
 
     Args:
         path: The database file; created empty with mode 0600 when missing.
@@ -235,37 +239,42 @@ def open_database(path: Path, *, read_only: bool, busy_timeout_s: float) -> Data
     """
     conn = _connect(path, read_only, busy_timeout_s)
     try:
-        db = Database(conn, execute_plugins=False)
-        db.execute(f"PRAGMA busy_timeout = {round(busy_timeout_s * 1000)}")
-        db.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA busy_timeout = {round(busy_timeout_s * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
         if not read_only:
-            _enable_wal(db, path)
+            _enable_wal(conn, path)
             # Durability of measured trials beats write speed: a trial's metrics cost minutes
             # of real measurement, so every commit is synced to disk (FULL also syncs the WAL
             # on each commit, surviving power loss, not just a crash of the process).
-            db.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA synchronous = FULL")
         try:
             if read_only:
-                require_current(db)
+                require_current(conn)
             else:
-                migrate(db)
+                migrate(conn)
         except StorageError as exc:
             raise StorageError(f"{path}: {exc}") from exc
     except BaseException:
         conn.close()
         raise
-    return db
+    return conn
 
 
-def current_version(db: Database) -> int:
+def current_version(db: Database | sqlite3.Connection) -> int:
     """The schema version recorded in ``db``; 0 for a file this code never touched."""
-    if "schema_version" not in db.table_names():
+    conn = _connection(db)
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if found is None:
         return 0
-    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     return int(row[0] or 0)
 
 
-def migrate(db: Database, migrations: Sequence[Migration] | None = None) -> int:
+def migrate(
+    db: Database | sqlite3.Connection, migrations: Sequence[Migration] | None = None
+) -> int:
     """Bring ``db`` up to the last of ``migrations`` (default ``MIGRATIONS``).
 
     Every pending migration runs in one ``BEGIN IMMEDIATE`` transaction that also records
@@ -287,6 +296,10 @@ def migrate(db: Database, migrations: Sequence[Migration] | None = None) -> int:
     latest = len(steps)
     if check_not_newer(current_version(db), latest) == latest:
         return latest
+    if isinstance(db, sqlite3.Connection):
+        from sqlite_utils import Database
+
+        db = Database(db, execute_plugins=False)
     db.conn.execute("BEGIN IMMEDIATE")
     try:
         db.execute(
@@ -310,7 +323,7 @@ def migrate(db: Database, migrations: Sequence[Migration] | None = None) -> int:
     return latest
 
 
-def require_current(db: Database) -> int:
+def require_current(db: Database | sqlite3.Connection) -> int:
     """Check, without writing, that ``db`` is at ``LATEST_VERSION`` (for read-only use).
 
     Raises:
@@ -364,10 +377,16 @@ def _create_private_file(path: Path) -> None:
     os.close(fd)
 
 
-def _enable_wal(db: Database, path: Path) -> None:
-    db.enable_wal()
-    if db.journal_mode != "wal":
+def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    if mode != "wal":
+        mode = conn.execute("PRAGMA journal_mode = wal").fetchone()[0]
+    if mode != "wal":
         raise StorageError(
-            f"cannot use write-ahead logging for {path} (journal mode is {db.journal_mode!r}); "
+            f"cannot use write-ahead logging for {path} (journal mode is {mode!r}); "
             "put the database on a local file system"
         )
+
+
+def _connection(db: Database | sqlite3.Connection) -> sqlite3.Connection:
+    return db if isinstance(db, sqlite3.Connection) else db.conn

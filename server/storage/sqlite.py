@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-
 from server.storage import migrations
 from server.storage.sql import SQLStorage
 from tuner.errors import StorageError
@@ -113,7 +111,7 @@ class SQLiteStorage(SQLStorage):
                 self._db.close()
 
     # -- connection and transactions ---------------------------------------------------
-    def _open(self, busy_timeout_s: float) -> Database:
+    def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
         with self._errors("open the database"):
             return migrations.open_database(
                 self.path, read_only=self.read_only, busy_timeout_s=busy_timeout_s
@@ -167,7 +165,7 @@ class SQLiteStorage(SQLStorage):
         try:
             copy = sqlite3.connect(target)
             try:
-                self._db.conn.backup(copy)
+                self._db.backup(copy)
             finally:
                 copy.close()
             os.chmod(target, 0o600)
@@ -188,14 +186,14 @@ class SQLiteStorage(SQLStorage):
     @contextlib.contextmanager
     def _write(self, action: str) -> Iterator[_Tx]:
         """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
-        with self._errors(action), _transaction(self._db.conn, "BEGIN IMMEDIATE"):
-            yield _Tx(self._db.conn)
+        with self._errors(action), _transaction(self._db, "BEGIN IMMEDIATE"):
+            yield _Tx(self._db)
 
     @contextlib.contextmanager
     def _read(self, action: str) -> Iterator[_Tx]:
         """One deferred transaction, so multi-statement reads see a single snapshot."""
-        with self._errors(action), _transaction(self._db.conn, "BEGIN"):
-            yield _Tx(self._db.conn)
+        with self._errors(action), _transaction(self._db, "BEGIN"):
+            yield _Tx(self._db)
 
 
 class _Tx:

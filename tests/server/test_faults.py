@@ -222,7 +222,7 @@ def test_a_write_that_fails_is_unavailable_with_a_log_line_and_the_server_keeps_
         client.create_study(SPEC)
         (trial,) = client.suggest_trials("faults", 1, client_id="w1")
         # the disk fills up or turns read-only: SQLite's own error, raised where it writes
-        real = storage._db.conn
+        real = storage._db
 
         class FullDisk:
             def __getattr__(self, name: str) -> object:
@@ -233,7 +233,7 @@ def test_a_write_that_fails_is_unavailable_with_a_log_line_and_the_server_keeps_
                     raise sqlite3.OperationalError(failure)
                 return real.execute(sql, *args)
 
-        monkeypatch.setattr(storage._db, "conn", FullDisk())
+        monkeypatch.setattr(storage, "_db", FullDisk())
         with caplog.at_level(logging.WARNING), pytest.raises(StorageError, match=failure):
             client.complete_trial("faults", trial.id, {"y": 1.0})
         logged = [r for r in caplog.records if failure in r.getMessage()]

@@ -78,7 +78,7 @@ def test_database_uses_wal_and_full_sync(storage: SQLiteStorage, db_path: Path) 
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # Per-connection settings are only visible on the storage's own connection.
-    conn = storage._db.conn
+    conn = storage._db
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
@@ -267,7 +267,7 @@ def test_unwritable_file_raises_storage_error(storage: SQLiteStorage, db_path: P
 def test_full_disk_rolls_back_the_whole_batch(storage: SQLiteStorage) -> None:
     populate(storage)
     before = storage.list_trials("sqlite-bench")
-    conn = storage._db.conn  # simulate a full disk: cap this connection's file size
+    conn = storage._db  # simulate a full disk: cap this connection's file size
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     conn.execute(f"PRAGMA max_page_count = {pages}")
     big = [NewTrial({**CONFIG, "mode": "x" * 4000}) for _ in range(50)]

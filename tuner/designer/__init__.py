@@ -1,12 +1,20 @@
 """Designers: turn a study's history into new configurations (see ``base.py`` for the contract,
-``strategy.py`` for the policy)."""
+``strategy.py`` for the policy).
 
-from tuner.designer.base import Designer, History, Suggestion
-from tuner.designer.bo import BODesigner
-from tuner.designer.factory import make_designer
-from tuner.designer.model import FitCache
-from tuner.designer.quasirandom import QuasiRandomDesigner
-from tuner.trial import StepKind
+Importing the package makes the torch settings the process asked for (``tuner.runtime``)
+before any of its modules computes.
+"""
+
+from tuner import runtime
+
+runtime.apply_pending()
+
+from tuner.designer.base import Designer, History, Suggestion  # noqa: E402 (after the settings)
+from tuner.designer.bo import BODesigner  # noqa: E402 (after the settings)
+from tuner.designer.factory import make_designer  # noqa: E402 (after the settings)
+from tuner.designer.model import FitCache  # noqa: E402 (after the settings)
+from tuner.designer.quasirandom import QuasiRandomDesigner  # noqa: E402 (after the settings)
+from tuner.trial import StepKind  # noqa: E402
 
 __all__ = [
     "BODesigner",
