@@ -87,6 +87,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted; the study is saved and resumes where it stopped")
         return 130
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in FULL_INSTALL:
+            raise
+        err.print(
+            f"[bold red]error:[/] `tuner {args.command}` needs {exc.name}, which comes with the "
+            "full install (the optimizer, the server, targets and plots): pip install "
+            "'tuner\\[full]'; the base install is the client and the commands that read results",
+            highlight=False,
+        )
+        return 1
+
+
+#: What ``tuner[full]`` adds to the base (client) install.
+FULL_INSTALL = frozenset(
+    {"torch", "botorch", "gpytorch", "linear_operator", "scipy", "skopt", "psycopg",
+     "prometheus_client", "matplotlib", "pynvml"}
+)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def configure(
         if not any(isinstance(f, _ExpectedNotes) for f in noted.filters):
             noted.addFilter(_ExpectedNotes())
     _pending = {"threads": threads, "fused_kernels": fused_kernels}
-    if "torch" in sys.modules:  # already loaded: nothing to save by waiting
+    if sys.modules.get("torch") is not None:  # already loaded: nothing to save by waiting
         apply_pending()
 
 
