@@ -55,6 +55,7 @@ STUDY TRIAL`` meanwhile (a ``tell`` that arrives after expiry is still stored, o
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -84,6 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.RpcError as exc:
         err.print(f"[bold red]error:[/] server {args.server}: {exc.details()}", highlight=False)
         return 1
+    except BrokenPipeError:
+        # the reader went away (`tuner show --format json | head`): stop quietly, as a
+        # shell tool does, and keep Python from complaining when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except KeyboardInterrupt:
         err.print("interrupted; the study is saved and resumes where it stopped")
         return 130

@@ -15,6 +15,9 @@ from tuner.trial import (
     MeasurementKind,
 )
 
+#: Output formats of the listing commands.
+FORMATS = ("table", "json", "csv")
+
 
 def handler(path: str) -> Callable[[argparse.Namespace], int | None]:
     """The command function at ``module:name``, imported when the command runs: each
@@ -246,7 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
     beat.add_argument("trial", type=int)
     holder_arguments(beat, "renew")
 
-    command("studies", "cli.results:cmd_studies", "list studies")
+    def output(p: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:
+        p.add_argument(
+            "--format", choices=formats, default="table",
+            help="table (for people), json or csv (for programs; csv: one row per item)",
+        )  # fmt: skip
+        p.add_argument("--json", action="store_true", help="the same as --format json")
+
+    output(command("studies", "cli.results:cmd_studies", "list studies"))
     for name, func, help_ in (
         ("show", "cli.results:cmd_show", "show a study's trials"),
         ("best", "cli.results:cmd_best", "show a study's best feasible trial"),
@@ -254,7 +264,21 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = command(name, func, help_)
         p.add_argument("study")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        output(p)
+        if name == "show":
+            p.add_argument(
+                "--all", action="store_true",
+                help="every knob in its own column (default: the knobs a trial changes from "
+                "the default, in one column)",
+            )  # fmt: skip
+    export = command(
+        "export", "cli.results:cmd_export",
+        "write every trial of a study with every knob and metric (csv, or json with the "
+        "study and its measurements), for pandas and spreadsheets",
+    )  # fmt: skip
+    export.add_argument("study")
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("--out", type=Path, help="file to write (default: stdout)")
     meas = command(
         "measurements", "cli.results:cmd_measurements",
         "list a study's measurements: repeats, controls, confirmation rounds",
@@ -265,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kind", action="append", choices=[k.value for k in MeasurementKind],
         help="only these kinds (repeatable)",
     )  # fmt: skip
-    meas.add_argument("--json", action="store_true", help="machine-readable output")
+    output(meas)
     plot = command("plot", "cli.results:cmd_plot", "write a study's convergence plot")
     plot.add_argument("study")
     plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")

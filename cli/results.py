@@ -5,23 +5,60 @@ results back.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
+import sys
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from cli.common import connect, out
 from cli.render import fmt, interval_dict, mean_and_spread, print_front, print_trial, trial_dict
 from tuner.confirmation import stored_confirmation
+from tuner.space import value_key
+from tuner.study import StudySpec
 from tuner.trial import (
     MeasurementKind,
     StepKind,
+    Trial,
+    is_feasible,
+    with_resolved_constraints,
 )
+
+
+def output_format(args: argparse.Namespace) -> str:
+    """``--format``, with ``--json`` as its short form."""
+    return "json" if getattr(args, "json", False) else str(getattr(args, "format", "table"))
+
+
+def write_csv(header: Sequence[str], rows: Sequence[Sequence[Any]], sink: Any = None) -> None:
+    """RFC 4180 CSV; numbers as Python prints them (round-trip exact), empty for none."""
+    writer = csv.writer(sink or sys.stdout, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
     with connect(args.server, args.db) as api:
         infos = api.list_studies()
+    rows = [
+        [i.spec.name, i.spec.objective.goal.value, i.spec.objective.name, len(i.spec.space),
+         sum(i.trial_counts.values()), i.best_trial_id]
+        for i in infos
+    ]  # fmt: skip
+    header = ["study", "goal", "objective", "knobs", "trials", "best_trial"]
+    if output_format(args) == "json":
+        print(json.dumps([dict(zip(header, r, strict=True)) for r in rows], indent=2))
+        return 0
+    if output_format(args) == "csv":
+        write_csv(header, rows)
+        return 0
     table = Table("study", "objective", "knobs", "trials", "best trial")
     for info in infos:
         spec = info.spec
@@ -40,26 +77,135 @@ def cmd_show(args: argparse.Namespace) -> int:
     with connect(args.server, args.db) as api:
         spec = api.get_study(args.study).spec
         trials = api.list_trials(args.study)
-    if args.json:
-        print(
-            json.dumps(
-                {"study": spec.to_dict(), "trials": [trial_dict(t) for t in trials]}, indent=2
-            )
-        )
-        return 0
+    kind = output_format(args)
+    if kind == "json":
+        print(json.dumps({"study": spec.to_dict(), "trials": [trial_dict(t) for t in trials]},
+                         indent=2))  # fmt: skip
+    elif kind == "csv":
+        write_csv(*trial_rows(spec, trials))
+    else:
+        out.print(trial_table(spec, trials, every_knob=args.all))
+    return 0
+
+
+def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = False) -> Table:
+    """A study's trials for people: id, status, the step that made it, whether it met the
+    constraints, repeats, metrics; then either the knobs it changes from the default, in
+    one column (fits 80 columns at any knob count), or every knob (``every_knob``).
+    Cells wrap instead of being cut."""
+    resolved = with_resolved_constraints(spec, trials)
+    reference = default_config(spec, trials)
     metrics = list(spec.metric_names)
-    table = Table("id", "status", "source", "n", *metrics, *spec.space.names, "reason")
+    table = Table(show_lines=False, caption=_show_caption(spec, reference, every_knob))
+    for column in ("id", "status", "step", "ok", "n", *metrics):
+        table.add_column(column, overflow="fold")
+    names = list(spec.space.names) if every_knob else ["changed knobs"]
+    widest = max(
+        (len(f"{k}={fmt(v)},") for t in trials for k, v in changes(t.config, reference).items()),
+        default=0,
+    )
+    for name in names:  # one change is never folded (up to 40 characters)
+        table.add_column(name, overflow="fold", min_width=None if every_knob else min(40, widest))
+    reasons = every_knob and any(t.reason for t in trials)  # else under the changes
+    if reasons:
+        table.add_column("reason", overflow="fold")
     for t in trials:
+        knobs = (
+            [fmt(t.config.get(k)) for k in spec.space.names]
+            if every_knob
+            else [(", ".join(f"{k}={fmt(v)}" for k, v in changes(t.config, reference).items())
+                   or ("(the default)" if reference else "-"))
+                  + (f"\n[dim]{escape(t.reason[:60])}[/]" if t.reason else "")]
+        )  # fmt: skip
         table.add_row(
             str(t.id),
             t.status.value,
-            t.source,
+            t.step.value if t.step else t.source,
+            feasibility(resolved, t),
             str(t.repeats) if t.status.is_final else "-",
             *[mean_and_spread(t, m) for m in metrics],
-            *[fmt(t.config[k]) for k in spec.space.names],
-            t.reason[:60],
+            *knobs,
+            *([t.reason[:60]] if reasons else []),
         )
-    out.print(table)
+    return table
+
+
+def _show_caption(spec: StudySpec, reference: Mapping[str, Any], every_knob: bool) -> str:
+    under = ", ".join(map(str, spec.outcome_constraints))
+    ok = f"ok: meets {under}" if under else "ok: completed"
+    if every_knob or len(reference) == len(spec.space):
+        return ok
+    return f"{ok}; knobs without a default are always listed (--all: every knob)"
+
+
+def feasibility(resolved: StudySpec, trial: Trial) -> str:
+    """yes / no for a COMPLETED trial (its constraints as resolved), else empty."""
+    if trial.status.value != "COMPLETED":
+        return ""
+    return "yes" if is_feasible(resolved, trial) else "no"
+
+
+def default_config(spec: StudySpec, trials: Sequence[Trial]) -> dict[str, Any]:
+    """What each knob is by default: the measured default trial's value, else the knob's
+    declared default (knobs with neither are absent)."""
+    measured = next((t.config for t in trials if t.step is StepKind.DEFAULT), None)
+    if measured is not None:
+        return dict(measured)
+    return {k.name: k.default for k in spec.space.knobs if k.default is not None}
+
+
+def changes(config: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of ``config`` that differ from ``reference`` (or have none there)."""
+    return {
+        k: v
+        for k, v in config.items()
+        if k not in reference or value_key(reference[k]) != value_key(v)
+    }
+
+
+def trial_rows(spec: StudySpec, trials: Sequence[Trial]) -> tuple[list[str], list[list[Any]]]:
+    """Every trial with every metric (mean, and its repeats' standard deviation) and knob:
+    the CSV of ``show --format csv`` and ``export``."""
+    resolved = with_resolved_constraints(spec, trials)
+    metrics = list(spec.metric_names)
+    header = ["id", "status", "step", "feasible", "repeats", *metrics,
+              *[f"{m}_sd" for m in metrics], *spec.space.names, "reason", "warning"]  # fmt: skip
+    rows = [
+        [t.id, t.status.value, t.step.value if t.step else t.source, feasibility(resolved, t),
+         t.repeats if t.status.is_final else None, *[t.metrics.get(m) for m in metrics],
+         *[t.spread.get(m) for m in metrics], *[t.config.get(k) for k in spec.space.names],
+         t.reason, t.warning]
+        for t in trials
+    ]  # fmt: skip
+    return header, rows
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Every trial, for programs: CSV (``pandas.read_csv``), or JSON with the study's spec
+    and its measurements."""
+    with connect(args.server, args.db) as api:
+        spec = api.get_study(args.study).spec
+        trials = api.list_trials(args.study)
+        measurements = api.list_measurements(args.study) if args.format == "json" else []
+    sink = io.StringIO()
+    if args.format == "csv":
+        write_csv(*trial_rows(spec, trials), sink)
+    else:
+        document = {
+            "study": spec.to_dict(),
+            "trials": [trial_dict(t) for t in trials],
+            "measurements": [
+                {"trial": m.trial_id, "kind": m.kind.value, "round": m.round, "at": m.at,
+                 "metrics": m.metrics}
+                for m in measurements
+            ],
+        }  # fmt: skip
+        sink.write(json.dumps(document, indent=2) + "\n")
+    if args.out is None:
+        sys.stdout.write(sink.getvalue())
+    else:
+        Path(args.out).write_text(sink.getvalue(), encoding="utf-8")
+        out.print(f"wrote {len(trials)} trials of {args.study} to {args.out}", highlight=False)
     return 0
 
 
@@ -67,8 +213,10 @@ def cmd_front(args: argparse.Namespace) -> int:
     with connect(args.server, args.db) as api:
         spec = api.get_study(args.study).spec
         front = api.get_pareto_front(args.study)
-    if args.json:
+    if output_format(args) == "json":
         print(json.dumps([trial_dict(t) for t in front], indent=2))
+    elif output_format(args) == "csv":
+        write_csv(*trial_rows(spec, front))
     elif not front:
         out.print(f"study {args.study} has no feasible trial yet")
     else:
@@ -80,12 +228,15 @@ def cmd_best(args: argparse.Namespace) -> int:
     with connect(args.server, args.db) as api:
         trial = api.get_best_trial(args.study)
         measurements = api.list_measurements(args.study)
+        spec = api.get_study(args.study).spec
         confirmation = None
         if any(m.kind is MeasurementKind.CONFIRM for m in measurements):
-            spec = api.get_study(args.study).spec
             trials = api.list_trials(args.study)
             confirmation = stored_confirmation(spec, trials, measurements)
-    if args.json:
+    if output_format(args) == "csv":
+        write_csv(*trial_rows(spec, [trial]))
+        return 0
+    if output_format(args) == "json":
         found = trial_dict(trial)
         if confirmation is not None:
             found["confirmation"] = {
@@ -123,10 +274,15 @@ def cmd_measurements(args: argparse.Namespace) -> int:
          "metrics": m.metrics}
         for m in found
     ]  # fmt: skip
-    if args.json:
+    names = sorted({k for m in found for k in m.metrics})
+    if output_format(args) == "json":
         print(json.dumps(rows, indent=2))
         return 0
-    names = sorted({k for m in found for k in m.metrics})
+    if output_format(args) == "csv":
+        write_csv(["trial", "kind", "round", "at", *names],
+                  [[r["trial"], r["kind"], r["round"], r["at"],
+                    *[r["metrics"].get(n) for n in names]] for r in rows])  # fmt: skip
+        return 0
     table = Table("trial", "kind", "round", "at", *names)
     for m in found:
         at = datetime.fromtimestamp(m.at, UTC).strftime("%H:%M:%S")
