@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search, under -v
     runtime.configure(args.threads, fused_kernels=args.fused_kernels)
     try:
         return int(args.func(args) or 0)

@@ -306,6 +306,22 @@ def print_multi_result(result: SessionResult) -> None:
         out.print(f"[yellow]the default configuration is not feasible under {under}[/]")
 
 
+def report_trial(spec: StudySpec, trial: Trial, finished: int, total: int, best: str) -> None:
+    """One line per finished trial when the output is not a terminal (a log file, a pipe),
+    where the progress bar shows nothing until the session ends."""
+    if out.is_terminal:
+        return
+    values = " ".join(f"{m}={fmt(trial.metrics[m])}" for m in spec.metric_names
+                      if m in trial.metrics)  # fmt: skip
+    why = f" ({trial.reason[:80]})" if trial.reason else ""
+    step = trial.step.value if trial.step else trial.source
+    out.print(
+        f"trial {trial.id} [{finished}/{total}] {trial.status.value} {step}: "
+        f"{values or '-'}{why}; best {best}",
+        highlight=False, soft_wrap=True, markup=False,
+    )  # fmt: skip
+
+
 def print_trial(title: str, trial: Trial) -> None:
     table = Table(title=f"{title} (trial {trial.id}, {trial.status.value})", show_header=False)
     for key, value in trial.config.items():

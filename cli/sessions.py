@@ -21,6 +21,7 @@ from cli.render import (
     print_confirmation,
     print_result,
     print_trial,
+    report_trial,
     standing,
 )
 from runner.config import SessionConfig, load_config
@@ -65,6 +66,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             def on_trial(trial: Trial, finished: int) -> None:
                 value = standing(spec, api.list_trials(spec.name))
                 progress.update(task, completed=finished, best=value)
+                report_trial(spec, trial, finished, config.trials, value)
 
             protocol = config.protocol
             result = run_session(api, target, spec, config.trials, on_trial, protocol)
@@ -131,6 +133,8 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
             def on_trial(trial: Trial, finished: int) -> None:
                 value = standing(state["spec"], api.list_trials(state["spec"].name))
                 progress.update(task, completed=state["offset"] + finished, best=value)
+                report_trial(state["spec"], trial, state["offset"] + finished, config.trials,
+                             value)  # fmt: skip
 
             results = run_phases(api, target, spec, phases, on_trial, on_phase, config.protocol)
     for index, phase in enumerate(results):

@@ -89,6 +89,10 @@ def test_tune_runs_a_session_and_reports(
     # the session's own estimate, then the headline from the interleaved confirmation
     flat = " ".join(out.split())
     assert "session estimate:" in flat and "5 interleaved repeats each" in flat
+    # not a terminal (captured): one line per finished trial, with its metrics
+    lines = [line for line in out.splitlines() if line.startswith("trial ")]
+    assert [line.split()[1] for line in lines] == ["1", "2", "3", "4", "5"]
+    assert "[1/5] COMPLETED default: ops_per_s=" in lines[0] and "p95_ms=" in lines[0]
     assert (tmp_path / "runs" / "cli-confirm.json").is_file()
     png = tmp_path / "runs" / "cli.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
