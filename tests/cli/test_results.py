@@ -124,3 +124,21 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(db: Path) -> None:
     )  # fmt: skip
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode in (0, 141)
+
+
+def test_best_is_shown_as_its_changes_from_the_default(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with SQLiteStorage(db) as storage:  # a feasible trial better than the default
+        TuningService(storage).import_trials(
+            "wide",
+            [ImportedTrial({f"knob_number_{i}": 50 for i in range(KNOBS)} | {"knob_number_9": 64},
+                           metrics={"tps": 200.0, "p95_ms": 12.0})],
+        )  # fmt: skip
+    assert main(["best", "wide", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in text.splitlines() if line.startswith("│")}  # fmt: skip
+    assert rows["knob_number_9"] == ["50", "64", ""]
+    assert f"{KNOBS - 1} other knobs as in the default" in text
+    assert rows["tps"] == ["100", "200", "2x"]
