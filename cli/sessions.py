@@ -184,7 +184,7 @@ def cmd_ray(args: argparse.Namespace) -> int:
         from runner.raytune import local_ray, run_ray
     except ImportError as exc:
         raise ValidationError(
-            "ray", f"Ray Tune is not installed ({exc})", "pip install 'ray[tune]'"
+            "ray", f"Ray Tune is not installed ({exc})", "pip install 'tuner[ray]'"
         ) from None
     overrides = {"trials": args.trials, "db": args.db, "name": args.name}
     config = load_config(args.config, overrides)

@@ -150,6 +150,10 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         raise ValidationError("session.trials", f"got {trials!r}", "an integer in [1, 100000]")
     db = _session_db(overrides.get("db") or session.get("db", DEFAULT_DB))
     plot = Path(overrides.get("plot") or session.get("plot", db.parent / f"{spec.name}.png"))
+    if overrides.get("name") and not overrides.get("plot"):
+        # a study renamed for this run gets its own plot beside the configured one, not
+        # the same file another run of the config writes
+        plot = plot.with_name(f"{spec.name}{plot.suffix or '.png'}")
     given = {k: overrides[k] for k in _PROTOCOL_KEYS if overrides.get(k) is not None}
     given = {**{k: session[k] for k in _PROTOCOL_KEYS if k in session}, **given}
     repeats = given.get("repeats")

@@ -175,6 +175,13 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
+#: What a constraint is made of, for the errors that find something else.
+_SYNTAX = (
+    "names, numbers, + - * and one comparison, <= or >= (not <, > or =); "
+    "e.g. 'p95_ms <= 20', 'tps >= 0.95 * default', 'a + 2*b <= 10'"
+)
+
+
 def _tokenize(text: str, field: str) -> list[tuple[str, str]]:
     tokens: list[tuple[str, str]] = []
     pos = 0
@@ -185,6 +192,7 @@ def _tokenize(text: str, field: str) -> list[tuple[str, str]]:
             raise ValidationError(
                 field,
                 f"cannot parse {text!r} at position {pos}: unexpected {stripped[pos : pos + 10]!r}",
+                _SYNTAX,
             )
         kind = match.lastgroup or ""
         tokens.append((kind, match.group(kind)))
@@ -268,7 +276,7 @@ def _linear_terms(
                 terms.append((value, sign))
                 i += 1
         else:
-            raise ValidationError(field, f"cannot parse {text!r}: unexpected {value!r}")
+            raise ValidationError(field, f"cannot parse {text!r}: unexpected {value!r}", _SYNTAX)
         expect_term = False
         sign = 1.0
     if expect_term:

@@ -352,3 +352,12 @@ def test_the_main_job_keeps_exclusive_locking_out_and_the_summary_names_unsafe_v
         assert unsafe_settings(allowed.spec, {**best, "locking_mode": "normal"}) == []
     finally:
         allowed.target.close()
+
+
+def test_a_renamed_run_plots_to_its_own_file_beside_the_configured_one() -> None:
+    config = load_config(ROOT / "examples" / "sqlite.toml", {})
+    renamed = load_config(ROOT / "examples" / "sqlite.toml", {"name": "sqlite-b"})
+    assert config.plot == Path("runs/sqlite-oltp.png")
+    assert renamed.plot == Path("runs/sqlite-b.png")
+    chosen = load_config(ROOT / "examples" / "sqlite.toml", {"name": "b", "plot": "x/p.png"})
+    assert chosen.plot == Path("x/p.png")

@@ -57,6 +57,13 @@ def test_outcome_constraint_parse_errors(text: str, fragment: str) -> None:
     assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize("text", ["p95_ms < 20", "p95_ms == 20", "a + 2^b <= 3"])
+def test_a_constraint_with_a_foreign_symbol_lists_what_a_constraint_is_made_of(text: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        OutcomeConstraint.parse(text, "outcome_constraints[0]")
+    assert "one comparison, <= or >= (not <, > or =)" in str(info.value.allowed)
+
+
 EXPECTED = r"'<metric> <= <number>', '<metric> >= <number>' or '<metric> >= <number> \* default'"
 
 
