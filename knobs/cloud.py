@@ -19,6 +19,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from tuner.errors import ValidationError
@@ -128,22 +129,37 @@ def cloud_catalogs() -> tuple[str, ...]:
 
 
 def load_cloud_catalog(name: str = "aws_2017") -> CloudCatalog:
-    """The catalog ``knobs/instances/<name>.toml``.
+    """A cloud catalog: one shipped with tuner by name (``knobs/instances/<name>.toml``), or
+    a user's TOML file of the same format by its path (a ``.toml`` name or one with a ``/``).
 
     Raises:
-        ValidationError: There is no such catalog (the message lists those there are), or
-            the file is malformed (the field names the file and the entry).
+        ValidationError: There is no such catalog or file (the message lists the shipped
+            ones), or the file is malformed (the field names the file and the entry).
     """
     names = cloud_catalogs()
+    if isinstance(name, str) and (name.endswith(".toml") or "/" in name):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ValidationError(
+                "target.catalog", f"{name!r} is not a file",
+                f"a catalog TOML file, or a shipped catalog: {', '.join(names)}",
+            )  # fmt: skip
+        return _load(path.stem, str(path.resolve()), path.read_text("utf-8"))
     if not isinstance(name, str) or name not in names:
-        raise ValidationError("target.catalog", f"no cloud catalog {name!r}", names)
-    return _load(name)
+        raise ValidationError(
+            "target.catalog", f"no cloud catalog {name!r}",
+            f"{', '.join(repr(n) for n in names)}, or the path of a catalog TOML file",
+        )  # fmt: skip
+    text = (resources.files("knobs") / _DIR / f"{name}.toml").read_text("utf-8")
+    return _load(name, f"{_DIR}/{name}.toml", text)
 
 
 @functools.cache
-def _load(name: str) -> CloudCatalog:
-    where = f"{_DIR}/{name}.toml"
-    data = tomllib.loads((resources.files("knobs") / _DIR / f"{name}.toml").read_text("utf-8"))
+def _load(name: str, where: str, text: str) -> CloudCatalog:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValidationError("target.catalog", f"{where} is not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - set(_TOP_LEVEL))
     if unknown:
         raise ValidationError(f"{where}: {unknown[0]}", "unknown top-level key", _TOP_LEVEL)

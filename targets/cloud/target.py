@@ -131,7 +131,20 @@ class CloudReplayTarget(CloudTarget):
             raise ValidationError("target.workload", f"got {workload!r}", workloads)
         self.workload: str = workload
         catalogued = {_key(c) for c in self.catalog.candidates()}
-        self._measured = {k: v for k, v in self.runs[workload].items() if k in catalogued}
+        uncatalogued = sorted(k for k in self.runs[workload] if k not in catalogued)
+        if uncatalogued:  # silently dropping them would tune over what is left
+            types = sorted({f"{f}.{s}" for f, s, _ in uncatalogued})
+            known = sorted({f"{i.family}.{i.size}" for i in self.catalog.instances})
+            raise ValidationError(
+                "target.table",
+                f"{len(uncatalogued)} deployments of workload {workload!r} are not in the "
+                f"catalog ({', '.join(f'{f}.{s} x {n}' for f, s, n in uncatalogued[:5])}"
+                f"{', ...' if len(uncatalogued) > 5 else ''}; instance types "
+                f"{', '.join(types)})",
+                f"deployments of the catalog's instance types ({', '.join(known)}) and node "
+                'counts; or a catalog that lists them: target.catalog = "path/to/catalog.toml"',
+            )
+        self._measured = dict(self.runs[workload])
 
     def describe_candidates(self) -> tuple[Config, ...]:
         return tuple(c for c in self.catalog.candidates() if _key(c) in self._measured)

@@ -278,3 +278,68 @@ def test_phases_cannot_split_a_candidate_list(tmp_path: Path) -> None:
             {},
         )
     assert caught.value.field == "session.phases"
+
+
+C5 = """
+description = "a user's catalog: the c5 family"
+default = { family = "c5", size = "large", nodes = 2 }
+[node_counts]
+large = [2, 4]
+[[instances]]
+family = "c5"
+size = "large"
+vcpus = 2
+memory_gib = 4.0
+price_usd_per_hour = 0.085
+"""
+
+
+def c5_table(path: Path) -> Path:
+    """The default table's first runs of the workload, with a c5 deployment added."""
+    with DEFAULT_TABLE.open(newline="") as src, path.open("w", newline="") as dst:
+        reader = csv.DictReader(src)
+        writer = csv.DictWriter(dst, reader.fieldnames or [])
+        writer.writeheader()
+        first = next(r for r in reader if r["workload"] == WORKLOAD)
+        writer.writerow(first)
+        writer.writerow({**first, "family": "c5", "size": "large", "num_nodes": "2"})
+    return path
+
+
+def test_a_table_with_instance_types_the_catalog_lacks_names_them(tmp_path: Path) -> None:
+    table = c5_table(tmp_path / "lookup.csv")
+    with pytest.raises(ValidationError) as caught:
+        CloudReplayTarget(workload=WORKLOAD, table=str(table))
+    assert caught.value.field == "target.table"
+    assert "c5.large x 2" in str(caught.value) and "c4.large" in str(caught.value.allowed)
+
+
+def test_a_users_catalog_file_covers_its_own_instance_types(tmp_path: Path) -> None:
+    catalog = tmp_path / "aws_c5.toml"
+    catalog.write_text(C5, encoding="utf-8")
+    loaded = load_cloud_catalog(str(catalog))
+    assert [i.family for i in loaded.instances] == ["c5"] and loaded.name == "aws_c5"
+    table = tmp_path / "lookup.csv"
+    with table.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["workload", "family", "size", "num_nodes", "runtime_s", "cost_usd",
+                         "completed"])  # fmt: skip
+        writer.writerow(["w", "c5", "large", "2", "100", "0.5", "True"])
+        writer.writerow(["w", "c5", "large", "4", "60", "0.6", "True"])
+    target = build_target("cloud_replay", {"workload": "w", "table": str(table),
+                                           "catalog": str(catalog)})  # fmt: skip
+    assert len(target.describe_candidates()) == 2
+    with pytest.raises(ValidationError) as caught:
+        load_cloud_catalog(str(tmp_path / "missing.toml"))
+    assert caught.value.field == "target.catalog" and "aws_2017" in str(caught.value.allowed)
+
+
+def test_the_cloud_benchmark_names_an_uncatalogued_table_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import cloud
+
+    c5_table(tmp_path / "cloud_config_lookup.csv")
+    code = cloud.main(["--data", str(tmp_path), "--seeds", "1", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "c5.large x 2" in " ".join(capsys.readouterr().out.split())
