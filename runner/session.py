@@ -1,10 +1,12 @@
 """A tuning session: ask for a configuration, run it on a target, report, repeat.
 
 The loop talks to anything with the service's methods: the in-process ``TuningService`` or a
-``TunerClient`` to a remote server. It uses one fixed ``client_id`` per host and study, so a
-session that was killed and started again gets its unfinished trial back (the server hands
-an ACTIVE trial to the same client) and continues toward the same trial budget instead of
-starting over.
+``TunerClient`` to a remote server. Each session process has its own ``client_id``
+(``session:<host>:<pid>:<study>``), so several sessions on one study work together as
+workers do: none is handed another's trial, and each stops asking once the trials finished
+and those the others are measuring reach the study's budget. A session that was killed and
+started again on the same host first finishes the trial its dead predecessor left ACTIVE
+(its process is gone), then continues toward the same budget instead of starting over.
 
 Every trial is measured through the session's ``MeasurementProtocol``
 (``runner/measurement.py``): repeats (fixed, or more for promising trials), the default
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -123,7 +126,34 @@ class SessionResult:
 
 
 def client_id_for(spec: StudySpec) -> str:
-    return f"session:{socket.gethostname()}:{spec.name}"
+    return f"session:{socket.gethostname()}:{os.getpid()}:{spec.name}"
+
+
+def orphaned(spec: StudySpec, trials: Sequence[Trial]) -> list[Trial]:
+    """ACTIVE trials left by sessions of this host whose process has ended (killed), oldest
+    first: the next session on this host finishes them before asking for new ones."""
+    host = socket.gethostname()
+    out = []
+    for t in trials:
+        if t.status is not TrialStatus.ACTIVE:
+            continue
+        parts = t.client_id.split(":", 3)
+        if len(parts) == 4 and parts[:2] == ["session", host] and parts[2].isdigit():
+            if int(parts[2]) != os.getpid() and not _alive(int(parts[2])):
+                out.append(t)
+        elif t.client_id == f"session:{host}:{spec.name}":  # a session of an earlier tuner
+            out.append(t)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def run_session(
@@ -151,20 +181,30 @@ def run_session(
     protocol = protocol or MeasurementProtocol()
     api.create_study(spec)
     client_id = client_id_for(spec)
-    finished = sum(t.status.is_final for t in api.list_trials(spec.name))
     failures = since_control = 0
-    while finished < trials and not (stop is not None and stop()):
-        [trial] = api.suggest_trials(spec.name, 1, client_id)
+    leftover = orphaned(spec, api.list_trials(spec.name))
+    while not (stop is not None and stop()):
+        history = api.list_trials(spec.name)
+        finished = sum(t.status.is_final for t in history)
+        mine = {t.id for t in leftover}
+        running = sum(t.status is TrialStatus.ACTIVE and t.id not in mine for t in history)
+        if finished + running >= trials:
+            break  # the trials other sessions are measuring complete the budget
+        if leftover:
+            trial = leftover.pop(0)
+            log.info("study %s: finishing trial %d, left by a session that ended", spec.name,
+                     trial.id)  # fmt: skip
+        else:
+            [trial] = api.suggest_trials(spec.name, 1, client_id)
         with keep_alive(api, spec.name, trial):
             measured = _measure_trial(api, target, spec, trial, protocol)
         reported = api.complete_trial(
             spec.name, trial.id, None, measured.status, measured.reason,
             measurements=measured.repeats, client_id=trial.client_id,
         )  # fmt: skip
-        finished += 1
         failures = failures + 1 if measured.status is TrialStatus.FAILED else 0
         if on_trial is not None:
-            on_trial(reported, finished)
+            on_trial(reported, finished + 1)
         if failures >= MAX_CONSECUTIVE_FAILURES:
             raise TargetError(f"{failures} trials in a row failed; last reason: {measured.reason}")
         since_control += trial.step is not StepKind.DEFAULT

@@ -7,9 +7,14 @@ target with a short lease on the real clock.
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest.mock import patch
 
 import grpc
 import pytest
@@ -312,5 +317,52 @@ def test_a_session_heartbeats_while_a_trial_runs_longer_than_its_lease(
         statuses = [t.status for t in result.trials]
         assert statuses == [TrialStatus.COMPLETED, TrialStatus.COMPLETED]
         assert not any(t.reported_late or t.expired_at for t in result.trials)
+    finally:
+        service.close()
+
+
+def test_two_sessions_on_one_study_share_its_budget_and_never_a_trial(db: Path) -> None:
+    """Two `tuner tune` processes on one study, as Optuna workers on one storage: each gets
+    its own trials, and together they stop at the study's budget."""
+    service = TuningService(SQLiteStorage(db), leases=LeasePolicy(60, "reoffer"))
+    errors: list[BaseException] = []
+
+    def session() -> None:
+        try:
+            run_session(service, SlowTarget(0.05), make_spec(), trials=12)
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=session) for _ in range(2)]
+        # two processes, played by two threads: each its own session id
+        per_thread = lambda spec: f"session:h:{threading.get_ident()}:{spec.name}"  # noqa: E731
+        with patch("runner.session.client_id_for", side_effect=per_thread):
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        assert not errors, errors
+        trials = service.list_trials(make_spec().name)
+        assert len(trials) == 12 and all(t.status is TrialStatus.COMPLETED for t in trials)
+        holders = {t.client_id for t in trials if t.step is not StepKind.DEFAULT}
+        assert len(holders) == 2, "both sessions measured trials"
+    finally:
+        service.close()
+
+
+def test_a_session_finishes_the_trial_a_killed_session_of_this_host_left(db: Path) -> None:
+    service = TuningService(SQLiteStorage(db), leases=LeasePolicy(60, "reoffer"))
+    try:
+        spec = make_spec()
+        service.create_study(spec)
+        probe = [sys.executable, "-c", "import os; print(os.getpid())"]
+        dead = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+        left = f"session:{socket.gethostname()}:{dead}:{spec.name}"
+        (trial,) = service.suggest_trials(spec.name, 1, client_id=left)
+        result = run_session(service, SlowTarget(0.01), spec, trials=2)
+        assert [t.id for t in result.trials] == [trial.id, trial.id + 1]
+        assert all(t.status is TrialStatus.COMPLETED for t in result.trials)
+        assert result.trials[0].client_id == left
     finally:
         service.close()
