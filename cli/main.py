@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -92,8 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
     except KeyboardInterrupt:
-        err.print("interrupted; the study is saved and resumes where it stopped")
+        err.print(f"interrupted; the study is saved: {_again(argv)} resumes it", highlight=False)
         return 130
+    except SystemExit as exc:
+        if exc.code == 143 and args.command in ("tune", "daemon", "ray"):  # SIGTERM
+            err.print(f"stopped (SIGTERM); the study is saved: {_again(argv)} resumes it",
+                      highlight=False)  # fmt: skip
+        raise
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in FULL_INSTALL:
             raise
@@ -104,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             highlight=False,
         )
         return 1
+
+
+def _again(argv: Sequence[str] | None) -> str:
+    """The command line that was run, to run again."""
+    return "`" + shlex.join(["tuner", *(sys.argv[1:] if argv is None else argv)]) + "`"
 
 
 #: What ``tuner[full]`` adds to the base (client) install.

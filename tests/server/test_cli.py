@@ -315,6 +315,8 @@ def test_sigterm_during_a_session_cleans_up_and_the_rerun_resumes(tmp_path: Path
     reader.join(timeout=10)
     assert proc.stdout is not None
     proc.stdout.close()
+    said = " ".join(b"".join(output).decode().split())
+    assert f"the study is saved: `tuner tune {config}` resumes it" in said
     assert not list(work.iterdir()), "temporary database left behind after SIGTERM"
     db = tmp_path / "runs" / "tuner.db"
     with SQLiteStorage(db, read_only=True) as storage:
