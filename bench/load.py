@@ -781,6 +781,22 @@ def throwaway_postgres() -> Iterator[str]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
+def mean_range(values: list[float], digits: int = 1) -> str:
+    """``mean (min-max)`` of a configuration's rounds."""
+    mean = sum(values) / len(values)
+    return f"{mean:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def checks_cells(runs: list[dict[str, Any]]) -> list[str]:
+    """Over some runs: health checks answered within 1 s of all, and lost/duplicated/handed
+    out twice, as table cells."""
+    health = sum(r["health"]["within_1s"] for r in runs)
+    checks = sum(r["health"]["checks"] for r in runs)
+    bad = [sum(r["check"][k] for r in runs) for k in ("lost", "duplicated",
+           "handed_to_two_workers")]  # fmt: skip
+    return [f"{health}/{checks}", "/".join(str(b) for b in bad)]
+
+
 def passed(ours: dict[str, Any]) -> bool:
     """Nothing lost, duplicated or handed out twice; the server alive and always serving."""
     check = ours["check"]

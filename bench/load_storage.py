@@ -27,7 +27,15 @@ from typing import Any
 from rich.table import Table
 
 from bench.common import console, load_note, machine_info, show, write_json
-from bench.load import DESIGNERS, _designers, passed, run_ours, throwaway_postgres
+from bench.load import (
+    DESIGNERS,
+    _designers,
+    checks_cells,
+    mean_range,
+    passed,
+    run_ours,
+    throwaway_postgres,
+)
 
 OUT = Path(__file__).resolve().parent / "results" / "load" / "storage"
 CONFIGS = (("sqlite", 1), ("postgresql", 1), ("postgresql", 2))
@@ -74,26 +82,16 @@ def table(runs: list[dict[str, Any]]) -> Table:
         out.add_column(column, justify="left" if column == "configuration" else "right")
     for method in dict.fromkeys(r["method"] for r in runs):
         mine = [r for r in runs if r["method"] == method]
-        health = sum(r["health"]["within_1s"] for r in mine)
-        checks = sum(r["health"]["checks"] for r in mine)
-        bad = [sum(r["check"][k] for r in mine) for k in ("lost", "duplicated",
-               "handed_to_two_workers")]  # fmt: skip
         out.add_row(
             method,
             str(len(mine)),
-            _spread([r["cycles_per_s"] for r in mine]),
-            _spread([r["rpcs"]["SuggestTrials"]["p99_ms"] for r in mine], 0),
-            _spread([r["rpcs"]["CompleteTrial"]["p50_ms"] for r in mine], 0),
-            _spread([r["rpcs"]["CompleteTrial"]["p99_ms"] for r in mine], 0),
-            f"{health}/{checks}",
-            "/".join(str(b) for b in bad),
+            mean_range([r["cycles_per_s"] for r in mine]),
+            mean_range([r["rpcs"]["SuggestTrials"]["p99_ms"] for r in mine], 0),
+            mean_range([r["rpcs"]["CompleteTrial"]["p50_ms"] for r in mine], 0),
+            mean_range([r["rpcs"]["CompleteTrial"]["p99_ms"] for r in mine], 0),
+            *checks_cells(mine),
         )
     return out
-
-
-def _spread(values: list[float], digits: int = 1) -> str:
-    mean = sum(values) / len(values)
-    return f"{mean:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> Path:
