@@ -1,9 +1,10 @@
 """The tuning service: studies, suggestions and results over a storage backend, without gRPC.
 
 ``TuningService`` is what the gRPC servicer, the in-process CLI session and most tests call.
-It validates requests, serializes the work on each study behind a per-study lock, asks the
-study's designer for configurations and records everything in storage, which stays the only
-source of truth: a restarted service over the same file continues where it stopped.
+It validates requests, serializes the work on each study behind a per-study lock (but for
+results: storage stores those of different trials side by side), asks the study's designer
+for configurations and records everything in storage, which stays the only source of
+truth: a restarted service over the same file continues where it stopped.
 
 The designer runs outside the study's lock (in a server, in worker processes:
 ``server.suggest``), so completions, heartbeats and reads never wait for a model fit. A
@@ -38,10 +39,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from server.records import ImportedTrial, LeasePolicy, StudyInfo
-from server.storage import FinishedTrial, NewTrial, Request, Storage, check_holder
+from server.storage import (
+    FinishedTrial,
+    NewBatch,
+    NewTrial,
+    Request,
+    Storage,
+    check_holder,
+)
 from server.suggest import Designer, InlineDesigner
 from tuner.confirmation import best_of, stored_confirmation
 from tuner.constraints import METRIC_NAME
@@ -295,15 +303,16 @@ class TuningService:
 
     def _run_batch(self, study: str, batch: list[_Ask]) -> None:
         """One designer run for every call in ``batch``; each call's trials are stored with
-        its own client, lease and request record."""
+        its own client, lease and request record, all in one transaction (so completions
+        on the study wait for one write, not one per call)."""
         try:
-            with self._lock(study):
-                spec = self._spec(study)
-                trials = self.storage.list_trials(study)
+            spec = self._spec(study)
+            trials = self.storage.list_trials(study)  # a snapshot: no lock needed
             need = sum(ask.need for ask in batch)
             suggestions = self._designer.propose(spec, trials, need, self.fit_cache)
             with self._lock(study):
                 lease = self._lease_end()
+                batches = []
                 for ask in batch:
                     part, suggestions = suggestions[: ask.need], suggestions[ask.need :]
                     made = [new_trial(0, s, ask.client_id) for s in part]  # storage numbers them
@@ -312,14 +321,15 @@ class TuningService:
                                  lease_expires_at=lease, step=t.step)
                         for t in made
                     ]  # fmt: skip
-                    try:
-                        ask.trials = self.storage.add_trials(study, new, ask.request, ask.mine)
-                    except AlreadyExistsError:
-                        if ask.request is None:
-                            raise
+                    batches.append(NewBatch(new, ask.request, ask.mine))
+                added = self.storage.add_trial_batches(study, batches)
+                for ask, trials_added in zip(batch, added, strict=True):
+                    if trials_added is None:
                         # retried on another server, which answered first: that answer
                         # stands (nothing of this one was stored); the batch goes on
-                        ask.replayed = self._replayed(study, ask.request)
+                        ask.replayed = self._replayed(study, cast(Request, ask.request))
+                    else:
+                        ask.trials = trials_added
         except Exception as error:  # every call of the batch gets it, not only the leader
             for ask in batch:
                 ask.error = error
@@ -365,27 +375,29 @@ class TuningService:
             reason, [(sorted(m.metrics.items()), m.at) for m in repeats],
         )  # fmt: skip
         holder = _holder(client_id, override_holder)
-        with self._lock(study):
-            spec = self._spec(study)
-            for i, repeat in enumerate(repeats):
-                _check_metrics(spec, repeat.metrics, status, f"measurements[{i}].metrics")
-            spread: dict[str, float] = {}
-            if repeats:
-                metrics, spread = repeat_summary(repeats)
-            _check_metrics(spec, metrics, status)
-            self._expire(study, arrived)
-            try:
-                trial = self.storage.finish_trial(
-                    study, trial_id, status, metrics, reason, request, repeats, spread, holder
-                )
-            except (StateError, AlreadyExistsError):
-                # a retry: this request was answered before (maybe by another server on a
-                # shared database), so the trial is finished or the request id is taken.
-                # Looked for only now: the first try of a request, the common case, costs
-                # no lookup.
-                if request is None or (known := self._replay(study, request)) is None:
-                    raise
-                return known[0]
+        # not under the study's lock: results for different trials of a study are stored
+        # side by side (storage locks the one trial), so a burst of completions, as when
+        # one designer run answered many workers, does not queue behind itself
+        spec = self._spec(study)
+        for i, repeat in enumerate(repeats):
+            _check_metrics(spec, repeat.metrics, status, f"measurements[{i}].metrics")
+        spread: dict[str, float] = {}
+        if repeats:
+            metrics, spread = repeat_summary(repeats)
+        _check_metrics(spec, metrics, status)
+        self._expire(study, arrived)
+        try:
+            trial = self.storage.finish_trial(
+                study, trial_id, status, metrics, reason, request, repeats, spread, holder
+            )
+        except (StateError, AlreadyExistsError):
+            # a retry: this request was answered before (maybe by another server on a
+            # shared database), so the trial is finished or the request id is taken.
+            # Looked for only now: the first try of a request, the common case, costs no
+            # lookup.
+            if request is None or (known := self._replay(study, request)) is None:
+                raise
+            return known[0]
         if override_holder and trial.client_id and trial.client_id != client_id:
             log.warning("study %s trial %d: finished by %r overriding its holder %r", study,
                         trial.id, client_id, trial.client_id)  # fmt: skip

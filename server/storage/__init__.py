@@ -13,6 +13,7 @@ from __future__ import annotations
 from server.storage.base import (
     CREATABLE_STATUSES,
     FinishedTrial,
+    NewBatch,
     NewTrial,
     Request,
     Storage,
@@ -31,6 +32,7 @@ __all__ = [
     "CREATABLE_STATUSES",
     "LATEST_VERSION",
     "FinishedTrial",
+    "NewBatch",
     "NewTrial",
     "Request",
     "SQLiteStorage",

@@ -132,6 +132,23 @@ class NewTrial:
 
 
 @dataclass(frozen=True)
+class NewBatch:
+    """New trials for one caller, added with others in one transaction
+    (``Storage.add_trial_batches``).
+
+    Attributes:
+        trials: The caller's new trials.
+        request: The caller's request, recorded with them (None: no request id).
+        answered: Trials the caller hands out besides the new ones (its request's answer
+            begins with them).
+    """
+
+    trials: Sequence[NewTrial]
+    request: Request | None = None
+    answered: Sequence[int] = ()
+
+
+@dataclass(frozen=True)
 class FinishedTrial:
     """A trial measured elsewhere, added with its outcome (``Storage.import_trials``).
 
@@ -203,6 +220,21 @@ class Storage(ABC):
         add trials at once. Each new trial gets a ``created`` event. With ``request``, the
         request is recorded in the same transaction, answered by ``answered`` (trials the
         caller hands out besides the new ones) followed by the new trials.
+
+        Raises:
+            NotFoundError: Unknown study.
+        """
+
+    @abstractmethod
+    def add_trial_batches(
+        self, study: str, batches: Sequence[NewBatch]
+    ) -> list[list[Trial] | None]:
+        """Add the trials of several callers in one transaction (one designer run's
+        suggestions for the calls it served), each batch numbered and recorded as
+        ``add_trials`` would; returns each batch's new trials.
+
+        A batch whose request id another call recorded first (another server, on a shared
+        database) gets None instead and stores nothing; the other batches are stored.
 
         Raises:
             NotFoundError: Unknown study.

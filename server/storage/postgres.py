@@ -62,6 +62,7 @@ class PostgresStorage(SQLStorage):
     """
 
     LOCK_STUDY = " FOR NO KEY UPDATE"
+    LOCK_TRIALS = " FOR UPDATE"
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
     ORDER = "seq"
 

@@ -15,14 +15,20 @@ A backend subclasses ``SQLStorage`` and supplies:
 * ``Tx``: ``execute`` and ``executemany`` (no result), ``rows`` (dicts) and ``one`` (a
   tuple or None), taking SQL with ``?`` placeholders (the PostgreSQL backend rewrites them
   for psycopg).
-* Three fragments of dialect, as class attributes:
+* Four fragments of dialect, as class attributes:
 
   ``LOCK_STUDY``
-      Appended to the study's lookup in every write but ``claim_trials``. SQLite: nothing
-      (``BEGIN IMMEDIATE`` already serialises all writers). PostgreSQL:
-      ``FOR NO KEY UPDATE``, a row lock on the study that serialises the writes of one
-      study across server replicas (trial numbering, the life-cycle check) without
+      Appended to the study's lookup in every write but ``claim_trials`` and
+      ``finish_trial``. SQLite: nothing (``BEGIN IMMEDIATE`` already serialises all
+      writers). PostgreSQL: ``FOR NO KEY UPDATE``, a row lock on the study that serialises
+      the writes of one study across server replicas (trial numbering, expiry) without
       blocking the foreign-key checks of inserts elsewhere.
+  ``LOCK_TRIALS``
+      Appended to the reads of trials a write is about to change by their state:
+      ``finish_trial``'s and ``renew_lease``'s trial, ``expire_leases``' expired ones.
+      PostgreSQL: ``FOR UPDATE``, so the results of one study are stored side by side
+      (each locks its own trial, not the study), and an expiry waits for a result being
+      stored, then reads the trial as that left it (a finished trial is not expired).
   ``SKIP_LOCKED``
       Appended to ``claim_trials``' choice of queued trials. PostgreSQL:
       ``FOR UPDATE SKIP LOCKED``: two replicas claiming at once each lock different rows,
@@ -49,6 +55,7 @@ from typing import Any, Protocol, cast
 
 from server.storage.base import (
     FinishedTrial,
+    NewBatch,
     NewTrial,
     Request,
     Storage,
@@ -105,6 +112,7 @@ class SQLStorage(Storage):
     """
 
     LOCK_STUDY = ""
+    LOCK_TRIALS = ""
     SKIP_LOCKED = ""
     ORDER = "rowid"
 
@@ -121,9 +129,10 @@ class SQLStorage(Storage):
         """One read transaction that sees a single snapshot."""
 
     def _peek(self, action: str) -> AbstractContextManager[Tx]:
-        """For a read of one statement (a statement sees one snapshot by itself): a backend
-        may run it without a transaction around it (PostgreSQL: no BEGIN and COMMIT, one
-        round trip instead of three)."""
+        """For a read that needs no snapshot of its own: one statement (which sees one
+        snapshot by itself), or rows nobody else changes meanwhile. A backend may run it
+        without a transaction around it (PostgreSQL: no BEGIN and COMMIT, each statement
+        one round trip)."""
         return self._read(action)
 
     # -- studies ----------------------------------------------------------------------
@@ -165,22 +174,49 @@ class SQLStorage(Storage):
         request: Request | None = None,
         answered: Sequence[int] = (),
     ) -> list[Trial]:
-        items = list(trials)
-        for i, item in enumerate(items):
-            if not isinstance(item, NewTrial):
-                raise ValidationError(f"trials[{i}]", f"must be a NewTrial, got {item!r}")
+        [added] = self.add_trial_batches(study, [NewBatch(trials, request, answered)])
+        if added is None:
+            raise AlreadyExistsError(
+                f"request {request.request_id if request else ''!r} was answered meanwhile; "
+                "nothing more was stored"
+            )
+        return added
+
+    def add_trial_batches(
+        self, study: str, batches: Sequence[NewBatch]
+    ) -> list[list[Trial] | None]:
+        groups = [list(b.trials) for b in batches]
+        for g, items in enumerate(groups):
+            for i, item in enumerate(items):
+                if not isinstance(item, NewTrial):
+                    where = f"trials[{i}]" if len(groups) == 1 else f"batches[{g}].trials[{i}]"
+                    raise ValidationError(where, f"must be a NewTrial, got {item!r}")
         with self._write(f"add trials to study {study!r}") as tx:
             study_id = self._study_id(tx, study, lock=True)
             now = self._clock()
-            first = _insert_trials(
-                tx, study_id, now,
-                [(_trial_row(t, now), t.config, {}, f"{t.status.value}, client {t.client_id!r}")
-                 for t in items],
-            )  # fmt: skip
-            if request is not None:
-                ids = (*answered, *range(first, first + len(items)))
-                self._remember(tx, study_id, replace(request, answer_ids=ids), now)
-            return self._load_trials(tx, study_id, "AND t.trial_id >= ?", [first]) if items else []
+            spans: list[tuple[int, int] | None] = []
+            for batch, items in zip(batches, groups, strict=True):
+                first = _next_trial_id(tx, study_id)
+                if batch.request is not None:
+                    ids = (*batch.answered, *range(first, first + len(items)))
+                    if not self._record(tx, study_id, replace(batch.request, answer_ids=ids), now):
+                        spans.append(None)  # answered by another call first: nothing stored
+                        continue
+                _insert_trials(
+                    tx, study_id, now,
+                    [(_trial_row(t, now), t.config, {}, f"{t.status.value}, client {t.client_id!r}")
+                     for t in items],
+                    first,
+                )  # fmt: skip
+                spans.append((first, first + len(items)))
+        stored = [span for span in spans if span is not None and span[0] < span[1]]
+        loaded = (
+            self._reread(study, study_id, "AND t.trial_id >= ? AND t.trial_id < ?",
+                         [stored[0][0], stored[-1][1]])
+            if stored else []
+        )  # fmt: skip
+        by_id = {t.id: t for t in loaded}
+        return [None if span is None else [by_id[i] for i in range(*span)] for span in spans]
 
     def import_trials(
         self, study: str, trials: Sequence[FinishedTrial], request: Request | None = None
@@ -226,7 +262,9 @@ class SQLStorage(Storage):
 
     def active_trials(self, study: str, client_id: str) -> list[Trial]:
         check_text(client_id, "client_id")
-        with self._read(f"list active trials of study {study!r}") as tx:
+        # statement by statement, outside a transaction: a client's active trials (rows of
+        # its own) change only by its own calls, and most often there are none: one look
+        with self._peek(f"list active trials of study {study!r}") as tx:
             return self._load_trials(
                 tx,
                 self._study_id(tx, study),
@@ -253,10 +291,12 @@ class SQLStorage(Storage):
         repeats = [_measurement_row(m) for m in measurements]
         check_text(reason, "reason")
         with self._write(f"finish trial {trial_id} of study {study!r}") as tx:
-            study_id = self._study_id(tx, study, lock=True)
+            # the trial's lock, not the study's: results for other trials are stored
+            # meanwhile (nothing here numbers trials or reads other trials by state)
+            study_id = self._study_id(tx, study)
             row = tx.one(
                 "SELECT status, client_id, expired_at, reported_late, reoffered_as FROM trials "
-                "WHERE study_id = ? AND trial_id = ?",
+                f"WHERE study_id = ? AND trial_id = ?{self.LOCK_TRIALS}",
                 [study_id, trial_id],
             )
             if row is None:
@@ -291,7 +331,7 @@ class SQLStorage(Storage):
             _insert_events(tx, [(study_id, trial_id, now, f"status:{new.value}", detail)])
             if request is not None:
                 self._remember(tx, study_id, replace(request, answer_ids=(trial_id,)), now)
-            return self._load_trials(tx, study_id, "AND t.trial_id = ?", [trial_id])[0]
+        return self._reread(study, study_id, "AND t.trial_id = ?", [trial_id])[0]
 
     def add_measurements(
         self,
@@ -372,6 +412,14 @@ class SQLStorage(Storage):
             AlreadyExistsError: Another call (another server's, with a shared database)
                 recorded a request with this id first; the caller's writes roll back.
         """
+        if not self._record(tx, study_id, request, now):
+            raise AlreadyExistsError(
+                f"request {request.request_id!r} was answered meanwhile; nothing more was stored"
+            )
+
+    def _record(self, tx: Tx, study_id: int, request: Request, now: float) -> bool:
+        """Record ``request`` inside the caller's transaction unless a request with its id
+        is recorded already (False: nothing was written); forget week-old ones."""
         if now - self._forgotten_at > _FORGET_EVERY_S:
             tx.execute("DELETE FROM requests WHERE created_at < ?", [now - _REQUEST_RETENTION_S])
             self._forgotten_at = now
@@ -381,19 +429,17 @@ class SQLStorage(Storage):
             [request.request_id, request.method, study_id, request.digest,
              json.dumps(list(request.answer_ids)), now],
         )  # fmt: skip
-        if stored is None:
-            raise AlreadyExistsError(
-                f"request {request.request_id!r} was answered meanwhile; nothing more was stored"
-            )
+        return stored is not None
 
     def renew_lease(
         self, study: str, trial_id: int, expires_at: float, holder: str | None = None
     ) -> Trial:
         trial_id = check_trial_id(trial_id)
         with self._write(f"renew the lease of trial {trial_id} of study {study!r}") as tx:
-            study_id = self._study_id(tx, study, lock=True)
+            study_id = self._study_id(tx, study)  # the trial's lock is enough (LOCK_TRIALS)
             row = tx.one(
-                "SELECT status, client_id FROM trials WHERE study_id = ? AND trial_id = ?",
+                "SELECT status, client_id FROM trials WHERE study_id = ? AND trial_id = ?"
+                f"{self.LOCK_TRIALS}",
                 [study_id, trial_id],
             )
             if row is None:
@@ -407,7 +453,7 @@ class SQLStorage(Storage):
                 "WHERE study_id = ? AND trial_id = ?",
                 [self._clock(), float(expires_at), study_id, trial_id],
             )
-            return self._load_trials(tx, study_id, "AND t.trial_id = ?", [trial_id])[0]
+        return self._reread(study, study_id, "AND t.trial_id = ?", [trial_id])[0]
 
     def expire_leases(
         self, study: str, now: float, status: TrialStatus, reoffer: bool
@@ -434,6 +480,7 @@ class SQLStorage(Storage):
                 study_id,
                 "AND t.status = ? AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < ?",
                 [TrialStatus.ACTIVE.value, now],
+                lock=True,
             )
             if not expired:
                 return []
@@ -473,6 +520,18 @@ class SQLStorage(Storage):
         self, study: str, client_id: str, count: int, lease_expires_at: float | None
     ) -> list[Trial]:
         check_text(client_id, "client_id")
+        with self._peek(f"look for queued trials in study {study!r}") as tx:
+            # the common case, none queued, without a write transaction; what is queued
+            # meanwhile is claimed by a later call
+            queued = tx.one(
+                "SELECT EXISTS (SELECT 1 FROM trials t WHERE t.study_id = s.id AND t.status = ?) "
+                "FROM studies s WHERE s.name = ?",
+                [TrialStatus.PENDING.value, check_text(study, "study")],
+            )
+        if queued is None:
+            raise NotFoundError(f"study {study!r} not found")
+        if not queued[0] or count < 1:
+            return []
         with self._write(f"hand out queued trials of study {study!r}") as tx:
             study_id = self._study_id(tx, study)
             ids = [
@@ -498,7 +557,7 @@ class SQLStorage(Storage):
                 [(study_id, i, now, "status:ACTIVE", f"from PENDING, client {client_id!r}")
                  for i in ids],
             )  # fmt: skip
-            return self._load_trials(tx, study_id, f"AND t.trial_id IN ({marks})", ids)
+        return self._reread(study, study_id, f"AND t.trial_id IN ({marks})", ids)
 
     def add_trial_event(
         self, study: str, trial_id: int, event: str, detail: str = ""
@@ -544,11 +603,24 @@ class SQLStorage(Storage):
             raise NotFoundError(f"study {name!r} not found")
         return int(row[0])
 
-    def _load_trials(self, tx: Tx, study_id: int, where: str, params: Sequence[Any]) -> list[Trial]:
-        """Trials of one study matching ``where`` (SQL over alias ``t``), in id order."""
+    def _reread(self, study: str, study_id: int, where: str, params: Sequence[Any]) -> list[Trial]:
+        """Trials a write just stored, read after its commit (``_load_trials``): the read's
+        round trips are not made while the write holds the study's lock. Rows a write
+        made or handed to one caller are changed next by that caller (or by an expiry of
+        its lease, long after)."""
+        with self._peek(f"read back trials of study {study!r}") as tx:
+            return self._load_trials(tx, study_id, where, params)
+
+    def _load_trials(
+        self, tx: Tx, study_id: int, where: str, params: Sequence[Any], lock: bool = False
+    ) -> list[Trial]:
+        """Trials of one study matching ``where`` (SQL over alias ``t``), in id order; with
+        ``lock``, their rows are locked (``LOCK_TRIALS``) until the transaction ends."""
         args = [study_id, *params]
         rows = tx.rows(
-            f"SELECT * FROM trials t WHERE t.study_id = ? {where} ORDER BY t.trial_id", args
+            f"SELECT * FROM trials t WHERE t.study_id = ? {where} ORDER BY t.trial_id"
+            f"{self.LOCK_TRIALS if lock else ''}",
+            args,
         )
         if not rows:
             return []
@@ -630,19 +702,26 @@ def _trial_row(trial: NewTrial, now: float) -> dict[str, Any]:
     }
 
 
+def _next_trial_id(tx: Tx, study_id: int) -> int:
+    """The id the study's next trial gets (the caller holds the study's lock)."""
+    found = tx.one(
+        "SELECT COALESCE(MAX(trial_id), 0) + 1 FROM trials WHERE study_id = ?", [study_id]
+    )
+    return int(cast(tuple[Any, ...], found)[0])
+
+
 def _insert_trials(
     tx: Tx,
     study_id: int,
     now: float,
     made: Sequence[tuple[dict[str, Any], Mapping[str, Any], Mapping[str, float], str]],
+    first: int | None = None,
 ) -> int:
-    """Insert trials numbered on from the study's last, each given as (row, config,
-    metrics, detail of its ``created`` event); returns the first new trial id. The caller
-    holds the study's lock (``SQLStorage._study_id(lock=True)``)."""
-    found = tx.one(
-        "SELECT COALESCE(MAX(trial_id), 0) + 1 FROM trials WHERE study_id = ?", [study_id]
-    )
-    first = int(cast(tuple[Any, ...], found)[0])
+    """Insert trials numbered on from the study's last (``first``, when the caller has
+    just read it with ``_next_trial_id``), each given as (row, config, metrics, detail of
+    its ``created`` event); returns the first new trial id. The caller holds the study's
+    lock (``SQLStorage._study_id(lock=True)``)."""
+    first = _next_trial_id(tx, study_id) if first is None else first
     numbered = list(enumerate(made, start=first))
     columns = ", ".join(_NEW_TRIAL_COLUMNS)
     tx.executemany(

@@ -172,6 +172,37 @@ def test_two_replicas_finish_a_trial_once_and_number_new_trials_without_gaps(
         b.close()
 
 
+def test_results_are_stored_while_the_study_is_locked_and_an_expiry_waits_for_them(
+    postgres_url: str,
+) -> None:
+    """A result locks its trial, not the study: results for different trials of a study are
+    stored side by side (a burst of them does not queue behind itself). An expiry that
+    finds a trial whose result is being stored waits for it, then leaves it finished."""
+    with PostgresStorage(postgres_url) as store:
+        store.create_study(make_spec())
+        [t1, t2] = store.add_trials("pg-oltp", [NewTrial(dict(CONFIG), lease_expires_at=1.0)] * 2)
+        with psycopg.connect(postgres_url) as other:  # another replica adding trials
+            other.execute("SELECT id FROM studies FOR NO KEY UPDATE")
+            done = store.finish_trial("pg-oltp", t1.id, TrialStatus.COMPLETED, {"tps": 1.0})
+            assert done.status is TrialStatus.COMPLETED
+        with psycopg.connect(postgres_url) as other:  # a result for t2 being stored
+            other.execute("SELECT 1 FROM trials WHERE trial_id = %s FOR UPDATE", [t2.id])
+            other.execute(
+                "UPDATE trials SET status = 'COMPLETED', lease_expires_at = NULL "
+                "WHERE trial_id = %s", [t2.id]
+            )  # fmt: skip
+            with ThreadPoolExecutor(1) as pool:
+                expiry = pool.submit(
+                    store.expire_leases, "pg-oltp", 2.0, TrialStatus.ABANDONED, True
+                )
+                time.sleep(0.5)
+                assert not expiry.done()  # waiting for the trial's lock
+                other.commit()
+                assert expiry.result(timeout=10) == []
+        assert store.get_trial("pg-oltp", t2.id).status is TrialStatus.COMPLETED
+        assert [t.id for t in store.list_trials("pg-oltp")] == [t1.id, t2.id]  # no re-offer
+
+
 def test_a_request_recorded_by_one_replica_is_found_by_the_other(postgres_url: str) -> None:
     with PostgresStorage(postgres_url) as a, PostgresStorage(postgres_url) as b:
         a.create_study(make_spec())

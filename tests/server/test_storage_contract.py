@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.storage import NewTrial, Request, SQLiteStorage, Storage
+from server.storage import NewBatch, NewTrial, Request, SQLiteStorage, Storage
 from server.storage.postgres import PostgresStorage
 from tuner.errors import (
     AlreadyExistsError,
@@ -543,3 +543,31 @@ def test_a_request_is_recorded_with_its_write_and_found_again(storage: Storage) 
             request=Request("req-5", "AddMeasurements", "d5"),
         )  # fmt: skip
     assert len(storage.list_measurements("pg-oltp", first)) == 2
+
+
+def test_one_designer_runs_batches_are_stored_together_and_a_taken_request_stores_nothing(
+    storage: Storage,
+) -> None:
+    storage.create_study(make_spec())
+    held = add_one(storage)
+    storage.add_trials("pg-oltp", [], Request("taken", "SuggestTrials", "d0"))  # answered first
+    batches = [
+        NewBatch([NewTrial(dict(CONFIG), client_id="a")] * 2, Request("r-a", "SuggestTrials", "d")),
+        NewBatch([NewTrial(dict(CONFIG), client_id="b")], Request("taken", "SuggestTrials", "d")),
+        NewBatch([NewTrial(dict(CONFIG), client_id="c")], None, answered=[held]),
+        NewBatch([], Request("r-d", "SuggestTrials", "d"), answered=[held]),
+    ]
+    a, b, c, d = storage.add_trial_batches("pg-oltp", batches)
+    assert b is None  # another call recorded "taken": none of b's trials is stored
+    assert a is not None and c is not None and d == []
+    assert [t.id for t in a] == [held + 1, held + 2] and [t.client_id for t in a] == ["a", "a"]
+    assert [t.id for t in c] == [held + 3] and c[0].client_id == "c"
+    assert [t.id for t in storage.list_trials("pg-oltp")] == [held, held + 1, held + 2, held + 3]
+    assert storage.find_request("pg-oltp", "r-a") == Request(
+        "r-a", "SuggestTrials", "d", (held + 1, held + 2)
+    )
+    assert storage.find_request("pg-oltp", "r-d") == Request("r-d", "SuggestTrials", "d", (held,))
+    with pytest.raises(ValidationError, match=r"batches\[1\]\.trials\[0\]"):
+        storage.add_trial_batches("pg-oltp", [NewBatch([]), NewBatch(["x"])])  # type: ignore[list-item]
+    with pytest.raises(NotFoundError):
+        storage.add_trial_batches("nope", [NewBatch([NewTrial(dict(CONFIG))])])
