@@ -23,6 +23,7 @@ share.
     tuner show STUDY [--json]
     tuner best STUDY [--json]
     tuner plot STUDY [--out PNG]
+    tuner importance STUDY [--metric M] [--samples N] [--format table|json|csv]
 
 ``tune`` runs the study in-process on a local SQLite file unless ``--server`` names a
 running server. Read commands open the file read-only (the server stays the only writer) or

@@ -290,6 +290,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="only these kinds (repeatable)",
     )  # fmt: skip
     output(meas)
+    imp = command(
+        "importance", "cli.results:cmd_importance",
+        "which knobs matter: each knob's share of the variance of the study's GP (Sobol "
+        "indices of its mean; needs the full install)",
+    )  # fmt: skip
+    imp.add_argument("study")
+    imp.add_argument("--metric", help="the metric to explain (default: the first objective)")
+    imp.add_argument(
+        "--samples", type=positive_int, default=1024, metavar="N",
+        help="Monte Carlo base points (default 1024; the cost is N x (knobs + 2) model means)",
+    )  # fmt: skip
+    output(imp)
     plot = command("plot", "cli.results:cmd_plot", "write a study's convergence plot")
     plot.add_argument("study")
     plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")

@@ -194,6 +194,28 @@ def print_front(spec: StudySpec, front: Sequence[Trial], default: Trial | None =
     out.print(table)
 
 
+def print_importance(
+    spec: StudySpec, trials: Sequence[Trial], where: str = "", top: int = 5
+) -> None:
+    """One line: the knobs that move the first objective most in the study's model
+    (``tuner.designer.importance``), and the command that lists all (``where``: its
+    ``--db``/``--server`` option); nothing when there are too few trials for it."""
+    from tuner.designer.importance import importance
+    from tuner.errors import StateError
+
+    try:
+        found = importance(spec, trials, samples=512)
+    except StateError:
+        return
+    shown = [k for k in found[:top] if k.total >= 0.01]
+    listed = ", ".join(f"{k.knob} {k.total:.2f}" for k in shown) or "none above 0.01"
+    out.print(
+        f"knobs that move {spec.objective.name} most (share of the model's variance): "
+        f"{listed}; all of them: tuner importance {spec.name}{where}",
+        highlight=False,
+    )
+
+
 def print_result(result: SessionResult, confirming: bool = False) -> None:
     """The session's default and best (by trial means), what the measurements say about
     the machine, and the session's own ratio (labelled as unconfirmed when a confirmation

@@ -337,6 +337,39 @@ def cmd_measurements(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_importance(args: argparse.Namespace) -> int:
+    with connect(args.server, args.db) as api:
+        spec = api.get_study(args.study).spec
+        trials = api.list_trials(args.study)
+    from tuner.designer.importance import importance  # torch: only for this command
+
+    found = importance(spec, trials, args.metric, samples=args.samples)
+    metric = args.metric or spec.objective.name
+    rows = [[k.knob, k.total, k.total_se, k.first, k.first_se] for k in found]
+    header = ["knob", "total", "total_se", "first", "first_se"]
+    if output_format(args) == "csv":
+        write_csv(header, rows)
+        return 0
+    if output_format(args) == "json":
+        knobs = [dict(zip(header, r, strict=True)) for r in rows]
+        print(json.dumps({"study": args.study, "metric": metric, "knobs": knobs}, indent=2))
+        return 0
+    table = Table(
+        "knob", "total", "", "first (alone)",
+        caption=f"share of the variance of the model's {metric!r} (Sobol indices of the GP's "
+        "mean over the search space; ± a bootstrap standard error). total: with "
+        "interactions; near 0: the knob can stay at its default",
+    )  # fmt: skip
+    for k in found:
+        bar = "█" * round(20 * k.total)
+        table.add_row(
+            escape(k.knob), f"{k.total:.2f} ± {k.total_se:.2f}", bar,
+            f"{k.first:.2f} ± {k.first_se:.2f}",
+        )  # fmt: skip
+    out.print(table)
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     with connect(args.server, args.db) as api:
         spec = api.get_study(args.study).spec

@@ -19,6 +19,7 @@ from cli.render import (
     confirmed,
     fmt,
     print_confirmation,
+    print_importance,
     print_result,
     print_trial,
     report_trial,
@@ -89,6 +90,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
                 )  # fmt: skip
     print_result(result, confirming=confirmation is not None)
+    print_importance(
+        result.spec,
+        result.trials,
+        f" --server {args.server}" if args.server else f" --db {config.db}",
+    )
     if confirmation is not None:
         print_confirmation(result.spec, confirmation)
         best = confirmation.best

@@ -89,6 +89,9 @@ def test_tune_runs_a_session_and_reports(
     # the session's own estimate, then the headline from the interleaved confirmation
     flat = " ".join(out.split())
     assert "session estimate:" in flat and "5 interleaved repeats each" in flat
+    # which knobs mattered, from the study's model, and the command that lists them all
+    assert "knobs that move ops_per_s most (share of the model's variance):" in flat
+    assert f"tuner importance cli --db {tmp_path / 'runs' / 'tuner.db'}" in flat
     # not a terminal (captured): one line per finished trial, with its metrics
     lines = [line for line in out.splitlines() if line.startswith("trial ")]
     assert [line.split()[1] for line in lines] == ["1", "2", "3", "4", "5"]
