@@ -194,6 +194,71 @@ def print_front(spec: StudySpec, front: Sequence[Trial], default: Trial | None =
     out.print(table)
 
 
+def default_config(spec: StudySpec, trials: Sequence[Trial]) -> dict[str, Any]:
+    """What each knob is by default: the measured default trial's value, else the knob's
+    declared default (knobs with neither are absent)."""
+    measured = next((t.config for t in trials if t.step is StepKind.DEFAULT), None)
+    if measured is not None:
+        return dict(measured)
+    return {k.name: k.default for k in spec.space.knobs if k.default is not None}
+
+
+def default_trial(trials: Sequence[Trial], reference: Mapping[str, Any]) -> Trial | None:
+    """The trial that measured the default: the DEFAULT step's, else the first completed
+    one whose configuration is the knobs' declared defaults."""
+    found = next((t for t in trials if t.step is StepKind.DEFAULT), None)
+    if found is None and reference:
+        found = next(
+            (t for t in trials if t.status.value == "COMPLETED"
+             and len(reference) == len(t.config) and not changes(t.config, reference)),
+            None,
+        )  # fmt: skip
+    return found
+
+
+def changes(config: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of ``config`` that differ from ``reference`` (or have none there)."""
+    return {
+        k: v
+        for k, v in config.items()
+        if k not in reference or value_key(reference[k]) != value_key(v)
+    }
+
+
+def print_best(spec: StudySpec, best: Trial, trials: Sequence[Trial], title: str = "") -> None:
+    """The best trial as a difference from the default: the knobs it changes (default,
+    best, unit), how many it keeps, and its metrics beside the default's (``title``: the
+    heading, by default "best trial of STUDY")."""
+    reference = default_config(spec, trials)
+    default = default_trial(trials, reference)
+    changed = changes(best.config, reference)
+    units = {k.name: k.unit for k in spec.space.knobs}
+    heading = title or f"best trial of {spec.name}"
+    out.print(f"{heading}: trial {best.id} ({best.status.value})", style="bold",
+              highlight=False)  # fmt: skip
+    table = Table("knob", "default", "best", "unit")
+    for name, value in changed.items():
+        table.add_row(name, fmt(reference.get(name)), fmt(value), units.get(name, ""))
+    if changed:
+        out.print(table)
+    kept = len(best.config) - len(changed)
+    out.print(
+        f"{'the default configuration' if not changed else f'{kept} other knobs as in the default'}"
+        + ("" if reference else " (the study has no measured default or knob defaults)"),
+        highlight=False,
+    )
+    metrics = Table("metric", "default", "best", "best / default",
+                    title=f"metrics (mean of {best.repeats} measurement(s))")  # fmt: skip
+    for name in spec.metric_names:
+        mine = best.metrics.get(name)
+        theirs = default.metrics.get(name) if default is not None else None
+        ratio = f"{mine / theirs:.3g}x" if mine is not None and theirs else ""
+        metrics.add_row(name, fmt(theirs), mean_and_spread(best, name), ratio)
+    out.print(metrics)
+    if best.reason:
+        out.print(f"reason: {best.reason}", highlight=False)
+
+
 def print_importance(
     spec: StudySpec, trials: Sequence[Trial], where: str = "", top: int = 5
 ) -> None:
@@ -223,7 +288,15 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
     spec = result.spec
     name = spec.objective.name
     if result.default is not None:
-        print_trial("default configuration", result.default)
+        measured = ", ".join(
+            f"{k}={mean_and_spread(result.default, k)}" for k in spec.metric_names
+            if k in result.default.metrics
+        )  # fmt: skip
+        out.print(
+            f"default configuration: trial {result.default.id} ({result.default.status.value})"
+            + (f": {measured}" if measured else ""),
+            highlight=False,
+        )
     if spec.multi_objective:
         print_multi_result(result)
         return
@@ -233,7 +306,7 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
         # the constraints as resolved (a bound relative to the default, in numbers)
         out.print(f"[bold red]no feasible configuration found[/] under {under}", highlight=False)
         return
-    print_trial("best configuration", result.best)
+    print_best(spec, result.best, result.trials, title="best configuration")
     unsafe = unsafe_settings(spec, result.best.config)
     if unsafe:
         out.print(
@@ -342,17 +415,6 @@ def report_trial(spec: StudySpec, trial: Trial, finished: int, total: int, best:
         f"{values or '-'}{why}; best {best}",
         highlight=False, soft_wrap=True, markup=False,
     )  # fmt: skip
-
-
-def print_trial(title: str, trial: Trial) -> None:
-    table = Table(title=f"{title} (trial {trial.id}, {trial.status.value})", show_header=False)
-    for key, value in trial.config.items():
-        table.add_row(key, fmt(value))
-    for key, value in trial.metrics.items():
-        table.add_row(f"[bold]{key}[/]", fmt(value))
-    if trial.reason:
-        table.add_row("reason", trial.reason)
-    out.print(table)
 
 
 def mean_and_spread(trial: Trial, name: str) -> str:

@@ -18,9 +18,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.common import connect, out
-from cli.render import fmt, interval_dict, mean_and_spread, print_front, trial_dict
+from cli.render import (
+    changes,
+    default_config,
+    fmt,
+    interval_dict,
+    mean_and_spread,
+    print_best,
+    print_front,
+    trial_dict,
+)
 from tuner.confirmation import stored_confirmation
-from tuner.space import value_key
 from tuner.study import StudySpec
 from tuner.trial import (
     MeasurementKind,
@@ -143,69 +151,6 @@ def feasibility(resolved: StudySpec, trial: Trial) -> str:
     if trial.status.value != "COMPLETED":
         return ""
     return "yes" if is_feasible(resolved, trial) else "no"
-
-
-def default_config(spec: StudySpec, trials: Sequence[Trial]) -> dict[str, Any]:
-    """What each knob is by default: the measured default trial's value, else the knob's
-    declared default (knobs with neither are absent)."""
-    measured = next((t.config for t in trials if t.step is StepKind.DEFAULT), None)
-    if measured is not None:
-        return dict(measured)
-    return {k.name: k.default for k in spec.space.knobs if k.default is not None}
-
-
-def default_trial(trials: Sequence[Trial], reference: Mapping[str, Any]) -> Trial | None:
-    """The trial that measured the default: the DEFAULT step's, else the first completed
-    one whose configuration is the knobs' declared defaults."""
-    found = next((t for t in trials if t.step is StepKind.DEFAULT), None)
-    if found is None and reference:
-        found = next(
-            (t for t in trials if t.status.value == "COMPLETED"
-             and len(reference) == len(t.config) and not changes(t.config, reference)),
-            None,
-        )  # fmt: skip
-    return found
-
-
-def changes(config: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of ``config`` that differ from ``reference`` (or have none there)."""
-    return {
-        k: v
-        for k, v in config.items()
-        if k not in reference or value_key(reference[k]) != value_key(v)
-    }
-
-
-def print_best(spec: StudySpec, best: Trial, trials: Sequence[Trial]) -> None:
-    """The best trial as a difference from the default: the knobs it changes (default,
-    best, unit), how many it keeps, and its metrics beside the default's."""
-    reference = default_config(spec, trials)
-    default = default_trial(trials, reference)
-    changed = changes(best.config, reference)
-    units = {k.name: k.unit for k in spec.space.knobs}
-    out.print(f"best trial of {spec.name}: trial {best.id} ({best.status.value})", style="bold",
-              highlight=False)  # fmt: skip
-    table = Table("knob", "default", "best", "unit")
-    for name, value in changed.items():
-        table.add_row(name, fmt(reference.get(name)), fmt(value), units.get(name, ""))
-    if changed:
-        out.print(table)
-    kept = len(best.config) - len(changed)
-    out.print(
-        f"{'the default configuration' if not changed else f'{kept} other knobs as in the default'}"
-        + ("" if reference else " (the study has no measured default or knob defaults)"),
-        highlight=False,
-    )
-    metrics = Table("metric", "default", "best", "best / default",
-                    title=f"metrics (mean of {best.repeats} measurement(s))")  # fmt: skip
-    for name in spec.metric_names:
-        mine = best.metrics.get(name)
-        theirs = default.metrics.get(name) if default is not None else None
-        ratio = f"{mine / theirs:.3g}x" if mine is not None and theirs else ""
-        metrics.add_row(name, fmt(theirs), mean_and_spread(best, name), ratio)
-    out.print(metrics)
-    if best.reason:
-        out.print(f"reason: {best.reason}", highlight=False)
 
 
 def trial_rows(spec: StudySpec, trials: Sequence[Trial]) -> tuple[list[str], list[list[Any]]]:

@@ -18,10 +18,10 @@ from cli.render import (
     confirmation_dict,
     confirmed,
     fmt,
+    print_best,
     print_confirmation,
     print_importance,
     print_result,
-    print_trial,
     report_trial,
     standing,
 )
@@ -99,7 +99,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print_confirmation(result.spec, confirmation)
         best = confirmation.best
         if best is not None and (result.best is None or best.trial.id != result.best.id):
-            print_trial("confirmed best configuration", best.trial)
+            print_best(result.spec, best.trial, result.trials, title="confirmed best configuration")
     path = plot_convergence(
         spec, result.trials, config.plot, result.measurements, confirmed(spec, confirmation)
     )

@@ -85,7 +85,10 @@ def test_tune_runs_a_session_and_reports(
     config = write_config(tmp_path)
     assert main(["tune", str(config)]) == 0
     out = capsys.readouterr().out
-    assert "default configuration" in out and "best configuration" in out
+    assert "default configuration: trial 1 (COMPLETED): ops_per_s=" in out
+    # the best as a difference from the default, with both one's metrics, not every knob
+    assert "best configuration: trial" in out and "metrics (mean of" in out
+    assert "best / default" in out
     # the session's own estimate, then the headline from the interleaved confirmation
     flat = " ".join(out.split())
     assert "session estimate:" in flat and "5 interleaved repeats each" in flat
