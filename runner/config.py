@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol
 from runner.session import Phase
 from targets.base import Target
 from targets.registry import build_target
-from tuner.errors import ValidationError
+from tuner.errors import ValidationError, relocate
 from tuner.space import Config, Knob, knob_from_dict
 from tuner.study import StudySpec
 
@@ -103,7 +104,25 @@ def load_study(path: str | Path, name: str | None = None) -> StudySpec:
         raise ValidationError(
             "study.knobs", "a config without [target] must list its knobs", "[[study.knobs]] tables"
         )
-    return StudySpec.from_dict(study, knobs=_listed_knobs(study.pop("knobs")))
+    return _study_spec(study, _listed_knobs(study.pop("knobs")), listed=True)
+
+
+def _study_spec(study: dict[str, Any], knobs: Sequence[Knob], listed: bool) -> StudySpec:
+    """``StudySpec.from_dict`` with its errors named as in the file: ``study.objectives[0]``,
+    and a listed knob by its place, ``study.knobs[3].unsafe_values`` (as ``knob_from_dict``
+    names it); a knob of the target's catalog keeps its name, ``knobs.NAME...``."""
+    try:
+        return StudySpec.from_dict(study, knobs=tuple(knobs))
+    except ValidationError as error:
+        for i, knob in enumerate(knobs):
+            own = f"knobs.{knob.name}"
+            if error.field == own or error.field.startswith(own + "."):
+                if not listed:
+                    raise
+                raise relocate(error, own, f"study.knobs[{i}]", f"knob {knob.name!r}") from None
+        if error.field.startswith("study."):
+            raise
+        raise ValidationError(f"study.{error.field}", error.message, error.allowed) from None
 
 
 def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConfig:
@@ -121,7 +140,8 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
         raise ValidationError("target.kind", "is required")
     named = target_table.get("knobs")
     target = build_target(kind, target_table)
-    if "knobs" in study:
+    listed = "knobs" in study
+    if listed:
         knobs = _listed_knobs(study.pop("knobs"), target.describe_knobs())
     elif not target.describe_knobs():
         raise ValidationError(
@@ -139,7 +159,7 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
             study["candidates"] = [c for _, c in picked]
             if described and "candidate_features" not in study:
                 study["candidate_features"] = [described[i] for i, _ in picked]
-    spec = StudySpec.from_dict(study, knobs=knobs)
+    spec = _study_spec(study, knobs, listed)
     _check_metrics(spec, target)
     target.check_space(spec.space)
     unknown = set(session) - set(_SESSION_KEYS)

@@ -34,11 +34,13 @@ class ValidationError(TunerError, ValueError):
 
     Attributes:
         field: Dotted path of the offending field, e.g. ``"space.knobs[2].low"``.
+        message: What is wrong with it (the text after the field).
         allowed: Human-readable description of what would have been accepted.
     """
 
     def __init__(self, field: str, message: str, allowed: Any = None) -> None:
         self.field = field
+        self.message = message
         self.allowed = allowed
         self._args = (field, message, allowed)
         text = f"{field}: {message}"
@@ -48,6 +50,22 @@ class ValidationError(TunerError, ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled whole, across worker processes
         return (type(self), self._args)
+
+
+def relocate(error: ValidationError, old: str, new: str, label: str = "") -> ValidationError:
+    """``error`` about a field under ``old`` (``knobs.x``), named under ``new`` instead
+    (``study.knobs[3]``: the place in the file), with ``label`` (``knob 'x'``) before the
+    message unless the message names it already; any other error unchanged.
+
+    Knobs and objectives name their own fields by name (they do not know their place); a
+    list that builds them calls this so that every error of an item has one path."""
+    field = error.field
+    if field != old and not field.startswith(old + ".") and not field.startswith(old + "["):
+        return error
+    message = error.message
+    if label and label.split(" ", 1)[-1] not in message:
+        message = f"{label}: {message}"
+    return ValidationError(new + field[len(old) :], message, error.allowed)
 
 
 class NotFoundError(TunerError, LookupError):

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from tuner.errors import ValidationError
+from tuner.errors import ValidationError, relocate
 
 Scalar = float | int | str | bool
 Config = dict[str, Scalar]
@@ -462,11 +462,15 @@ def knob_from_dict(data: Any, where: str = "knob") -> Knob:
     try:
         return KNOB_CLASSES[kind](**kwargs)
     except ValidationError as error:
-        if error.field != "knob.name":
+        if error.field == "knob.name":
+            # a knob without a valid name is named by its place (``spec.knobs[3].name``)
+            raise ValidationError(f"{where}.name", error.message, error.allowed) from None
+        if where == "knob":
             raise
-        # a knob without a valid name is named by its place (``spec.knobs[3].name``)
-        message = str(error).removeprefix("knob.name: ").split(" (allowed: ")[0]
-        raise ValidationError(f"{where}.name", message, error.allowed) from None
+        # one path for every error of a knob given in a list: its place, as in the file
+        # (``study.knobs[3].high``), with its name in the message
+        name = kwargs["name"]
+        raise relocate(error, f"knobs.{name}", where, f"knob {name!r}") from None
 
 
 @dataclass(frozen=True)

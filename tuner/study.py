@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from tuner.constraints import METRIC_NAME, LinearConstraint, OutcomeConstraint
-from tuner.errors import ValidationError
+from tuner.errors import ValidationError, relocate
 from tuner.space import Config, Knob, SearchSpace, knob_from_dict, value_key
 
 _STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")  # always fullmatch
@@ -601,7 +601,13 @@ def _objective(data: Any, i: int) -> Objective:
         raise ValidationError(
             f"objectives[{i}].{unknown[0]}", "unknown objective setting", _OBJECTIVE_FIELDS
         )
-    return Objective(data["name"], data.get("goal", Goal.MAXIMIZE.value), data.get("reference"))
+    try:
+        return Objective(data["name"], data.get("goal", Goal.MAXIMIZE.value), data.get("reference"))
+    except ValidationError as error:  # named by its place, as the knobs are
+        name = data["name"]
+        raise relocate(
+            error, f"objectives.{name}", f"objectives[{i}]", f"objective {name!r}"
+        ) from None
 
 
 def _embedding(data: Any) -> EmbeddingSettings | None:

@@ -369,3 +369,34 @@ def test_a_renamed_run_plots_to_its_own_file_beside_the_configured_one() -> None
     assert renamed.plot == Path("runs/sqlite-b.png")
     chosen = load_config(ROOT / "examples" / "sqlite.toml", {"name": "b", "plot": "x/p.png"})
     assert chosen.plot == Path("x/p.png")
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fragment"),
+    [
+        ({"knobs": [{"name": "a", "kind": "float", "low": 2.0, "high": 1.0}]},
+         "study.knobs[0].high", "knob 'a': high (1.0) must be greater than low (2.0)"),
+        ({"knobs": [{"name": "a", "kind": "float", "low": 0.0, "high": 1.0},
+                    {"name": "b", "kind": "int", "low": 0, "high": 9, "default": 20}]},
+         "study.knobs[1].default", "int knob 'b'"),
+        ({"knobs": [{"name": "a", "kind": "strange"}]}, "study.knobs[0].kind", "unknown knob kind"),
+        ({"objectives": [{"name": "y", "goal": "lowest"}]},
+         "study.objectives[0].goal", "objective 'y': unknown goal 'lowest'"),
+        ({"outcome_constraints": ["y <"]}, "study.outcome_constraints[0]", "cannot parse"),
+    ],
+)  # fmt: skip
+def test_a_config_error_names_the_field_by_its_place_in_the_file(
+    change: dict[str, object], field: str, fragment: str
+) -> None:
+    """Every error of a study in a config file has one kind of path, as the file has it:
+    ``study.knobs[1].default``, not ``knobs.b.default`` beside ``study.knobs[0].kind``."""
+    study = {"name": "paths", "objectives": [{"name": "y", "goal": "minimize"}]}
+    study["knobs"] = [{"name": "a", "kind": "float", "low": 0.0, "high": 1.0}]
+    data = {
+        "study": study | change,
+        "target": {"kind": "command", "command": ["echo", "y=1"], "metrics": ["y"]},
+    }
+    with pytest.raises(ValidationError) as info:
+        parse_config(data, {})
+    assert info.value.field == field
+    assert fragment in str(info.value)

@@ -168,7 +168,7 @@ def _bad_algorithm(wire: pb.StudySpec) -> None:
     [
         (_no_kind, "spec.knobs[0].kind", "no knob kind set"),
         (_nan_low, "spec.knobs[0].float_range.low", "must be finite"),
-        (_reversed, "spec.knobs.shared_buffers_frac.high", "must be greater than low"),
+        (_reversed, "spec.knobs[0].high", "must be greater than low"),
         (_duplicate, "spec.knobs[1].name", "duplicate knob name"),
         (_empty_value, "spec.knobs[4].categorical.values[1]", "no value set"),
         (_unset_goal, "spec.objectives[0].goal", "GOAL_UNSPECIFIED is not a value"),

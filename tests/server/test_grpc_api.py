@@ -196,7 +196,10 @@ def _no_knobs(wire: pb.StudySpec) -> None:
     [
         (_no_kind, "spec.knobs[1].kind: no knob kind set"),
         (_nan_bound, "spec.knobs[0].float_range.high: must be finite"),
-        (_reversed_bounds, "spec.knobs.threads.high: high (1) must be greater than low (64)"),
+        (
+            _reversed_bounds,
+            "spec.knobs[1].high: knob 'threads': high (1) must be greater than low (64)",
+        ),
         (_duplicate_names, "spec.knobs[2].name: duplicate knob name 'cache_frac'"),
         (_unset_goal, "spec.objectives[0].goal: is required"),
         (_unknown_goal, "spec.objectives[0].goal: unknown value 17"),

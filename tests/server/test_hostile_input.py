@@ -210,16 +210,16 @@ def with_knob(**fields: Any) -> Any:
         (spec_with(1, knob_name="k" * 500_000 + "{}"), "spec.knobs[0].name"),
         (spec_with(1, name="good\n"), "spec.name"),
         (spec_with(1, knob_name="k{}\n"), "spec.knobs[0].name"),
-        (with_knob(float_range=pb.FloatRange(low=-1e308, high=1e308)), "spec.knobs.k.high"),
+        (with_knob(float_range=pb.FloatRange(low=-1e308, high=1e308)), "spec.knobs[0].high"),
         (
             with_knob(float_range=pb.FloatRange(low=0, high=1), description="d" * 5000),
-            "spec.knobs.k.description",
+            "spec.knobs[0].description",
         ),
         (
             with_knob(
                 categorical=pb.Choices(values=[pb.Value(text="c" * 300), pb.Value(text="b")])
             ),
-            "spec.knobs.k.choices",
+            "spec.knobs[0].choices",
         ),
     ],
     ids=[

@@ -184,8 +184,8 @@ def test_several_objectives_round_trip_with_reference_points() -> None:
     [
         ([{"name": "a"}, {"name": "a", "goal": "minimize"}], "objectives[1].name", "already"),
         ([{"name": "a", "reference": 1.0}], "objectives.a.reference", "several objectives"),
-        ([{"name": "a"}, {"name": "b", "reference": "x"}], "objectives.b.reference", "finite"),
-        ([{"name": "a"}, {"name": "b", "reference": math.nan}], "objectives.b.reference", "nan"),
+        ([{"name": "a"}, {"name": "b", "reference": "x"}], "objectives[1].reference", "finite"),
+        ([{"name": "a"}, {"name": "b", "reference": math.nan}], "objectives[1].reference", "nan"),
         ([{"name": "a", "weight": 2}], "objectives[0].weight", "unknown objective setting"),
     ],
 )
@@ -198,7 +198,7 @@ def test_bad_objectives_name_the_field(objectives: list[Any], field: str, messag
 def test_unknown_goal_lists_goals() -> None:
     with pytest.raises(ValidationError, match=r"unknown goal 'fastest'") as info:
         _spec(objectives=[{"name": "tps", "goal": "fastest"}])
-    assert info.value.field == "objectives.tps.goal"
+    assert info.value.field == "objectives[0].goal"
     assert "(allowed: 'minimize', 'maximize')" in str(info.value)
 
 
@@ -268,7 +268,12 @@ def test_unknown_top_level_field_lists_fields() -> None:
     ("key", "value", "field", "fragment"),
     [
         ("knobs", None, "knobs", "must be a list of knob tables"),
-        ("knobs", [{"name": "x", "kind": "float", "low": 2.0, "high": 1.0}], "knobs.x.high", ""),
+        (
+            "knobs",
+            [{"name": "x", "kind": "float", "low": 2.0, "high": 1.0}],
+            "knobs[0].high",
+            "knob 'x': high (1.0) must be greater",
+        ),
         ("knobs", [{"name": "x", "kind": "strange"}], "knobs[0].kind", "unknown knob kind"),
         ("objectives", "tps", "objectives", "must be a list"),
         ("outcome_constraints", "p95 <= 3", "outcome_constraints", "must be a list"),
