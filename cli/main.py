@@ -1,8 +1,8 @@
 """The ``tuner`` command line: ``main``. The parser is ``cli.parser``; each command group
 has its module (``cli.sessions``: tune, daemon, ray; ``cli.serving``: serve;
 ``cli.trials``: create, ask, tell, heartbeat, import; ``cli.results``: studies, show, best,
-front, measurements, plot); ``cli.render`` draws results, ``cli.common`` holds what they
-share.
+front, measurements, importance, plot; ``cli.dashboard``: dashboard); ``cli.render`` draws
+results, ``cli.common`` holds what they share.
 
 ::
 
@@ -24,6 +24,8 @@ share.
     tuner best STUDY [--json]
     tuner plot STUDY [--out PNG]
     tuner importance STUDY [--metric M] [--samples N] [--format table|json|csv]
+    tuner dashboard [--db URL | --server HOST:PORT] [--host 127.0.0.1] [--port 8765]
+                    [--access-token-file F --tls-cert PEM --tls-key PEM]   (live web view)
 
 ``tune`` runs the study in-process on a local SQLite file unless ``--server`` names a
 running server. Read commands open the file read-only (the server stays the only writer) or
@@ -121,7 +123,7 @@ def _again(argv: Sequence[str] | None) -> str:
 #: What ``tuner[full]`` adds to the base (client) install.
 FULL_INSTALL = frozenset(
     {"torch", "botorch", "gpytorch", "linear_operator", "scipy", "skopt", "psycopg",
-     "prometheus_client", "matplotlib", "pynvml"}
+     "prometheus_client", "matplotlib", "pynvml", "plotly"}
 )  # fmt: skip
 
 

@@ -302,6 +302,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="Monte Carlo base points (default 1024; the cost is N x (knobs + 2) model means)",
     )  # fmt: skip
     output(imp)
+    dash = command(
+        "dashboard", "cli.dashboard:cmd_dashboard",
+        "a live, read-only web view of the studies: trials, convergence, importance, "
+        "parallel coordinates, Pareto front, confirmation",
+    )  # fmt: skip
+    dash.add_argument(
+        "--host", default="127.0.0.1",
+        help="interface (default loopback; any other needs --tls-cert, --tls-key and "
+        "--access-token-file)",
+    )  # fmt: skip
+    dash.add_argument(
+        "--port", type=non_negative_int, default=8765, help="TCP port (0: any free one; default "
+        "%(default)s)",
+    )  # fmt: skip
+    dash.add_argument("--port-file", type=Path, metavar="FILE",
+                      help="once serving, write the bound port to FILE")  # fmt: skip
+    dash.add_argument(
+        "--access-token-file", type=Path, metavar="FILE",
+        help="require this token from browsers (/?token=... once) and programs "
+        "(Authorization: Bearer ...)",
+    )  # fmt: skip
+    dash.add_argument("--tls-cert", type=Path, metavar="PEM", help="certificate chain (HTTPS)")
+    dash.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
     plot = command("plot", "cli.results:cmd_plot", "write a study's convergence plot")
     plot.add_argument("study")
     plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")
