@@ -50,7 +50,16 @@ Cell = tuple[Scalar, ...]
 
 
 class ReplayTarget(Target):
-    """Serves measured rows of a table (see the module doc)."""
+    """Serves measured rows of a table (see the module doc).
+
+    Args:
+        table: Path of the CSV file, one row per measurement (repetition). Required.
+        metrics: Names of the metric columns to serve, a non-empty list; each must be a column
+            of the table.
+        seed: Seeds the order in which a cell's repetitions are served, in ``[0, 2**31 - 1]``.
+        knobs: Names of the knob columns (default: every column that is not a metric,
+            ``status``, ``reason`` or ``trial_s``).
+    """
 
     kind: ClassVar[str] = "replay"
 

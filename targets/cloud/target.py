@@ -110,7 +110,16 @@ class CloudTarget(Target):
 
 
 class CloudReplayTarget(CloudTarget):
-    """Answers each deployment with its measured run (see the module doc)."""
+    """Answers each deployment with its measured run (see the module doc).
+
+    Args:
+        workload: Name of the measured workload to replay, one of the table's (the 18 Scout
+            workloads in the default table). Required.
+        table: Path of the lookup CSV of measured runs (default:
+            ``../shared/benchdata/cloud_config_scout_bbo_arena/cloud_config_lookup.csv``).
+        catalog: Cloud catalog of instance types and prices: a shipped one by name
+            (``knobs/instances/<name>.toml``) or the path of a catalog TOML file.
+    """
 
     kind: ClassVar[str] = "cloud_replay"
 
@@ -163,7 +172,22 @@ class CloudReplayTarget(CloudTarget):
 
 
 class CloudLaunchTarget(CloudTarget):
-    """Provisions, runs and tears down each deployment with the user's commands."""
+    """Provisions, runs and tears down each deployment with the user's commands.
+
+    Args:
+        command: Argument list that runs the job on the deployment, the program first;
+            placeholders ``{family}``, ``{size}``, ``{nodes}``, ``{instance_type}``. Required.
+        provision: Argument list run before each trial's job, same placeholders (default: none).
+        teardown: Argument list run after every trial whose provisioning started, whatever
+            happened, same placeholders (default: none).
+        deadline_s: Seconds the job may run; past it the run is killed and the trial is
+            INFEASIBLE. In ``(0, 604800]``.
+        timeout_s: Seconds ``provision`` and ``teardown`` may each run; past it the trial
+            FAILED. In ``(0, 604800]``.
+        workdir: Existing directory the commands run in (default: the current directory).
+        catalog: Cloud catalog of instance types and prices: a shipped one by name
+            (``knobs/instances/<name>.toml``) or the path of a catalog TOML file.
+    """
 
     kind: ClassVar[str] = "cloud_launch"
 

@@ -88,7 +88,31 @@ class Finished:
 
 
 class CommandTarget(Target):
-    """Runs a user's program once per trial (see the module doc for the config)."""
+    """Runs a user's program once per trial (see the module doc for the config).
+
+    Args:
+        command: Argument list run once per trial, the program first (never via a shell);
+            ``{knob}`` placeholders are replaced by the trial's values. Required.
+        metrics: Names of the metrics the program must report, a non-empty list without
+            repeats.
+        timeout_s: Seconds each command may run (trial, setup, restore, teardown) before its
+            process group is killed; in ``(0, 604800]``.
+        infeasible_exit_codes: Exit statuses in ``[1, 255]`` that make the trial INFEASIBLE
+            rather than FAILED (default: none).
+        setup: Argument list run once before the first trial, without placeholders; what it
+            starts in the background keeps running until ``teardown`` (default: none).
+        restore: Argument list run after every trial whatever happened; placeholders allowed
+            (default: none).
+        teardown: Argument list run once at the end whenever ``setup`` was started, without
+            placeholders (default: none).
+        metrics_file: File, relative to ``workdir``, to read the metrics from instead of
+            stdout; deleted before each trial (default: stdout).
+        env: Table of fixed environment variables added to every command (default: none).
+        knob_env: Whether every command also gets a ``TUNER_<KNOB>`` variable per knob.
+        workdir: Existing directory the commands run in (default: the current directory).
+        allow_dash_values: Whether a knob value that looks like an option (``-r``, a negative
+            number) may start an argument.
+    """
 
     kind: ClassVar[str] = "command"
 

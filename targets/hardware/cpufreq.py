@@ -105,7 +105,26 @@ class Policy:
 
 
 class CpuFreqTarget(DeviceTarget):
-    """CPU frequency levels plus a workload command (see the module doc)."""
+    """CPU frequency levels plus a workload command (see the module doc).
+
+    Args:
+        command: Workload argument list run once per trial, the program first, with
+            ``{knob}`` placeholders (as the command target's ``command``). Required.
+        metrics: Names of the metrics the workload must report, a non-empty list.
+        mode: ``pin`` (``scaling_min_freq = scaling_max_freq = cpu_khz``) or ``cap`` (only
+            ``scaling_max_freq``; the governor scales below it).
+        policies: Names of the cpufreq policies to set, e.g. ``["policy0"]`` (default: every
+            policy).
+        levels: Number of evenly spaced frequency levels, in ``[2, 64]``, used when the driver
+            has no ``scaling_available_frequencies`` table (``intel_pstate``).
+        sysfs: Root of the sysfs tree, an existing directory (a fake tree in tests).
+        timeout_s: Seconds the workload may run per trial before its process group is killed.
+        env: Table of fixed environment variables for the workload (default: none).
+        workdir: Existing directory the workload runs in (default: the current directory).
+        dram: Whether the RAPL DRAM zones count towards the energy as well as the package.
+        helper: Socket path of the privileged helper that does the sysfs writes (default:
+            write directly, which needs root).
+    """
 
     kind: ClassVar[str] = "cpufreq"
     energy_source = "the CPU package (RAPL)"

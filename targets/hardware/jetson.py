@@ -76,7 +76,24 @@ def find_rails(root: Path) -> list[Rail]:
 
 
 class JetsonTarget(DeviceTarget):
-    """GPU devfreq and EMC clocks of a Jetson, INA3221 energy (see the module doc)."""
+    """GPU devfreq and EMC clocks of a Jetson, INA3221 energy (see the module doc).
+
+    Args:
+        command: Workload argument list run once per trial, the program first, with
+            ``{knob}`` placeholders (as the command target's ``command``). Required.
+        metrics: Names of the metrics the workload must report, a non-empty list.
+        gpu_mode: ``pin`` (devfreq ``min_freq = max_freq = gpu_hz``) or ``floor`` (only the
+            minimum is set to ``gpu_hz``; the maximum stays the original, or ``gpu_hz`` if higher).
+        rails: Labels of the INA3221 rails whose power is summed for the energy (default: the
+            board input rail, the first of ``VDD_IN``, ``POM_5V_IN`` or ``VIN_SYS_5V0`` found).
+        sysfs: Root of the sysfs tree, an existing directory (a fake tree in tests).
+        sample_s: Seconds between power samples of the rails, in ``[0.001, 10]``.
+        helper: Socket path of the privileged helper that does the sysfs writes (default:
+            write directly, which needs root).
+        timeout_s: Seconds the workload may run per trial before its process group is killed.
+        env: Table of fixed environment variables for the workload (default: none).
+        workdir: Existing directory the workload runs in (default: the current directory).
+    """
 
     kind: ClassVar[str] = "jetson"
 

@@ -97,7 +97,29 @@ def _locks_memory(target: NvidiaGpuTarget, gpu: _Gpu) -> bool:
 
 
 class NvidiaGpuTarget(DeviceTarget):
-    """SM clock, memory clock and power limit of one or several NVIDIA GPUs (module doc)."""
+    """SM clock, memory clock and power limit of one or several NVIDIA GPUs (module doc).
+
+    Args:
+        command: Workload argument list run once per trial, the program first, with
+            ``{knob}`` placeholders (as the command target's ``command``). Required.
+        metrics: Names of the metrics the workload must report, a non-empty list.
+        device: Index of the one GPU to drive, in ``[0, 63]``; ignored when ``devices`` is set.
+        devices: Distinct indexes of several GPUs to drive at once; each gets its own knobs,
+            suffixed ``_<index>`` (default: only ``device``).
+        knobs: Kinds of knob to keep, of ``sm_mhz``, ``mem_mhz`` and ``power_w`` (default: all
+            that the device supports).
+        settle_s: Seconds to wait after setting the clocks, before the workload starts.
+        sm_levels: Number of SM clock levels to keep, evenly spread, in ``[2, 1000]`` (default:
+            every supported graphics clock).
+        power_step_w: Watts between power-limit levels, in ``[1, 1000]``.
+        timeout_s: Seconds the workload may run per trial before its process group is killed.
+        env: Table of fixed environment variables for the workload (default: none).
+        workdir: Existing directory the workload runs in (default: the current directory).
+        nvml: Name of the NVML module to import: ``pynvml``, or ``targets.hardware.fake_nvml``
+            for the simulated GPU of the tests.
+        helper: Socket path of the privileged helper that runs NVML's setters (default: call
+            them directly, which needs root).
+    """
 
     kind: ClassVar[str] = "nvgpu"
     energy_prefix: ClassVar[str] = "gpu_"

@@ -165,7 +165,26 @@ def cluster_size(jobs: Sequence[Job], load: float) -> int:
 
 
 class GpuSchedTarget(Target):
-    """Tiresias-style 2D-LAS parameters measured on simulated job traces (module doc)."""
+    """Tiresias-style 2D-LAS parameters measured on simulated job traces (module doc).
+
+    Args:
+        traces: Trace files to replay, a list (or one path): Tiresias CSV (``*.csv``) or
+            Gavel/Philly TSV (any other name). Required.
+        throughputs: Path of the Gavel throughputs JSON that gives a TSV trace's durations
+            (default: ``gavel_simulation_throughputs.json`` beside the trace or one folder up).
+        gpu_type: GPU type whose throughputs give a TSV trace's durations: ``k80``, ``p100`` or
+            ``v100``.
+        gpus: Number of GPUs in the cluster, in ``[1, 10**6]``. Exactly one of ``gpus``,
+            ``cluster`` and ``load`` sizes the cluster.
+        cluster: Path of a Tiresias cluster spec CSV whose GPUs make up the cluster.
+        load: Average load in ``(0, 4]``: each trace gets ``ceil(GPU time / (arrival span x
+            load))`` GPUs, at least its largest job.
+        max_jobs: Keep only each trace's first jobs, in ``[1, 10**7]`` (default: every job).
+        restart_s: Seconds a preempted job pays (checkpoint and restore) when it resumes, in
+            ``[0, 86400]``.
+        aggregate: How a ratio metric covers several traces: ``worst`` (the largest ratio) or
+            ``geomean`` (the geometric mean).
+    """
 
     kind: ClassVar[str] = "gpusched"
 
