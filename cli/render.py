@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from cli.common import out
-from tuner.space import value_key
+from tuner.space import SearchSpace, value_key
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
     StepKind,
@@ -216,12 +216,16 @@ def default_trial(trials: Sequence[Trial], reference: Mapping[str, Any]) -> Tria
     return found
 
 
-def changes(config: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of ``config`` that differ from ``reference`` (or have none there)."""
+def changes(
+    config: Mapping[str, Any], reference: Mapping[str, Any], space: SearchSpace | None = None
+) -> dict[str, Any]:
+    """The values of ``config`` that differ from ``reference`` (or have none there); with
+    ``space``, not those of knobs ``config`` leaves unused (their ``active_when``)."""
+    unused = space.inactive(config) if space is not None else frozenset()
     return {
         k: v
         for k, v in config.items()
-        if k not in reference or value_key(reference[k]) != value_key(v)
+        if k not in unused and (k not in reference or value_key(reference[k]) != value_key(v))
     }
 
 
@@ -231,7 +235,8 @@ def print_best(spec: StudySpec, best: Trial, trials: Sequence[Trial], title: str
     heading, by default "best trial of STUDY")."""
     reference = default_config(spec, trials)
     default = default_trial(trials, reference)
-    changed = changes(best.config, reference)
+    changed = changes(best.config, reference, spec.space)
+    unused = sorted(spec.space.inactive(best.config))
     units = {k.name: k.unit for k in spec.space.knobs}
     heading = title or f"best trial of {spec.name}"
     out.print(f"{heading}: trial {best.id} ({best.status.value})", style="bold",
@@ -241,10 +246,11 @@ def print_best(spec: StudySpec, best: Trial, trials: Sequence[Trial], title: str
         table.add_row(name, fmt(reference.get(name)), fmt(value), units.get(name, ""))
     if changed:
         out.print(table)
-    kept = len(best.config) - len(changed)
+    kept = len(best.config) - len(changed) - len(unused)
     out.print(
         f"{'the default configuration' if not changed else f'{kept} other knobs as in the default'}"
-        + ("" if reference else " (the study has no measured default or knob defaults)"),
+        + ("" if reference else " (the study has no measured default or knob defaults)")
+        + (f"; unused in this configuration: {', '.join(unused)}" if unused else ""),
         highlight=False,
     )
     metrics = Table("metric", "default", "best", "best / default",
@@ -306,7 +312,18 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
         # the constraints as resolved (a bound relative to the default, in numbers)
         out.print(f"[bold red]no feasible configuration found[/] under {under}", highlight=False)
         return
-    print_best(spec, result.best, result.trials, title="best configuration")
+    behind = (
+        result.ratio is not None and result.ratio < 1 and result.default is not None
+        and is_feasible(spec, result.default)
+    )  # fmt: skip
+    if behind:  # the best of the others is worse than the default: say so first
+        out.print(
+            f"[yellow]no trial beat the default[/] ({name} by trial means); the best of the "
+            f"others is {result.ratio:.2f}x the default:",
+            highlight=False,
+        )
+    print_best(spec, result.best, result.trials,
+               title="best other trial" if behind else "best configuration")  # fmt: skip
     unsafe = unsafe_settings(spec, result.best.config)
     if unsafe:
         out.print(
@@ -318,6 +335,12 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
         out.print(
             f"[yellow]the default configuration is not feasible under {under}[/]; "
             "the best is the best feasible configuration found",
+            highlight=False,
+        )
+    elif behind:
+        out.print(
+            "keep the default configuration"
+            + ("" if confirming else " (unconfirmed: session.confirm = 0)"),
             highlight=False,
         )
     elif result.ratio is not None:

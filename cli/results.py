@@ -109,7 +109,11 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
         table.add_column(column, overflow="fold")
     names = list(spec.space.names) if every_knob else ["changed knobs"]
     widest = max(
-        (len(f"{k}={fmt(v)},") for t in trials for k, v in changes(t.config, reference).items()),
+        (
+            len(f"{k}={fmt(v)},")
+            for t in trials
+            for k, v in changes(t.config, reference, spec.space).items()
+        ),
         default=0,
     )
     for name in names:  # one change is never folded (up to 40 characters)
@@ -119,9 +123,11 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
         table.add_column("reason", overflow="fold")
     for t in trials:
         knobs = (
-            [fmt(t.config.get(k)) for k in spec.space.names]
+            [fmt(t.config.get(k)) + (" (unused)" if k in spec.space.inactive(t.config) else "")
+             for k in spec.space.names]
             if every_knob
-            else [(", ".join(f"{k}={fmt(v)}" for k, v in changes(t.config, reference).items())
+            else [(", ".join(f"{k}={fmt(v)}"
+                             for k, v in changes(t.config, reference, spec.space).items())
                    or ("(the default)" if reference else "-"))
                   + (f"\n[dim]{escape(t.reason[:60])}[/]" if t.reason else "")]
         )  # fmt: skip

@@ -208,6 +208,7 @@ def knob_to_proto(knob: Knob) -> pb.Knob:
         restart=knob.restart,
         recommended=[value_to_proto(v) for v in knob.recommended],
         recommended_source=knob.recommended_source,
+        active_when=knob.active_when,
     )
     if knob.default is not None:
         message.default_value.CopyFrom(value_to_proto(knob.default))
@@ -522,7 +523,7 @@ def _knob_from_proto(message: pb.Knob, path: str) -> Knob:
     for key in ("special_values", "unsafe_values", "recommended"):
         values = getattr(message, key)
         data[key] = [value_from_proto(v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
-    for key in ("unit", "description", "recommended_source"):
+    for key in ("unit", "description", "recommended_source", "active_when"):
         if getattr(message, key):
             data[key] = getattr(message, key)
     return knob_from_dict(data, path)

@@ -16,12 +16,17 @@ opt into. Values are plain Python scalars (``float``, ``int``, ``str``, ``bool``
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tuner.errors import ValidationError, relocate
+
+if TYPE_CHECKING:
+    from tuner.constraints import LinearConstraint
 
 Scalar = float | int | str | bool
 Config = dict[str, Scalar]
@@ -34,7 +39,28 @@ MAX_KNOBS = 5_000
 
 @dataclass(frozen=True)
 class Knob:
-    """Fields shared by every knob kind (use a concrete subclass)."""
+    """Fields shared by every knob kind (use a concrete subclass).
+
+    Attributes:
+        name: The knob's name: a letter or ``_`` then up to 127 letters, digits, ``_``,
+            ``.``, ``-``. Required.
+        default: The system's own value, measured first; none if the system has none.
+        special_values: Values with a meaning of their own (``0`` = off, ``-1`` = auto),
+            which the LlamaTune embedding samples on purpose.
+        unsafe_values: Values that risk durability or hardware; used only with
+            ``allow_unsafe = true``.
+        unit: The unit of the values, for people (``MiB``, ``ms``).
+        description: What the knob does, for people.
+        restart: A change needs the system restarted (the target says what that costs).
+        recommended: Where guides say good values lie: ``[low, high]`` inside a range
+            knob's domain, or some of a choice knob's choices; searched first with
+            ``designer.expert_priors = true``.
+        recommended_source: Where ``recommended`` comes from (a document, a URL).
+        active_when: When the knob matters at all: a linear condition on other numeric knobs
+            (the grammar of ``parameter_constraints``), such as ``"num_queues >= 5"``. A
+            configuration that does not meet it leaves the knob unused: results do not
+            list its value as a change, though the designer still sets it. Empty: always.
+    """
 
     name: str
     default: Scalar | None = None
@@ -47,6 +73,7 @@ class Knob:
     # knobs ``(low, high)`` inside the domain; for choice knobs the recommended choices.
     recommended: tuple[Scalar, ...] = ()
     recommended_source: str = ""
+    active_when: str = ""
 
     kind: ClassVar[str] = ""
 
@@ -132,7 +159,7 @@ class Knob:
         for key in ("special_values", "unsafe_values", "recommended"):
             if getattr(self, key):
                 out[key] = list(getattr(self, key))
-        for key in ("unit", "description", "recommended_source"):
+        for key in ("unit", "description", "recommended_source", "active_when"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         if self.restart:
@@ -157,6 +184,15 @@ class Knob:
 
 @dataclass(frozen=True)
 class _RangeKnob(Knob):
+    """A ``float`` or ``int`` knob.
+
+    Attributes:
+        low: The smallest value (``kind = "float"`` or ``"int"``).
+        high: The largest value.
+        log: Search the range on a log scale (needs ``low > 0``); for ranges that span
+            orders of magnitude, such as buffer sizes.
+    """
+
     low: float = 0.0
     high: float = 1.0
     log: bool = False
@@ -274,6 +310,13 @@ class IntKnob(_RangeKnob):
 
 @dataclass(frozen=True)
 class _ChoiceKnob(Knob):
+    """A ``categorical``, ``ordinal`` or ``bool`` knob.
+
+    Attributes:
+        choices: The values, at least 2 (ordinal: from lowest to highest; bool: always
+            ``[false, true]``, not given).
+    """
+
     choices: tuple[Scalar, ...] = ()
 
     def _check_domain(self) -> None:
@@ -427,6 +470,7 @@ _COMMON_FIELDS = {
     "restart",
     "recommended",
     "recommended_source",
+    "active_when",
 }
 
 
@@ -456,6 +500,7 @@ def knob_from_dict(data: Any, where: str = "knob") -> Knob:
         ("unit", str),
         ("description", str),
         ("recommended_source", str),
+        ("active_when", str),
     ):
         if key in kwargs and not isinstance(kwargs[key], typ):
             raise ValidationError(f"{where}.{key}", f"must be a {typ.__name__}")
@@ -499,6 +544,37 @@ class SearchSpace:
                 )
             seen.add(knob.name)
         object.__setattr__(self, "knobs", knobs)
+        _ = self.conditions  # a condition that does not parse fails here
+
+    @functools.cached_property
+    def conditions(self) -> dict[str, LinearConstraint]:
+        """Each conditional knob's ``active_when``, parsed against this space."""
+        from tuner.constraints import LinearConstraint  # it imports this module
+
+        found: dict[str, LinearConstraint] = {}
+        for knob in self.knobs:
+            if not knob.active_when:
+                continue
+            where = f"knobs.{knob.name}.active_when"
+            if not isinstance(knob.active_when, str):
+                raise ValidationError(where, f"got {knob.active_when!r}", "a string like 'n >= 5'")
+            condition = LinearConstraint.parse(knob.active_when, self, where)
+            if any(name == knob.name for name, _ in condition.terms):
+                raise ValidationError(
+                    where, f"{knob.active_when!r} names the knob itself", "other knobs"
+                )
+            found[knob.name] = condition
+        return found
+
+    def inactive(self, config: Mapping[str, Any]) -> frozenset[str]:
+        """The knobs that do not matter in ``config``: those whose ``active_when`` it does
+        not meet (a condition on a knob the configuration lacks counts as met)."""
+        return frozenset(
+            name
+            for name, condition in self.conditions.items()
+            if all(k in config for k, _ in condition.terms)
+            and not condition.satisfied(dict(config))
+        )
 
     def __len__(self) -> int:
         return len(self.knobs)

@@ -17,7 +17,9 @@ Knobs (every one has Tiresias's default, so the first trial measures Tiresias as
 * ``threshold_1`` (100 - 10^6 GPU-seconds, log, default 3250): the top queue's limit.
 * ``ratio_2``, ``ratio_3``, ``ratio_4`` (1.1-100, log): each further limit is the previous
   one times its ratio (defaults 7200/3250 and 18000/7200, so the limits are Tiresias's
-  ``[3250, 7200, 18000]``); the ratios of queues a configuration does not have are unused.
+  ``[3250, 7200, 18000]``). A limit of a queue a configuration does not have is unused: each
+  of ``threshold_1`` and ``ratio_k`` has ``active_when = "num_queues >= k + 1"``, so results
+  do not list it as a change.
   Ratios rather than absolute limits keep every configuration valid (limits increase).
 * ``starvation`` (0-10, default 0 = off; special value 0): a job that has waited that many
   times its run time is promoted to the top queue (Tiresias's ``solve_starvation``).
@@ -106,13 +108,14 @@ def knobs() -> tuple[Knob, ...]:
         IntKnob("num_queues", low=1, high=MAX_QUEUES, default=len(TIRESIAS_THRESHOLDS) + 1,
                 description="priority queues of the discretized 2D-LAS"),
         FloatKnob("threshold_1", low=100.0, high=1e6, log=True, default=t1, unit="GPU-s",
-                  description="attained GPU time at which a job leaves the top queue"),
+                  description="attained GPU time at which a job leaves the top queue",
+                  active_when="num_queues >= 2"),
         FloatKnob("ratio_2", low=1.1, high=100.0, log=True, default=t2 / t1,
-                  description="second queue limit / first"),
+                  description="second queue limit / first", active_when="num_queues >= 3"),
         FloatKnob("ratio_3", low=1.1, high=100.0, log=True, default=t3 / t2,
-                  description="third queue limit / second"),
+                  description="third queue limit / second", active_when="num_queues >= 4"),
         FloatKnob("ratio_4", low=1.1, high=100.0, log=True, default=t3 / t2,
-                  description="fourth queue limit / third (5 queues only)"),
+                  description="fourth queue limit / third", active_when="num_queues >= 5"),
         FloatKnob("starvation", low=0.0, high=10.0, default=0.0, special_values=(0.0,),
                   description="promote a job waiting this many times its run time (0: off)"),
         FloatKnob("interval_s", low=10.0, high=600.0, log=True, default=60.0, unit="s",

@@ -7,7 +7,7 @@ import pytest
 from cli import render
 from runner.session import SessionResult
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import StepKind, Trial, TrialStatus
 
 SPEC = StudySpec.from_dict(
     {
@@ -26,3 +26,17 @@ def test_no_feasible_configuration_names_the_constraints_it_was_judged_by(
     render.print_result(SessionResult(SPEC, [slow], default=slow, best=None, ratio=None))
     text = " ".join(capsys.readouterr().out.split())
     assert "no feasible configuration found under p95_ms <= 20" in text
+
+
+def test_a_best_that_is_worse_than_the_default_is_not_called_an_improvement(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    default = Trial(1, {"x": 0.5}, TrialStatus.COMPLETED, metrics={"tps": 100.0, "p95_ms": 5.0},
+                    step=StepKind.DEFAULT)  # fmt: skip
+    other = Trial(2, {"x": 0.9}, TrialStatus.COMPLETED, metrics={"tps": 87.0, "p95_ms": 5.0})
+    result = SessionResult(SPEC, [default, other], default=default, best=other, ratio=0.87)
+    render.print_result(result)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no trial beat the default (tps by trial means); the best of the others is 0.87x" in text
+    assert "best other trial: trial 2" in text and "keep the default configuration" in text
+    assert "improvement" not in text

@@ -142,3 +142,39 @@ def test_best_is_shown_as_its_changes_from_the_default(
     assert rows["knob_number_9"] == ["50", "64", ""]
     assert f"{KNOBS - 1} other knobs as in the default" in text
     assert rows["tps"] == ["100", "200", "2x"]
+
+
+def test_a_knob_a_trial_leaves_unused_is_not_listed_as_a_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With 3 queues the fourth queue's ratio does nothing: not a change worth reading."""
+    path = tmp_path / "q.db"
+    spec = StudySpec.from_dict(
+        {
+            "name": "queues",
+            "knobs": [
+                {"name": "num_queues", "kind": "int", "low": 1, "high": 5, "default": 4},
+                {"name": "ratio_4", "kind": "float", "low": 1.1, "high": 100.0, "default": 2.0,
+                 "active_when": "num_queues >= 5"},
+            ],
+            "objectives": [{"name": "jct_s", "goal": "minimize"}],
+        }
+    )  # fmt: skip
+    with SQLiteStorage(path) as storage:
+        service = TuningService(storage)
+        service.create_study(spec)
+        service.import_trials(
+            "queues",
+            [ImportedTrial({"num_queues": 4, "ratio_4": 2.0}, metrics={"jct_s": 100.0}),
+             ImportedTrial({"num_queues": 3, "ratio_4": 50.0}, metrics={"jct_s": 80.0})],
+        )  # fmt: skip
+    assert main(["show", "queues", "--db", str(path)]) == 0
+    flat = "".join(capsys.readouterr().out.split())
+    assert "num_queues=3" in flat and "ratio_4" not in flat
+    assert main(["show", "queues", "--db", str(path), "--all"]) == 0
+    assert "50(unused)" in "".join(capsys.readouterr().out.split())
+    assert main(["best", "queues", "--db", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "unused in this configuration: ratio_4" in out
+    assert main(["show", "queues", "--db", str(path), "--format", "csv"]) == 0
+    assert "50.0" in capsys.readouterr().out  # the data keeps every value

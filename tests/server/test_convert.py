@@ -92,6 +92,14 @@ def test_spec_round_trip_keeps_every_knob_kind_and_field() -> None:
     assert set(kinds) == set(convert.KNOB_KINDS)
 
 
+def test_a_knobs_condition_travels_over_the_wire() -> None:
+    conditional = OrdinalKnob("level_2", choices=(1, 2), active_when="shared_buffers_frac >= 0.5")
+    spec = make_spec(space=SearchSpace((*KNOBS, conditional)))
+    back = round_trip(spec)
+    assert back == spec and back.space["level_2"].active_when == "shared_buffers_frac >= 0.5"
+    assert back.space.inactive({"shared_buffers_frac": 0.25}) == {"level_2"}
+
+
 @pytest.mark.parametrize("knob", KNOBS, ids=lambda k: k.name)
 def test_knob_round_trip_keeps_value_types(knob: Knob) -> None:
     spec = make_spec(space=SearchSpace((knob,)), parameter_constraints=())

@@ -361,7 +361,7 @@ ALL_KINDS: list[Knob] = [
     IntKnob("ilog", low=1, high=1 << 20, log=True, unit="KiB"),
     CategoricalKnob("cat", choices=("a", 2, 3.5, True), default=2, unsafe_values=("a",)),
     OrdinalKnob("page", choices=(512, 1024, 4096), default=4096, special_values=(512,)),
-    OrdinalKnob("sync", choices=("off", "normal", "full")),
+    OrdinalKnob("sync", choices=("off", "normal", "full"), active_when="i >= 1"),
     BoolKnob("flag", default=False, restart=True, description="on/off"),
 ]
 
@@ -557,3 +557,43 @@ def test_a_knob_with_a_bad_name_is_named_by_its_place_in_a_config() -> None:
     with pytest.raises(ValidationError) as caught:
         knob_from_dict({"name": "größe", "kind": "bool"}, "study.knobs[3]")
     assert caught.value.field == "study.knobs[3].name" and "größe" in str(caught.value)
+
+
+def test_a_knob_that_only_matters_under_a_condition() -> None:
+    """``active_when``: with 3 queues the fourth queue's ratio is unused."""
+    space = SearchSpace(
+        (
+            IntKnob("num_queues", low=1, high=5, default=4),
+            FloatKnob("ratio_3", low=1.1, high=100.0, active_when="num_queues >= 4"),
+            FloatKnob("ratio_4", low=1.1, high=100.0, active_when="num_queues >= 5"),
+            FloatKnob("starvation", low=0.0, high=10.0),
+        )
+    )
+    config = {"num_queues": 3, "ratio_3": 2.0, "ratio_4": 2.0, "starvation": 1.0}
+    assert space.inactive(config) == {"ratio_3", "ratio_4"}
+    assert space.inactive({**config, "num_queues": 4}) == {"ratio_4"}
+    assert space.inactive({**config, "num_queues": 5}) == set()
+    assert space.inactive({"ratio_4": 2.0}) == set()  # without num_queues: nothing to judge
+    assert knob_from_dict(space["ratio_4"].to_dict()).active_when == "num_queues >= 5"
+
+
+@pytest.mark.parametrize(
+    "condition, message",
+    [
+        ("queues >= 5", "names unknown knob 'queues'"),
+        ("ratio_4 >= 2", "names the knob itself"),
+        ("num_queues > 5", "cannot parse"),
+    ],
+)
+def test_a_condition_that_does_not_hold_together_names_its_field(
+    condition: str, message: str
+) -> None:
+    with pytest.raises(ValidationError) as error:
+        SearchSpace(
+            (
+                IntKnob("num_queues", low=1, high=5),
+                FloatKnob("ratio_4", low=1.1, high=100.0, active_when=condition),
+            )
+        )
+    assert error.value.field == "knobs.ratio_4.active_when"
+    assert message in error.value.message

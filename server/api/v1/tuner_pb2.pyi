@@ -133,7 +133,7 @@ class BoolKnob(_message.Message):
     def __init__(self) -> None: ...
 
 class Knob(_message.Message):
-    __slots__ = ("name", "float_range", "int_range", "categorical", "ordinal", "bool_knob", "default_value", "special_values", "unsafe_values", "unit", "description", "restart", "recommended", "recommended_source")
+    __slots__ = ("name", "float_range", "int_range", "categorical", "ordinal", "bool_knob", "default_value", "special_values", "unsafe_values", "unit", "description", "restart", "recommended", "recommended_source", "active_when")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FLOAT_RANGE_FIELD_NUMBER: _ClassVar[int]
     INT_RANGE_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +148,7 @@ class Knob(_message.Message):
     RESTART_FIELD_NUMBER: _ClassVar[int]
     RECOMMENDED_FIELD_NUMBER: _ClassVar[int]
     RECOMMENDED_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_WHEN_FIELD_NUMBER: _ClassVar[int]
     name: str
     float_range: FloatRange
     int_range: IntRange
@@ -162,7 +163,8 @@ class Knob(_message.Message):
     restart: bool
     recommended: _containers.RepeatedCompositeFieldContainer[Value]
     recommended_source: str
-    def __init__(self, name: _Optional[str] = ..., float_range: _Optional[_Union[FloatRange, _Mapping]] = ..., int_range: _Optional[_Union[IntRange, _Mapping]] = ..., categorical: _Optional[_Union[Choices, _Mapping]] = ..., ordinal: _Optional[_Union[Choices, _Mapping]] = ..., bool_knob: _Optional[_Union[BoolKnob, _Mapping]] = ..., default_value: _Optional[_Union[Value, _Mapping]] = ..., special_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unsafe_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unit: _Optional[str] = ..., description: _Optional[str] = ..., restart: _Optional[bool] = ..., recommended: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., recommended_source: _Optional[str] = ...) -> None: ...
+    active_when: str
+    def __init__(self, name: _Optional[str] = ..., float_range: _Optional[_Union[FloatRange, _Mapping]] = ..., int_range: _Optional[_Union[IntRange, _Mapping]] = ..., categorical: _Optional[_Union[Choices, _Mapping]] = ..., ordinal: _Optional[_Union[Choices, _Mapping]] = ..., bool_knob: _Optional[_Union[BoolKnob, _Mapping]] = ..., default_value: _Optional[_Union[Value, _Mapping]] = ..., special_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unsafe_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., unit: _Optional[str] = ..., description: _Optional[str] = ..., restart: _Optional[bool] = ..., recommended: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., recommended_source: _Optional[str] = ..., active_when: _Optional[str] = ...) -> None: ...
 
 class Objective(_message.Message):
     __slots__ = ("name", "goal", "reference")
