@@ -44,15 +44,20 @@ from tuner.space import Config, Knob, knob_from_dict
 from tuner.study import StudySpec
 
 _TABLES = ("study", "target", "session", "daemon")
-_SESSION_KEYS = (
-    "trials", "db", "plot", "phases",
-    "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
-    "confirm_max", "confirm_width",
-)  # fmt: skip
+#: The ``[session]`` settings besides the measurement protocol's: name -> (default, meaning).
+SESSION_SETTINGS: dict[str, tuple[str, str]] = {
+    "trials": ("30", "The study's budget of trials in all; a session on a study that has some "
+               "already runs the rest (``--trials`` overrides it)."),
+    "db": (str(DEFAULT_DB), "Where the study is stored: a SQLite file, or ``postgresql://...``."),
+    "plot": ("<db folder>/<study>.png", "The convergence plot (PNG) written at the end."),
+    "phases": ("none", "Tune groups of knobs one after another, each with its own trials: a "
+               "list of ``{ knobs = [...], trials = N }``; ``trials`` is then their sum."),
+}  # fmt: skip
 _PROTOCOL_KEYS = (
     "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
     "confirm_max", "confirm_width",
 )  # fmt: skip
+_SESSION_KEYS = (*SESSION_SETTINGS, *_PROTOCOL_KEYS)
 
 
 @dataclass(frozen=True)

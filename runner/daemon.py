@@ -94,7 +94,21 @@ TUNING, WATCHING = "tuning", "watching"
 
 @dataclass(frozen=True)
 class DaemonSettings:
-    """The ``[daemon]`` table (see the module doc)."""
+    """The ``[daemon]`` table (see the module doc).
+
+    Attributes:
+        state: The state file the daemon resumes from (default ``<db folder>/<study>.daemon.json``).
+        log: A file the events are appended to, one JSON object per line, besides stdout.
+        windows_per_trial: Measurement windows per trial; its metrics are their mean.
+        watch: The metrics whose drift starts a new round (default: the objective).
+        drift: How far (relative to the baseline) a watched metric must move to count.
+        drift_windows: Windows in a row that must drift before the daemon re-tunes.
+        baseline_windows: Windows after applying a configuration that set the baseline.
+        interval_s: Seconds between watch windows.
+        max_windows: Stop after this many watch windows in all (0: never).
+        max_rounds: Stop after this many tuning rounds, once watching (0: never).
+        control_every: Re-measure the default every this many watch windows (0: never).
+    """
 
     state: Path
     log: Path | None = None

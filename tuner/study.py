@@ -60,6 +60,12 @@ class Goal(StrEnum):
 class Objective:
     """A metric to minimize or maximize.
 
+    Attributes:
+        name: The metric, as the target reports it. Required.
+        goal: ``maximize`` or ``minimize``.
+        reference: With several objectives only: the worst value still worth having (see
+            below); unset, it is inferred from the trials.
+
     ``reference`` (multi-objective studies only): the worst value of this metric still worth
     having. The hypervolume the designer improves is measured from it, so the search spends
     no trials on trade-offs beyond it. Unset, it is inferred from the trials measured so far
@@ -291,7 +297,31 @@ class EmbeddingSettings:
 
 @dataclass(frozen=True)
 class StudySpec:
-    """Everything that defines a study; immutable once the study exists."""
+    """Everything that defines a study; immutable once the study exists.
+
+    Attributes:
+        name: The study's name: 1-128 letters, digits, ``_``, ``.``, ``-``, starting with a
+            letter or digit. Required.
+        knobs: The knobs to tune, as ``[[study.knobs]]`` tables (see the knob fields). In a
+            config with a ``[target]`` that has a catalog, leave it out to tune the
+            catalog's safe knobs (``target.knobs`` names some of them). Stored as ``space``.
+        objectives: One to four metrics to optimize, ``{ name = "tps", goal = "maximize" }``
+            (see the objective fields). Required.
+        outcome_constraints: Bounds a trial's metrics must meet to count, such as
+            ``"p95_ms <= 20"``, ``"a + 2*b <= 10"`` or ``"tps >= 0.95 * default"`` (a bound
+            relative to the default configuration's measured value).
+        parameter_constraints: Linear bounds on numeric knobs that every suggested
+            configuration meets, such as ``"shared_buffers_mb + work_mem_mb <= 4096"``.
+        designer: How suggestions are made (``[study.designer]``).
+        allow_unsafe: Let the study use the knobs' unsafe values (durability or hardware
+            risks); off, they are left out of the space.
+        embedding: Search a low-dimensional embedding of many knobs (``[study.embedding]``,
+            LlamaTune); none by default.
+        candidates: A list of whole configurations to choose among instead of the knobs'
+            product (a cloud target fills it with its deployments).
+        candidate_features: Numbers describing each candidate (up to 16 per candidate, same
+            order), which the model uses besides the knobs.
+    """
 
     name: str
     space: SearchSpace
