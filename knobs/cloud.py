@@ -66,29 +66,27 @@ class CloudCatalog:
         return tuple(sorted(vcpus, key=lambda s: vcpus[s]))
 
     def knobs(self) -> tuple[Knob, ...]:
-        counts = [n for ns in self.node_counts.values() for n in ns]
-        return (
-            CategoricalKnob(
-                "family",
-                choices=self.families,
-                default=self.default["family"],
-                description="instance family (c: compute, m: general purpose, r: memory)",
-            ),
-            OrdinalKnob(
-                "size",
-                choices=self.sizes,
-                default=self.default["size"],
+        """``family``, ``size`` and ``nodes``, each only where the catalog offers two values
+        or more (a catalog of one family has no family knob: its deployments all share the
+        default's family)."""
+        counts = sorted({n for ns in self.node_counts.values() for n in ns})
+        knobs: list[Knob] = []
+        if len(self.families) > 1:
+            knobs.append(CategoricalKnob(
+                "family", choices=self.families, default=self.default["family"],
+                description="instance family: " + ", ".join(self.families),
+            ))  # fmt: skip
+        if len(self.sizes) > 1:
+            knobs.append(OrdinalKnob(
+                "size", choices=self.sizes, default=self.default["size"],
                 description="instance size; each step doubles vCPUs, memory and price",
-            ),
-            IntKnob(
-                "nodes",
-                low=min(counts),
-                high=max(counts),
-                log=True,
-                default=self.default["nodes"],
+            ))  # fmt: skip
+        if len(counts) > 1:
+            knobs.append(IntKnob(
+                "nodes", low=counts[0], high=counts[-1], log=True, default=self.default["nodes"],
                 description="number of nodes in the cluster",
-            ),
-        )
+            ))  # fmt: skip
+        return tuple(knobs)
 
     def candidates(self) -> tuple[Config, ...]:
         """Every deployment: each instance type with each node count of its size."""
@@ -172,6 +170,16 @@ def _load(name: str, where: str, text: str) -> CloudCatalog:
     if len({i.name for i in instances}) != len(instances):
         raise ValidationError(f"{where}: instances", "an instance type is listed twice")
     counts = data.get("node_counts", {})
+    if not isinstance(counts, dict):
+        raise ValidationError(
+            f"{where}: node_counts", f"got {counts!r}", "a table: size = [node counts]"
+        )
+    default = data.get("default")
+    if not isinstance(default, dict) or set(default) != {"family", "size", "nodes"}:
+        raise ValidationError(
+            f"{where}: default", f"got {default!r}",
+            'a table { family = "...", size = "...", nodes = N }: one of the deployments',
+        )  # fmt: skip
     node_counts: dict[str, tuple[int, ...]] = {}
     for size in dict.fromkeys(i.size for i in instances):
         listed = counts.get(size)
@@ -186,8 +194,14 @@ def _load(name: str, where: str, text: str) -> CloudCatalog:
             )
         node_counts[size] = tuple(listed)
     catalog = CloudCatalog(
-        name, str(data.get("description", "")), instances, node_counts, dict(data["default"])
+        name, str(data.get("description", "")), instances, node_counts, dict(default)
     )
+    if not catalog.knobs():
+        raise ValidationError(
+            f"{where}: instances",
+            f"offers one deployment ({catalog.default}): nothing to choose",
+            "two or more families, sizes or node counts",
+        )
     if catalog.default not in catalog.candidates():
         raise ValidationError(f"{where}: default", f"{catalog.default} is not a deployment")
     return catalog

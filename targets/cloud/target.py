@@ -69,6 +69,8 @@ DEFAULT_TABLE = (
     / "cloud_config_lookup.csv"
 )
 _COLUMNS = ("workload", "family", "size", "num_nodes", "runtime_s", "cost_usd", "completed")
+#: How a table may say whether a run completed.
+_FLAGS = {"1": True, "0": False, "true": True, "false": False}
 METRICS = {
     "runtime_s": "s, wall time of the job on the deployment",
     "cost_usd": "USD, nodes x hourly on-demand price x runtime",
@@ -97,7 +99,9 @@ class CloudTarget(Target):
         return tuple(self.catalog.resources(c) for c in self.describe_candidates())
 
     def apply(self, config: Config) -> None:
-        self._config = full_config(self.kind, self.describe_knobs(), config)
+        # what the catalog offers one value of is no knob: the default's, for every trial
+        self._config = {**self.catalog.default,
+                        **full_config(self.kind, self.describe_knobs(), config)}  # fmt: skip
 
     def restore(self) -> None:
         self._config = None
@@ -299,12 +303,16 @@ def read_lookup(path: Path) -> dict[str, dict[tuple[str, str, int], MeasuredRun]
         if missing:
             raise ValidationError("target.table", f"{path} has no column {missing[0]!r}", _COLUMNS)
         for line, row in enumerate(reader, start=2):
+            done = str(row["completed"]).strip().lower()
+            if done not in _FLAGS:
+                raise ValidationError(
+                    "target.table", f"{path} line {line}: completed is {row['completed']!r}",
+                    sorted(_FLAGS),
+                )  # fmt: skip
             try:
                 key = (row["family"], row["size"], int(row["num_nodes"]))
-                run = MeasuredRun(
-                    float(row["runtime_s"]), float(row["cost_usd"]), row["completed"] == "1"
-                )
-            except ValueError as exc:
+                run = MeasuredRun(float(row["runtime_s"]), float(row["cost_usd"]), _FLAGS[done])
+            except (ValueError, TypeError) as exc:  # TypeError: a short row (a None field)
                 raise ValidationError("target.table", f"{path} line {line}: {exc}") from None
             if not (math.isfinite(run.runtime_s) and math.isfinite(run.cost_usd)):
                 raise ValidationError("target.table", f"{path} line {line}: not a finite number")

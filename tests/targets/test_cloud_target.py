@@ -329,6 +329,19 @@ def test_a_users_catalog_file_covers_its_own_instance_types(tmp_path: Path) -> N
     target = build_target("cloud_replay", {"workload": "w", "table": str(table),
                                            "catalog": str(catalog)})  # fmt: skip
     assert len(target.describe_candidates()) == 2
+    # one family and one size: no knob for either, every trial gets the default's
+    assert [k.name for k in target.describe_knobs()] == ["nodes"]
+    config = parse_config(
+        {"study": {"name": "c5", "objectives": [{"name": "runtime_s", "goal": "minimize"}]},
+         "target": {"kind": "cloud_replay", "workload": "w", "table": str(table),
+                    "catalog": str(catalog)},
+         "session": {"db": str(tmp_path / "t.db")}},
+        {},
+    )  # fmt: skip
+    assert config.spec.space.names == ("nodes",) and len(config.spec.candidates) == 2
+    with config.target as started:
+        outcome = started.run_trial({"nodes": 4})
+    assert outcome.metrics["runtime_s"] == 60.0
     with pytest.raises(ValidationError) as caught:
         load_cloud_catalog(str(tmp_path / "missing.toml"))
     assert caught.value.field == "target.catalog" and "aws_2017" in str(caught.value.allowed)
@@ -343,3 +356,50 @@ def test_the_cloud_benchmark_names_an_uncatalogued_table_before_it_starts(
     code = cloud.main(["--data", str(tmp_path), "--seeds", "1", "--out", str(tmp_path / "o")])
     assert code == 2
     assert "c5.large x 2" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        (
+            lambda t: t.replace('default = { family = "c5", size = "large", nodes = 2 }\n', ""),
+            "default",
+            "got None",
+        ),
+        (
+            lambda t: t.replace("[node_counts]\nlarge = [2, 4]", "node_counts = [2, 4]"),
+            "node_counts",
+            "got [2, 4]",
+        ),
+        (
+            lambda t: t.replace("large = [2, 4]", "large = [2]"),
+            "instances",
+            "offers one deployment",
+        ),
+    ],
+)
+def test_a_catalog_file_that_does_not_hold_together_names_the_file_and_the_key(
+    tmp_path: Path, change: Any, field: str, message: str
+) -> None:
+    catalog = tmp_path / "aws_c5.toml"
+    catalog.write_text(change(C5), encoding="utf-8")
+    with pytest.raises(ValidationError) as caught:
+        load_cloud_catalog(str(catalog))
+    assert caught.value.field == f"{catalog}: {field}" and message in caught.value.message
+
+
+def test_a_table_says_completed_as_1_0_true_or_false_and_anything_else_is_named(
+    tmp_path: Path,
+) -> None:
+    table = tmp_path / "lookup.csv"
+    header = "workload,family,size,num_nodes,runtime_s,cost_usd,completed\n"
+    table.write_text(header + "w,c4,large,4,100,0.5,yes\n", encoding="utf-8")
+    with pytest.raises(ValidationError) as caught:
+        CloudReplayTarget(workload="w", table=str(table))
+    assert caught.value.field == "target.table" and "line 2: completed is 'yes'" in str(
+        caught.value
+    )
+    table.write_text(header + "w,c4,large,4,100\n", encoding="utf-8")  # a short row
+    with pytest.raises(ValidationError) as caught:
+        CloudReplayTarget(workload="w", table=str(table))
+    assert "line 2" in str(caught.value)
