@@ -85,6 +85,16 @@ class ReplayTarget(Target):
             raise ValidationError(
                 "target.table", "no knob columns (every column is a metric)", header
             )
+        for line, row in enumerate(rows, start=2):
+            short = [c for c in header if row.get(c) is None]
+            if short or None in row:  # csv's DictReader: None fills a short row, keys a long one
+                raise ValidationError(
+                    f"target.table line {line}",
+                    f"has no value for {short[0]!r}"
+                    if short
+                    else "has more fields than the header",
+                    f"one value per column: {', '.join(header)}",
+                )
         numeric = {name: all(is_number(row[name]) for row in rows) for name in self.knob_names}
         convert = {name: (_as_number if numeric[name] else str) for name in self.knob_names}
         self._cells: dict[Cell, list[dict[str, str]]] = defaultdict(list)

@@ -258,6 +258,13 @@ class GpuSchedTarget(Target):
             jobs = read_trace(path, table, gpu_type)[:limit]
             if not jobs:
                 raise ValidationError(f"target.traces[{i}]", f"{path} holds no jobs")
+            bad = next((j for j in jobs if j.gpus < 1 or not j.duration > 0), None)
+            if bad is not None:  # the simulator would stop the session on it
+                raise ValidationError(
+                    f"target.traces[{i}]",
+                    f"job {bad.id} of {path.name} has {bad.gpus} GPUs and lasts {bad.duration} s",
+                    "jobs of at least 1 GPU that last more than 0 s",
+                )
             size = fixed if fixed is not None else cluster_size(jobs, share or 1.0)
             widest = max(j.gpus for j in jobs)
             if widest > size:

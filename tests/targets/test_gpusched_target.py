@@ -288,3 +288,20 @@ def test_a_bo_session_beats_tiresias_defaults_on_a_trace(tmp_path: Path) -> None
     (trace,) = parsed.target.traces  # type: ignore[attr-defined]
     fifo = simulate(trace.jobs, trace.gpus, Policy("fifo", restart_s=30)).summary()
     assert result.best.metrics["avg_jct_s"] < fifo["avg_jct_s"]
+
+
+def test_a_job_of_no_gpus_or_no_duration_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(TINY.replace("1,1,10,1,b,100,1", "1,0,10,1,b,100,1"), encoding="utf-8")
+    with pytest.raises(ValidationError) as caught:
+        gpusched(traces=[str(path)], gpus=2)
+    assert caught.value.field == "target.traces[0]" and "job 1 of bad.csv" in caught.value.message
+
+
+def test_unused_queue_limits_are_marked_so_results_leave_them_out() -> None:
+    space = SearchSpace(knobs())
+    config = {k.name: k.default for k in space.knobs} | {"num_queues": 2}
+    assert space.inactive(config) == {"ratio_2", "ratio_3", "ratio_4"}
+    assert space.inactive(config | {"num_queues": 1}) == {
+        "threshold_1", "ratio_2", "ratio_3", "ratio_4"
+    }  # fmt: skip

@@ -91,6 +91,8 @@ def test_recorded_failures_replay_and_unmeasured_cells_fail(table: Path) -> None
         ("a,y\n1,2\n2,x\n", {"metrics": ["y"]}, "target.table line 3"),
         ("a,y,status\n1,2,OK\n2,3,\n", {"metrics": ["y"]}, "target.table line 2"),
         ("y\n1\n", {"metrics": ["y"]}, "target.table"),
+        ("a,b,y\n1,x,2\n2,y\n", {"metrics": ["y"]}, "target.table line 3"),  # a short row
+        ("a,b,y\n1,x,2,9\n", {"metrics": ["y"]}, "target.table line 2"),  # a long one
     ],
 )
 def test_bad_tables_name_the_field(

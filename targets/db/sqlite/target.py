@@ -111,7 +111,7 @@ class SqliteTarget(Target):
 
     Args:
         db_mb: Size of the database in MiB (about ``db_mb * 4830`` rows).
-        measure_s: Seconds of measured workload per trial.
+        measure_s: Seconds of measured workload per trial, at least 0.01.
         warmup_s: Seconds of unrecorded workload before the measurement.
         write_fraction: Share of operations that are small write transactions.
         range_fraction: Share of operations that are 50-100 row range reads; the rest
@@ -136,7 +136,7 @@ class SqliteTarget(Target):
         knobs: list[str] | None = None,
     ) -> None:
         self.db_mb = option_number("db_mb", db_mb, 0, 65536, open_low=True)
-        self.measure_s = option_number("measure_s", measure_s, 0, 3600, open_low=True)
+        self.measure_s = option_number("measure_s", measure_s, 0.01, 3600)
         self.warmup_s = option_number("warmup_s", warmup_s, 0, 3600)
         self.write_fraction = option_number("write_fraction", write_fraction, 0, 1)
         self.range_fraction = option_number("range_fraction", range_fraction, 0, 1)
