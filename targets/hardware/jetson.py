@@ -133,12 +133,12 @@ class JetsonTarget(DeviceTarget):
             read_int(self.gpu / "max_freq"),
         )
         emc = self.root / EMC
-        self.emc = emc if (emc / "rate").exists() else None
+        self.emc = emc if _visible(emc / "rate") else None
         self.emc_levels: tuple[int, ...] = ()
         self.emc_rate = read_int(emc / "rate") if self.emc is not None else 0
         if self.emc is not None:
             rates = self.emc / "possible_rates"
-            if not rates.exists():
+            if not _visible(rates):
                 rates = self.emc.parent.parent / "emc" / "possible_rates"  # .../bpmp/debug/emc
             self.emc_levels = tuple(sorted(int(v) for v in sysfs_read(rates).split()))
         all_rails = find_rails(self.root)
@@ -231,3 +231,12 @@ def sysfs_read(path: Path) -> str:
         return read_text(path)
     except OSError as exc:
         raise TargetError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _visible(path: Path) -> bool:
+    """Whether ``path`` exists for this process: debugfs is often root's only, and then the
+    EMC clock is not a knob (Python 3.11's ``exists`` raises instead of saying False)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

@@ -79,6 +79,21 @@ def test_knobs_rails_and_metrics_are_read_from_the_device(root: Path) -> None:
     assert {k.name for k in jetson_target(no_emc).describe_knobs()} == {"gpu_hz"}
 
 
+def test_a_debugfs_this_user_cannot_enter_leaves_the_emc_clock_out(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without root, debugfs is closed (root ignores permissions, so the test says so)."""
+    real = Path.exists
+
+    def closed(path: Path, *args: Any, **kwargs: Any) -> bool:
+        if "debug" in path.parts:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", closed)
+    assert {k.name for k in jetson_target(root).describe_knobs()} == {"gpu_hz"}
+
+
 @pytest.mark.parametrize("mode", ["pin", "floor"])
 def test_a_trial_sets_clocks_measures_energy_and_restores(root: Path, mode: str) -> None:
     before = (devfreq(root), emc_state(root))
