@@ -211,6 +211,10 @@ function renderSummary(study) {
 
 function confirmationCard(study) {
   const c = study.confirmation;
+  if (!c && study.objectives.length > 1) {
+    return card("Confirmation", "none", "a study with several objectives has a Pareto front, " +
+                "not one best to confirm against the default");
+  }
   if (!c) {
     return card("Confirmation", "not yet",
                 "a tune session confirms its best against the default at its end, in " +

@@ -493,3 +493,22 @@ def test_the_page_follows_a_running_session_in_a_real_browser(tmp_path: Path) ->
                 process.send_signal(signal.SIGCONT)
                 process.terminate()
                 process.wait(timeout=30)
+
+
+def test_a_study_of_two_objectives_has_its_pareto_front(tmp_path: Path) -> None:
+    spec = StudySpec.from_dict(
+        {**SPEC, "name": "both", "outcome_constraints": [],
+         "objectives": [{"name": "tps", "goal": "maximize"},
+                        {"name": "watts", "goal": "minimize"}]}
+    )  # fmt: skip
+    points = [(100.0, 50.0), (150.0, 80.0), (90.0, 60.0), (200.0, 120.0)]  # the third: beaten
+    with SQLiteStorage(tmp_path / "t.db") as storage:
+        api = TuningService(storage)
+        api.create_study(spec)
+        api.import_trials("both", [
+            ImportedTrial({**DEFAULT, "threads": 4 * i + 1}, metrics={"tps": t, "watts": w})
+            for i, (t, w) in enumerate(points)
+        ])  # fmt: skip
+        study = dashboard.study_view(api, "both")
+    assert study["front"] == [1, 2, 4] and study["best"] is None and study["ratio"] is None
+    assert [o["name"] for o in study["objectives"]] == ["tps", "watts"]
