@@ -67,7 +67,7 @@ def test_allow_unsafe_is_not_a_target_option() -> None:
     [
         ({"db_mb": 0}, "target.db_mb", "a number in (0"),
         ({"db_mb": "big"}, "target.db_mb", "a number in (0"),
-        ({"measure_s": 0}, "target.measure_s", "a number in (0"),
+        ({"measure_s": 0}, "target.measure_s", "a number in [0.01, 3600]"),
         ({"warmup_s": -1}, "target.warmup_s", "a number in [0"),
         ({"write_fraction": 1.5}, "target.write_fraction", "a number in [0, 1]"),
         ({"write_fraction": 0.7, "range_fraction": 0.5}, "target.range_fraction", "<= 1"),
