@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,13 +18,47 @@ from bench import latency, latency_peers, latency_spaces
 from bench.latency_report import Cell, PeerTimes, cells_from_json, goal_checks, to_json
 from tuner.encoding import UnitBoxEncoder
 
+_PROBED: dict[tuple[str, str], dict[str, str | None] | str] = {}
+
+
+def _probe_once(peer: str, python: str) -> dict[str, str | None]:
+    """``latency_peers.probe``, run once per peer and interpreter in a test session: each
+    probe is a child that imports the peer's library (Ax: seconds), and what it finds does
+    not change during the session. The first call probes every peer at once (the children
+    are independent; the test only waits for them)."""
+    if (peer, python) not in _PROBED:
+        others = [p for p in latency_peers.PEERS if p != peer and (p, python) not in _PROBED]
+        peers = [peer, *others]
+        with ThreadPoolExecutor(len(peers)) as pool:
+            answers = pool.map(_probe, peers, [python] * len(peers))
+            _PROBED.update({(p, python): a for p, a in zip(peers, answers, strict=True)})
+    found = _PROBED[peer, python]
+    if isinstance(found, str):
+        raise latency_peers.PeerUnavailable(found)
+    return dict(found)
+
+
+def _probe(peer: str, python: str) -> dict[str, str | None] | str:
+    """The peer's versions, or why it is unavailable."""
+    try:
+        return latency_peers.probe(peer, python)
+    except latency_peers.PeerUnavailable as err:
+        return str(err)
+
 
 def _available(peer: str) -> bool:
     try:
-        latency_peers.probe(peer, sys.executable)
+        _probe_once(peer, sys.executable)
     except latency_peers.PeerUnavailable:
         return False
     return True
+
+
+@pytest.fixture
+def probe_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of ``bench.latency`` probes its peers through the same cache (it probes every
+    peer it is given, as ``_available`` did just before)."""
+    monkeypatch.setattr(latency, "probe", _probe_once)
 
 
 def test_mixed_shape_follows_the_mysql_knob_sets() -> None:
@@ -95,7 +130,7 @@ def test_goals_count_a_capped_peer_as_slower_only_below_the_cap() -> None:
 
 
 @pytest.mark.slow
-def test_tiny_run_is_well_formed(tmp_path) -> None:
+def test_tiny_run_is_well_formed(tmp_path, probe_once) -> None:
     peers = [p for p in latency_peers.PEERS if _available(p)]
     args = ["--cells", "box:2:8,mixed+c:3:8", "--reps", "2", "--peers", ",".join(peers)]
     assert latency.main([*args, "--out", str(tmp_path), "--tag", "t"]) == 0
@@ -147,7 +182,7 @@ def test_constrained_peers_are_told_the_same_bound(peer: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_capped_peer_is_skipped_at_larger_n(tmp_path) -> None:
+def test_a_capped_peer_is_skipped_at_larger_n(tmp_path, probe_once) -> None:
     if not _available("skopt"):
         pytest.skip("scikit-optimize is not installed")
     # past skopt's 10 initial points each step fits a GP (milliseconds): always over the cap;

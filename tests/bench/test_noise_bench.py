@@ -3,8 +3,10 @@ the summary that says how far the reported gains were from the redeployed ones."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +69,23 @@ def test_a_single_sample_session_whose_default_broke_a_constraint_reported_no_ga
     assert rows["quiet", "protocol"]["sessions"] == 3  # keeping the default reports 1.0x
 
 
+@pytest.fixture
+def short_confirmation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQLite example study with a shorter closing confirmation: one round that chooses
+    between the two best, then two that estimate (7 measurements; the example's takes 16
+    with 3 trials). The single-sample arm runs as many trials as the protocol arm measured,
+    so it runs 10 (the 8 of the initial design, then 2 BO steps) instead of 19."""
+    system = noise.SYSTEMS["sqlite"]
+    data = tomllib.loads(system.example.read_text(encoding="utf-8"))
+    data["session"].update(confirm=2, confirm_select=1, confirm_top=2)
+    example = tmp_path / "example" / system.example.name
+    example.parent.mkdir()
+    example.write_text(noise.to_toml(data), encoding="utf-8")
+    monkeypatch.setitem(noise.SYSTEMS, "sqlite", dataclasses.replace(system, example=example))
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("short_confirmation")
 def test_a_tiny_run_measures_every_arm_and_redeploys_on_a_fresh_database(tmp_path: Path) -> None:
     code = noise.main(
         ["--seeds", "1", "--levels", "quiet", "--trials", "3", "--measure-s", "0.05",

@@ -1,12 +1,15 @@
 """``tuner tune`` on a real PostgreSQL target: a short session, and a SIGTERM in the middle.
 
-Scale 1, two clients, one-second windows, four knobs. Skipped where PostgreSQL is not
-installed (CI installs it in ``.ci/run``).
+Scale 1, two clients, one-second windows, four knobs, and a short closing confirmation (one
+round of the default and the three best that chooses one, then two rounds of the default
+and that one: 8 measurements instead of the default protocol's 18). Skipped where
+PostgreSQL is not installed (CI installs it in ``.ci/run``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,7 +27,7 @@ from runner.config import load_config
 from server.storage import SQLiteStorage
 from targets.db.postgres.tools import DIR_PREFIX, find_tools
 from tuner.errors import TargetError, ValidationError
-from tuner.trial import StepKind, TrialStatus
+from tuner.trial import MeasurementKind, StepKind, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +68,8 @@ workdir = "{workdir}"
 trials = {trials}
 db = "{db}"
 plot = "{plot}"
+confirm = {confirm}
+confirm_select = 1
 """
 
 
@@ -80,7 +85,7 @@ def workdir() -> Iterator[Path]:
 
 
 def write_config(
-    tmp_path: Path, workdir: Path, name: str, trials: int = 5, measure_s: int = 1
+    tmp_path: Path, workdir: Path, name: str, trials: int = 5, measure_s: int = 1, confirm: int = 2
 ) -> Path:
     path = tmp_path / f"{name}.toml"
     path.write_text(
@@ -88,6 +93,7 @@ def write_config(
             name=name,
             trials=trials,
             measure_s=measure_s,
+            confirm=confirm,
             workdir=workdir,
             db=tmp_path / "runs" / "tuner.db",
             plot=tmp_path / "runs" / f"{name}.png",
@@ -116,7 +122,8 @@ def test_tune_runs_a_postgres_session_and_stores_the_trials(
     config = write_config(tmp_path, workdir, "pg")
     assert main(["tune", str(config)]) == 0
     out = capsys.readouterr().out
-    assert "target postgres" in out and "best configuration" in out
+    assert "target postgres" in out
+    assert re.search(r"best (configuration|other trial): trial", out)  # none may beat it
     with SQLiteStorage(tmp_path / "runs" / "tuner.db", read_only=True) as storage:
         trials = storage.list_trials("pg")
     assert [t.status for t in trials] == [TrialStatus.COMPLETED] * 5, [t.reason for t in trials]
@@ -125,6 +132,12 @@ def test_tune_runs_a_postgres_session_and_stores_the_trials(
     assert {t.step for t in trials[1:4]} == {StepKind.SOBOL}
     for trial in trials:
         assert trial.metrics["tps"] > 0 and trial.metrics["p95_ms"] > 0
+    # the confirmation ran its rounds on the target too
+    assert "confirmation rounds" in out
+    with SQLiteStorage(tmp_path / "runs" / "tuner.db", read_only=True) as storage:
+        confirming = storage.list_measurements("pg", kinds=[MeasurementKind.CONFIRM])
+    assert len(confirming) >= 4 and all(m.metrics["tps"] > 0 for m in confirming)
+    assert trials[0].id in {m.trial_id for m in confirming}
     assert not list(workdir.iterdir()), "the target left a cluster behind"
     assert servers_in(workdir) == []
 
@@ -211,7 +224,9 @@ def test_a_llamatune_session_over_many_postgres_knobs(
         '"wal_buffers", "commit_delay", "bgwriter_lru_maxpages", "effective_io_concurrency", '
         '"max_parallel_workers_per_gather", "autovacuum", "enable_seqscan", "wal_compression"]'
     )
-    config = write_config(tmp_path, workdir, "pg-llama", trials=4)
+    # no confirmation: the session above confirms on PostgreSQL, and tests/server/test_cli.py
+    # a LlamaTune session's (on SQLite)
+    config = write_config(tmp_path, workdir, "pg-llama", trials=4, confirm=0)
     text = config.read_text().replace(
         'knobs = ["shared_buffers", "work_mem", "random_page_cost", '
         '"checkpoint_completion_target"]',
