@@ -66,7 +66,8 @@ async function getJSON(url) {
 async function poll() {
   try {
     const studies = await getJSON("/api/studies");
-    if (studies.etag !== state.etags.studies) {
+    let listed = studies.etag !== state.etags.studies; // the list to draw again
+    if (listed) {
       state.etags.studies = studies.etag;
       state.studies = studies.body.studies;
       state.pollMs = studies.body.poll_ms || state.pollMs;
@@ -80,8 +81,9 @@ async function poll() {
       state.etags.study = null;
       state.importance = null;
       state.importanceKey = null;
+      listed = true;
     }
-    renderStudies();
+    if (listed) renderStudies();
     if (state.name) {
       const study = await getJSON("/api/study?name=" + encodeURIComponent(state.name));
       if (study.etag !== state.etags.study) {

@@ -56,8 +56,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from cli.common import connect, out
-from cli.render import changes, confirmed, default_config, default_trial, interval_dict
-from server.security import is_loopback, read_token
+from cli.render import (
+    changes,
+    confirmation_headline,
+    confirmed,
+    default_config,
+    default_trial,
+)
+from server.security import ServerSecurity, check_exposure, is_loopback
 from tuner.confirmation import improvement, stored_confirmation
 from tuner.errors import NotFoundError, StateError, TunerError, ValidationError
 from tuner.study import StudySpec
@@ -147,15 +153,18 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
     return view
 
 
-def importance_view(api: Any, name: str, metric: str | None) -> dict[str, Any]:
-    """``tuner importance``'s indices of ``metric`` (default: the first objective).
+def importance_view(
+    api: Any, name: str, metric: str | None, trials: Sequence[Trial] | None = None
+) -> dict[str, Any]:
+    """``tuner importance``'s indices of ``metric`` (default: the first objective), from
+    ``trials`` (default: the study's, read now).
 
     Raises:
         ValidationError: No such metric (field ``metric``).
         StateError: Too few completed trials (the page shows the message).
     """
     spec = api.get_study(name).spec
-    trials = api.list_trials(name)
+    trials = api.list_trials(name) if trials is None else trials
     from tuner.designer.importance import importance  # torch: only here
 
     found = importance(spec, trials, metric, samples=512)
@@ -214,13 +223,9 @@ def _confirmation(spec: StudySpec, trials: Sequence[Trial], measurements: Sequen
     found = stored_confirmation(spec, trials, measurements)
     if found is None:
         return None
-    best = found.best
     in_units = confirmed(spec, found)
     return {
-        "best_trial": best.trial.id if best else None,
-        "rounds": best.repeats if best else 0,
-        "interval": interval_dict(found.interval),
-        "significant": found.significant,
+        **confirmation_headline(found),
         "default_feasible": found.default_feasible,
         "value": None if in_units is None else dict(zip(("mean", "low", "high"), in_units,
                                                         strict=True)),
@@ -262,7 +267,7 @@ class Dashboard:
         with gate:  # one fit at a time per study and metric; the others wait for it
             found = self._cache.get(key)
             if found is None:
-                found = importance_view(self.api, name, metric)
+                found = importance_view(self.api, name, metric, trials)
                 self._cache = {k: v for k, v in self._cache.items() if k[:2] != key[:2]}
                 self._cache[key] = found
         return found
@@ -330,7 +335,7 @@ class Handler(BaseHTTPRequestHandler):
     def _allowed(self, path: str, query: Mapping[str, str]) -> bool:
         board = self.dashboard
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0] if self.headers else ""
-        if board.loopback_only and board.token is None and not _loopback_name(host):
+        if board.loopback_only and board.token is None and not is_loopback(host, resolve=False):
             self._error(HTTPStatus.FORBIDDEN, "Host",
                         f"this dashboard answers only requests addressed to loopback, not "
                         f"{host!r}", "localhost, 127.0.0.1, [::1]")  # fmt: skip
@@ -401,11 +406,6 @@ def _required(query: Mapping[str, str], key: str) -> str:
     return value
 
 
-def _loopback_name(host: str) -> bool:
-    name = host.strip("[]")
-    return name in ("localhost", "::1") or name.startswith("127.")
-
-
 _PLOTLY: list[bytes] = []
 
 
@@ -436,17 +436,7 @@ def serve(
     Raises:
         ValidationError: ``host`` is not loopback and TLS or the token is missing.
     """  # fmt: skip
-    if not is_loopback(host):
-        needed = (("--tls-cert/--tls-key", tls), ("--access-token-file", token))
-        missing = [option for option, given in needed if given is None]
-        if missing:
-            raise ValidationError(
-                "--host",
-                f"binding {host!r} (not loopback) requires TLS and a token; missing "
-                f"{' and '.join(missing)}",
-                "127.0.0.1 / ::1 / localhost, or another address with --tls-cert, --tls-key "
-                "and --access-token-file",
-            )
+    check_exposure(host, tls is not None, token is not None, "--access-token-file")
     plotly_js()  # a missing plotly fails here, not in the browser
     board = Dashboard(api, source, token=token, loopback_only=is_loopback(host),
                       tls=tls is not None)  # fmt: skip
@@ -463,14 +453,13 @@ def serve(
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise ValidationError("--tls-cert", "needs --tls-key too (and the other way round)")
-    token = read_token(args.access_token_file, "--access-token-file") \
-        if args.access_token_file else None  # fmt: skip
-    tls = (args.tls_cert, args.tls_key) if args.tls_cert else None
+    security = ServerSecurity.from_files(
+        args.tls_cert, args.tls_key, args.access_token_file, token_option="--access-token-file"
+    )
+    tls = (args.tls_cert, args.tls_key) if security.tls else None
     source = args.server or str(args.db)
     with connect(args.server, args.db) as api:
-        httpd = serve(api, source, args.host, args.port, token, tls)
+        httpd = serve(api, source, args.host, args.port, security.token, tls)
         scheme = "https" if tls else "http"
         host, port = str(httpd.server_address[0]), int(httpd.server_address[1])
         shown = f"[{host}]" if ":" in host else host

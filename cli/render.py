@@ -157,6 +157,18 @@ def confirmed(
     return base / found.ratio, base / found.high, base / found.low
 
 
+def confirmation_headline(confirmation: Confirmation) -> dict[str, Any]:
+    """The confirmation's verdict for programs (``tuner best --json``, the dashboard): the
+    chosen trial, its ratio's interval, whether it is beyond noise, and its rounds."""
+    best = confirmation.best
+    return {
+        "best_trial": best.trial.id if best else None,
+        "interval": interval_dict(confirmation.interval),
+        "significant": confirmation.significant,
+        "rounds": best.repeats if best else 0,
+    }
+
+
 def interval_dict(interval: RatioInterval | None) -> dict[str, Any] | None:
     if interval is None:
         return None

@@ -20,9 +20,9 @@ from rich.table import Table
 from cli.common import connect, out
 from cli.render import (
     changes,
+    confirmation_headline,
     default_config,
     fmt,
-    interval_dict,
     mean_and_spread,
     print_best,
     print_front,
@@ -108,26 +108,21 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
     for column in ("id", "status", "step", "ok", "n", *metrics):
         table.add_column(column, overflow="fold")
     names = list(spec.space.names) if every_knob else ["changed knobs"]
-    widest = max(
-        (
-            len(f"{k}={fmt(v)},")
-            for t in trials
-            for k, v in changes(t.config, reference, spec.space).items()
-        ),
-        default=0,
-    )
+    changed = {t.id: changes(t.config, reference, spec.space) for t in trials}
+    widest = max((len(f"{k}={fmt(v)},") for c in changed.values() for k, v in c.items()),
+                 default=0)  # fmt: skip
     for name in names:  # one change is never folded (up to 40 characters)
         table.add_column(name, overflow="fold", min_width=None if every_knob else min(40, widest))
     reasons = every_knob and any(t.reason for t in trials)  # else under the changes
     if reasons:
         table.add_column("reason", overflow="fold")
     for t in trials:
+        unused = spec.space.inactive(t.config)
         knobs = (
-            [fmt(t.config.get(k)) + (" (unused)" if k in spec.space.inactive(t.config) else "")
+            [fmt(t.config.get(k)) + (" (unused)" if k in unused else "")
              for k in spec.space.names]
             if every_knob
-            else [(", ".join(f"{k}={fmt(v)}"
-                             for k, v in changes(t.config, reference, spec.space).items())
+            else [(", ".join(f"{k}={fmt(v)}" for k, v in changed[t.id].items())
                    or ("(the default)" if reference else "-"))
                   + (f"\n[dim]{escape(t.reason[:60])}[/]" if t.reason else "")]
         )  # fmt: skip
@@ -235,12 +230,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     if output_format(args) == "json":
         found = trial_dict(trial)
         if confirmation is not None:
-            found["confirmation"] = {
-                "best_trial": confirmation.best.trial.id if confirmation.best else None,
-                "interval": interval_dict(confirmation.interval),
-                "significant": confirmation.significant,
-                "rounds": confirmation.best.repeats if confirmation.best else 0,
-            }
+            found["confirmation"] = confirmation_headline(confirmation)
         print(json.dumps(found, indent=2))
         return 0
     print_best(spec, trial, trials)

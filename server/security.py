@@ -45,9 +45,13 @@ class ServerSecurity:
 
     @classmethod
     def from_files(
-        cls, cert: Path | None = None, key: Path | None = None, token: Path | None = None
+        cls,
+        cert: Path | None = None,
+        key: Path | None = None,
+        token: Path | None = None,
+        token_option: str = "--token-file",
     ) -> ServerSecurity:
-        """Read the files given (``--tls-cert``, ``--tls-key``, ``--token-file``).
+        """Read the files given (``--tls-cert``, ``--tls-key``, ``token_option``).
 
         Raises:
             ValidationError: Only one of cert and key, a file that cannot be read, or an
@@ -58,32 +62,21 @@ class ServerSecurity:
         return cls(
             cert=read_file(cert, "--tls-cert") if cert else None,
             key=read_file(key, "--tls-key") if key else None,
-            token=read_token(token, "--token-file") if token else None,
+            token=read_token(token, token_option) if token else None,
         )
 
     @property
     def tls(self) -> bool:
         return self.cert is not None and self.key is not None
 
-    def check_host(self, host: str) -> None:
+    def check_host(self, host: str, token_option: str = "--token-file") -> None:
         """Refuse to expose the API beyond loopback without TLS and a token.
 
         Raises:
             ValidationError: ``host`` is not a loopback address and TLS or the token is
-                missing (field ``--host``).
+                missing (field ``--host``; ``token_option`` names the token's option).
         """
-        if is_loopback(host):
-            return
-        missing = [n for n, ok in (("--tls-cert/--tls-key", self.tls), ("--token-file",
-                   self.token is not None)) if not ok]  # fmt: skip
-        if missing:
-            raise ValidationError(
-                "--host",
-                f"binding {host!r} (not loopback) requires TLS and a bearer token; "
-                f"missing {' and '.join(missing)}",
-                "127.0.0.1 / ::1 / localhost, or another address with --tls-cert, --tls-key "
-                "and --token-file",
-            )
+        check_exposure(host, self.tls, self.token is not None, token_option)
 
     def credentials(self) -> grpc.ServerCredentials | None:
         if not self.tls:
@@ -123,14 +116,45 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return self._deny
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names only this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+def check_exposure(host: str, tls: bool, token: bool, token_option: str = "--token-file") -> None:
+    """The rule of every listener (the gRPC server, the dashboard): beyond loopback, TLS and
+    a token, or nothing.
+
+    Raises:
+        ValidationError: ``host`` is not a loopback address and TLS or the token is missing
+            (field ``--host``).
+    """
+    if is_loopback(host):
+        return
+    needed = (("--tls-cert/--tls-key", tls), (token_option, token))
+    missing = [option for option, given in needed if not given]
+    if missing:
+        raise ValidationError(
+            "--host",
+            f"binding {host!r} (not loopback) requires TLS and a bearer token; "
+            f"missing {' and '.join(missing)}",
+            "127.0.0.1 / ::1 / localhost, or another address with --tls-cert, --tls-key "
+            f"and {token_option}",
+        )
+
+
+def is_loopback(host: str, resolve: bool = True) -> bool:
+    """Whether ``host`` names only this machine (``localhost``, 127.0.0.0/8, ``::1``).
+
+    Args:
+        resolve: Look a host name up (it is loopback if every address it has is). Without,
+            only ``localhost`` and loopback addresses count: what a request's ``Host``
+            header may say, since a name that resolves to loopback now may be an
+            attacker's (DNS rebinding).
+    """
     name = host.strip("[]")
     if name == "localhost":
         return True
     try:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
+        if not resolve:
+            return False
         try:  # a host name: loopback only if every address it resolves to is
             infos = socket.getaddrinfo(name, None)
         except OSError:

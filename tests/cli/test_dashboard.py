@@ -162,6 +162,9 @@ def test_only_requests_addressed_to_loopback_are_answered(board: str) -> None:
     """A web page elsewhere cannot read the studies through DNS rebinding."""
     status, _, body = get(f"{board}/api/studies", {"Host": "attacker.example:8765"})
     assert status == 403 and json.loads(body)["field"] == "Host"
+    # a name, even one that looks like a loopback address, is not looked up
+    assert get(f"{board}/api/studies", {"Host": "127.0.0.1.attacker.example"})[0] == 403
+    assert get(f"{board}/api/studies", {"Host": "[::1]:8765"})[0] == 200
     assert get(f"{board}/api/studies", {"Host": "localhost:8765"})[0] == 200
 
 
