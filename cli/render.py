@@ -436,6 +436,16 @@ def print_multi_result(result: SessionResult) -> None:
         out.print(f"[yellow]the default configuration is not feasible under {under}[/]")
 
 
+def short_reason(reason: str, width: int) -> str:
+    """A failure reason in at most ``width`` characters. A reason that ends with a program's
+    stderr (``exit status 1: Traceback ...``) keeps its first clause and its last line, the
+    exception, which says more than the traceback's first line does."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    if len(lines) > 1:
+        reason = f"{lines[0].split(':', 1)[0]}: ... {lines[-1]}"
+    return reason if len(reason) <= width else reason[: width - 3] + "..."
+
+
 def report_trial(spec: StudySpec, trial: Trial, finished: int, total: int, best: str) -> None:
     """One line per finished trial when the output is not a terminal (a log file, a pipe),
     where the progress bar shows nothing until the session ends."""
@@ -443,7 +453,7 @@ def report_trial(spec: StudySpec, trial: Trial, finished: int, total: int, best:
         return
     values = " ".join(f"{m}={fmt(trial.metrics[m])}" for m in spec.metric_names
                       if m in trial.metrics)  # fmt: skip
-    why = f" ({trial.reason[:80]})" if trial.reason else ""
+    why = f" ({short_reason(trial.reason, 100)})" if trial.reason else ""
     step = trial.step.value if trial.step else trial.source
     out.print(
         f"trial {trial.id} [{finished}/{total}] {trial.status.value} {step}: "

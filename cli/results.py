@@ -26,6 +26,7 @@ from cli.render import (
     mean_and_spread,
     print_best,
     print_front,
+    short_reason,
     trial_dict,
 )
 from tuner.confirmation import stored_confirmation
@@ -124,7 +125,7 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
             if every_knob
             else [(", ".join(f"{k}={fmt(v)}" for k, v in changed[t.id].items())
                    or ("(the default)" if reference else "-"))
-                  + (f"\n[dim]{escape(t.reason[:60])}[/]" if t.reason else "")]
+                  + (f"\n[dim]{escape(short_reason(t.reason, 60))}[/]" if t.reason else "")]
         )  # fmt: skip
         table.add_row(
             str(t.id),
@@ -134,7 +135,7 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
             str(t.repeats) if t.status.is_final else "-",
             *[mean_and_spread(t, m) for m in metrics],
             *knobs,
-            *([t.reason[:60]] if reasons else []),
+            *([short_reason(t.reason, 60)] if reasons else []),
         )
     return table
 

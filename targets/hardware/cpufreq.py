@@ -7,7 +7,8 @@ command (exactly as the command target runs its program: argument list, ``{knob}
 placeholders, ``TUNER_<KNOB>`` variables, metrics from its last JSON line, timeout kills the
 process group), and adds ``energy_j`` and ``power_w`` from RAPL where readable (and
 ``energy_j_per_request`` when ``metrics`` lists ``requests``, which
-``targets/workloads/inference.py`` reports)::
+``targets/workloads/inference.py`` reports), over the timed window the workload reports
+where it reports one::
 
     [target]
     kind = "cpufreq"

@@ -14,10 +14,16 @@ hardware's power capping does. The energy counter integrates that draw over wall
 ``configure``, so a trial's energy depends on its clocks, its limit and its duration.
 Devices can lack the energy counter, lack memory-clock locking (pre-Ampere), or refuse
 changes (not root), to exercise the adapter's fallbacks and errors.
+
+A process that never calls ``configure`` (``tuner tune`` on a config with ``nvml =
+"targets.hardware.fake_nvml"``) gets ``TUNER_FAKE_GPUS`` default devices at ``nvmlInit``
+(one when unset), so a session can be tried end to end without a GPU; ``configure([])``
+simulates a machine without one.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -119,14 +125,16 @@ class FakeDevice:
 _lock = threading.Lock()
 _devices: list[FakeDevice] = []
 _initialized = False
+_configured = False
 
 
 def configure(devices: list[FakeDevice]) -> list[FakeDevice]:
     """Replace the simulated devices (and forget any nvmlInit); returns them."""
-    global _initialized
+    global _initialized, _configured
     with _lock:
         _devices[:] = devices
         _initialized = False
+        _configured = True
     return devices
 
 
@@ -136,6 +144,11 @@ def devices() -> list[FakeDevice]:
 
 def nvmlInit() -> None:
     global _initialized
+    if not _configured:
+        count = os.environ.get("TUNER_FAKE_GPUS", "1")
+        if not count.isdigit() or not 0 < int(count) <= 64:
+            raise ValueError(f"TUNER_FAKE_GPUS: got {count!r}, expected a count in [1, 64]")
+        configure([FakeDevice() for _ in range(int(count))])
     if not _devices:
         raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
     _initialized = True

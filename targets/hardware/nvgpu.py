@@ -5,8 +5,11 @@ constraints): ``sm_mhz`` (the supported graphics clocks at the highest memory cl
 ordinal levels; ``sm_levels = N`` keeps N of them evenly spread), ``mem_mhz`` (only where the
 device lists more than one memory clock and takes a memory-clock lock: an H200 lists two
 but answers "Not Supported", so it has no ``mem_mhz``) and ``power_w`` (``power_step_w``
-steps between the limits, plus the default limit). Every knob defaults to the device's
-default, so the first trial measures the GPU as it comes::
+steps between the limits, plus the device's default limit and the limit in force when the
+target was built). Every knob's default is the GPU as it comes, so the first trial measures
+what the tuning is compared against: the top clock level leaves that clock *unlocked* (the
+driver boosts it up to the top clock as power and heat allow) and the default ``power_w`` is
+the limit that was in force::
 
     [target]
     kind = "nvgpu"
@@ -16,8 +19,9 @@ default, so the first trial measures the GPU as it comes::
     device = 0
     settle_s = 1.5      # after the clocks change, before the workload starts
 
-Each trial locks the SM clock (``nvmlDeviceSetGpuLockedClocks(f, f)``), the memory clock
-(``SetMemoryLockedClocks``, Ampere and later) and sets the power limit, reads them back,
+Each trial locks the SM clock at a lower level (``nvmlDeviceSetGpuLockedClocks(f, f)``; the
+top level resets the lock instead), likewise the memory clock (``SetMemoryLockedClocks``,
+Ampere and later) and sets the power limit, reads it back,
 waits ``settle_s``, runs the workload command as the command target does, and reports
 ``gpu_energy_j`` (the total-energy counter where the GPU has one, Volta and later; otherwise
 power sampled every 50 ms and integrated), ``gpu_power_w``, ``sm_mhz_seen`` (the mean SM
@@ -25,7 +29,9 @@ clock while it ran: lower than asked when the power limit or heat caps it) and
 ``gpu_energy_j_per_request`` when the workload reports ``requests``. A power limit that does
 not read back, or a clock NVML refuses as invalid, makes the trial INFEASIBLE. Restore resets
 the locked clocks and puts the original power limit back, after every trial and at close,
-on every exit path (with ``terminate_on_sigterm``, SIGTERM too).
+on every exit path (with ``terminate_on_sigterm``, SIGTERM too). NVML has no getter for a
+clock lock, so a lock set before the session (``nvidia-smi -lgc``) is not seen: the top level
+and the restore leave the clocks unlocked.
 
 With ``devices = [0, 1, 2, 3]`` (instead of ``device``) the target drives several GPUs at
 once, as a pipeline-parallel job needs (EnvPipe lowers the SM clock of the stages that have
@@ -79,6 +85,7 @@ class _Gpu:
         self.power_range_w = (low_mw // 1000, high_mw // 1000)
         self.default_power_w = call("nvmlDeviceGetPowerManagementDefaultLimit", self.handle) // 1000
         self.original_power_mw = int(call("nvmlDeviceGetPowerManagementLimit", self.handle))
+        self.original_power_w = round(self.original_power_mw / 1000)
         self.mem_lockable = len(self.mem_clocks) > 1 and _locks_memory(target, self)
 
 
@@ -214,13 +221,14 @@ class NvidiaGpuTarget(DeviceTarget):
             step = (len(sm) - 1) / (self.sm_levels - 1)
             sm = tuple(sorted({sm[round(i * step)] for i in range(self.sm_levels)}))
         of = f"{gpu.name} (GPU {gpu.index})"
+        unlocked = "the top level, {} MHz, leaves it unlocked (boosting up to it, as it comes)"
         knobs: list[Knob] = [
             OrdinalKnob(
                 f"sm_mhz{gpu.suffix}",
                 choices=sm,
                 default=sm[-1],
                 unit="MHz",
-                description=f"locked SM clock of {of}",
+                description=f"SM clock lock of {of}; " + unlocked.format(sm[-1]),
             )
         ]
         if gpu.mem_lockable:
@@ -230,20 +238,23 @@ class NvidiaGpuTarget(DeviceTarget):
                     choices=gpu.mem_clocks,
                     default=gpu.mem_clocks[-1],
                     unit="MHz",
-                    description=f"locked memory clock of {of}",
+                    description=f"memory clock lock of {of}; "
+                    + unlocked.format(gpu.mem_clocks[-1]),
                 )
             )
         low, high = gpu.power_range_w
         if high > low:
-            watts = set(range(low, high + 1, self.power_step_w)) | {high, gpu.default_power_w}
+            watts = set(range(low, high + 1, self.power_step_w))
+            watts |= {high, gpu.default_power_w, gpu.original_power_w}
             levels = tuple(sorted(w for w in watts if low <= w <= high))
+            as_it_was = gpu.original_power_w if low <= gpu.original_power_w <= high else None
             knobs.append(
                 OrdinalKnob(
                     f"power_w{gpu.suffix}",
                     choices=levels,
-                    default=gpu.default_power_w,
+                    default=as_it_was or gpu.default_power_w,
                     unit="W",
-                    description=f"power limit of {of}",
+                    description=f"power limit of {of} (default: the limit in force before)",
                 )
             )
         return knobs
@@ -258,15 +269,23 @@ class NvidiaGpuTarget(DeviceTarget):
         sm, mem, power = (f"{k}{gpu.suffix}" for k in KNOBS)
         if sm in config:
             mhz = int(config[sm])  # type: ignore[arg-type]
-            self._setter("nvmlDeviceSetGpuLockedClocks", gpu, mhz, mhz)
+            if mhz >= gpu.sm_clocks[-1]:
+                self._setter("nvmlDeviceResetGpuLockedClocks", gpu)  # the top level: as it comes
+            else:
+                self._setter("nvmlDeviceSetGpuLockedClocks", gpu, mhz, mhz)
         if mem in config:
             mhz = int(config[mem])  # type: ignore[arg-type]
-            self._setter("nvmlDeviceSetMemoryLockedClocks", gpu, mhz, mhz)
+            if mhz >= gpu.mem_clocks[-1]:
+                self._setter("nvmlDeviceResetMemoryLockedClocks", gpu)
+            else:
+                self._setter("nvmlDeviceSetMemoryLockedClocks", gpu, mhz, mhz)
         if power in config:
             watts = int(config[power])  # type: ignore[arg-type]
-            self._setter("nvmlDeviceSetPowerManagementLimit", gpu, watts * 1000)
+            # The limit in force before may have a fraction of a watt: put back exactly that.
+            milliwatts = gpu.original_power_mw if watts == gpu.original_power_w else watts * 1000
+            self._setter("nvmlDeviceSetPowerManagementLimit", gpu, milliwatts)
             got = int(self._call("nvmlDeviceGetPowerManagementLimit", gpu.handle))
-            if got != watts * 1000:
+            if got != milliwatts:
                 raise ConfigRejected(
                     f"power limit {watts} W of GPU {gpu.index} did not take effect "
                     f"(reads {got / 1000:g} W)"

@@ -11,16 +11,24 @@ zone can be read, ``RaplMeter.find`` returns None and the target reports energy 
 unavailable; a number is never invented. A counter wraps after ``max_energy_range_uj`` (about
 262 kJ, 44 minutes at 100 W on one Haswell part), so a measurement samples every zone at
 least every ``poll_s`` seconds and adds the modular differences.
+
+The samples (every 50 ms by default) also form a trace of the running total, so that
+``between`` gives the energy of the window a workload timed (``targets.hardware.device``):
+without it, the CPU energy of the workload's start-up (a Python interpreter importing torch
+takes seconds) would be charged to its requests.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from targets.hardware.device import EnergyTrace
+
 POWERCAP = Path("class") / "powercap"
-DEFAULT_POLL_S = 1.0
+DEFAULT_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class RaplMeter:
         self.poll_s = poll_s
         self._last: list[int] = []
         self._total_uj = 0
+        self.trace = EnergyTrace()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,6 +78,8 @@ class RaplMeter:
     def start(self) -> None:
         self._last = [z.read_uj() for z in self.zones]
         self._total_uj = 0
+        self.trace = EnergyTrace()
+        self.trace.add(time.monotonic(), 0.0)
         self._stop.clear()
         self._thread = threading.Thread(target=self._poll, name="rapl-poll", daemon=True)
         self._thread.start()
@@ -81,6 +92,10 @@ class RaplMeter:
         self._sample()
         return self._total_uj / 1e6
 
+    def between(self, start: float, end: float) -> float | None:
+        """Joules between two ``time.monotonic()`` instants of the run, from the samples."""
+        return self.trace.between(start, end)
+
     def _poll(self) -> None:
         while not self._stop.wait(self.poll_s):
             self._sample()
@@ -91,3 +106,4 @@ class RaplMeter:
             for zone, before, after in zip(self.zones, self._last, now, strict=True):
                 self._total_uj += (after - before) % (zone.max_uj + 1)
             self._last = now
+            self.trace.add(time.monotonic(), self._total_uj / 1e6)

@@ -32,8 +32,10 @@ def test_the_sweep_measures_controls_between_cells_and_leaves_the_clocks_reset(
     seen: list[tuple[int, int]] = []
 
     def run(cell: dict[str, int]) -> dict[str, float]:
-        assert gpu.locked_sm is not None
-        seen.append((gpu.locked_sm[1], gpu.limit_mw // 1000))  # as the device is set
+        # as the device is set: the top SM level is the clock unlocked, the others a lock
+        sm = gpu.locked_sm[1] if gpu.locked_sm else max(gpu.sm_clocks)
+        assert (gpu.locked_sm is None) == (sm == max(gpu.sm_clocks))
+        seen.append((sm, gpu.limit_mw // 1000))
         return {"requests": float(cell["batch"])}
 
     args = argparse.Namespace(budget_s=60.0, settle_s=0.0, control_every=3)

@@ -150,6 +150,41 @@ def test_energy_from_rapl_with_a_wraparound(tmp_path: Path, workload: Path) -> N
     assert outcome.metrics["energy_j"] == pytest.approx(6.0)  # package + dram
 
 
+def test_energy_is_the_timed_windows_when_the_workload_reports_one(tmp_path: Path) -> None:
+    """Start-up energy (5 J here, as a Python process importing torch burns) is not charged to
+    the requests: the meter's 50 ms samples give the energy of the window the workload timed."""
+    root = make_cpufreq_tree(tmp_path)
+    counter = add_rapl_zone(root, "package-0", energy_uj=0)
+    script = tmp_path / "windowed.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, time
+            def burn(uj):
+                with open({str(counter)!r}, "r+") as f:
+                    value = int(f.read()) + uj
+                    f.seek(0); f.write(str(value)); f.truncate()
+            burn(5_000_000); time.sleep(0.3)       # start-up
+            a = time.monotonic()
+            for _ in range(10):
+                burn(100_000); time.sleep(0.04)    # the timed part: 1 J over 0.4 s
+            b = time.monotonic()
+            time.sleep(0.2)
+            print(json.dumps(dict(requests=4, window_start_s=a, window_end_s=b)))
+            """
+        )
+    )
+    target = build_target("cpufreq", {"sysfs": str(root), "command": [PY, str(script)],
+                                      "metrics": ["requests"]})  # fmt: skip
+    with target:
+        outcome = target.run_trial({"cpu_khz": 1_200_000})
+    assert outcome.status is TrialStatus.COMPLETED, outcome.reason
+    metrics = outcome.metrics
+    assert metrics["energy_j"] == pytest.approx(1.0, abs=0.25)  # not 6 J
+    assert metrics["power_w"] == pytest.approx(2.5, rel=0.3)
+    assert metrics["energy_j_per_request"] == pytest.approx(metrics["energy_j"] / 4)
+
+
 def test_no_readable_energy_means_no_energy_metric(tmp_path: Path, workload: Path) -> None:
     root = make_cpufreq_tree(tmp_path)
     target = cpu_target(root, workload)

@@ -217,3 +217,27 @@ def test_the_clock_is_restored_when_the_session_gets_sigterm(
     assert during <= sm + LOCK_SLACK_MHZ
     after = _assert_restored(target, sm, before)
     print(f"SIGTERM: {during:.0f} MHz during (lock {sm}), {after:.0f} after, {unlocked:.0f} free")
+
+
+def test_the_default_configuration_leaves_the_clock_unlocked(unlocked: float) -> None:
+    """The top SM level is the GPU as it comes: applied after a lock, it lifts the lock (the
+    clock under load rises to where it runs unlocked) and keeps the power limit in force."""
+    import pynvml
+
+    target = _target([PY, "-c", "pass"])
+    knobs = {k.name: k for k in target.describe_knobs()}
+    defaults: dict[str, Any] = {name: knob.default for name, knob in knobs.items()}
+    sm, _ = _low(target)
+    before = pynvml.nvmlDeviceGetPowerManagementLimit(target.handle)
+    with target:
+        target.apply({"sm_mhz": sm})
+        locked = _clock(target)
+        target.apply(defaults)  # no restore between: the defaults alone must unlock
+        as_it_comes = _clock(target)
+        assert pynvml.nvmlDeviceGetPowerManagementLimit(target.handle) == before
+    assert locked <= sm + LOCK_SLACK_MHZ
+    assert as_it_comes >= sm + RESTORED_MHZ
+    assert as_it_comes >= unlocked - 2 * LOCK_SLACK_MHZ, (as_it_comes, unlocked)
+    _assert_restored(target, sm, before)
+    print(f"defaults: {as_it_comes:.0f} MHz under load (unlocked {unlocked:.0f}, lock {sm} gave "
+          f"{locked:.0f}); power limit {before / 1000:g} W kept")  # fmt: skip

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -72,6 +75,72 @@ def test_a_trial_locks_clocks_and_power_then_restores_them(gpu: FakeDevice) -> N
     assert metrics["gpu_power_w"] == pytest.approx(power, rel=0.1)
     assert power * 0.4 <= metrics["gpu_energy_j"] <= power * 5  # the run lasts >= 0.4 s
     assert metrics["gpu_energy_j_per_request"] == pytest.approx(metrics["gpu_energy_j"] / 8)
+
+
+def test_the_default_configuration_is_the_gpu_as_it_comes() -> None:
+    """The first trial measures what tuning is compared with: the clocks unlocked, not locked
+    at the top, and the power limit that was in force (an administrator's 512.5 W here, not
+    the device's default 700 W), put back to the milliwatt."""
+    (gpu,) = fake_nvml.configure([FakeDevice(limit_mw=512_500, mem_clocks=(405, 5001, 9501))])
+    try:
+        target = gpu_target()
+        knobs = {k.name: k for k in target.describe_knobs()}
+        assert knobs["power_w"].default == 512 and 512 in knobs["power_w"].choices  # type: ignore[attr-defined]
+        assert "unlocked" in knobs["sm_mhz"].description
+        defaults = {name: knob.default for name, knob in knobs.items()}
+        assert defaults == {"sm_mhz": 1980, "mem_mhz": 9501, "power_w": 512}
+        with target:
+            gpu.calls.clear()
+            target.apply(defaults)  # type: ignore[arg-type]
+            assert gpu.locked_sm is None and gpu.locked_mem is None
+            assert gpu.limit_mw == 512_500
+            assert not any(c.startswith(("SetGpuLocked", "SetMemoryLocked")) for c in gpu.calls)
+            assert "ResetGpuLockedClocks" in gpu.calls and "ResetMemoryLockedClocks" in gpu.calls
+            target.restore()
+            outcome = target.run_trial({"sm_mhz": 1965, "mem_mhz": 5001, "power_w": 700})
+            assert outcome.status is TrialStatus.COMPLETED, outcome.reason
+            assert "SetGpuLockedClocks 1965 1965" in gpu.calls  # one level down is a lock
+            assert "SetMemoryLockedClocks 5001 5001" in gpu.calls
+        assert gpu.locked_sm is None and gpu.locked_mem is None and gpu.limit_mw == 512_500
+        assert outcome.metrics["sm_mhz_seen"] == 1965
+    finally:
+        fake_nvml.configure([])
+
+
+def test_the_guides_fake_gpu_config_runs_with_tuner_tune_as_it_is(tmp_path: Path) -> None:
+    """docs/targets/nvgpu.md promises that a config naming the fake NVML module runs as it
+    is: in a fresh process nothing has called configure(), so the fake gives one GPU."""
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "targets" / "nvgpu.md").read_text(encoding="utf-8")
+    [block] = [b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if '"gpu-fake"' in b]
+    db = tmp_path / "t.db"
+    config = tmp_path / "gpu-fake.toml"
+    config.write_text(
+        block.replace('db = "runs/tuner.db"', f"db = {str(db)!r}").replace(
+            "trials = 4", "trials = 2"
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TUNER_FAKE_GPUS"}
+    env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"  # python3 with torch
+    run = subprocess.run(
+        [PY, "-m", "cli.main", "tune", str(config)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    from server.storage import SQLiteStorage
+
+    with SQLiteStorage(db) as storage:
+        trials = storage.list_trials("gpu-fake")
+    assert [t.status for t in trials] == [TrialStatus.COMPLETED] * 2
+    first = trials[0]
+    assert first.config["sm_mhz"] == 1980 and first.metrics["sm_mhz_seen"] == 1980  # unlocked
+    assert all(t.metrics["gpu_energy_j_per_request"] > 0 for t in trials)
+    bad = subprocess.run(
+        [PY, "-m", "cli.main", "tune", str(config)],
+        cwd=root, env={**env, "TUNER_FAKE_GPUS": "lots"}, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "TUNER_FAKE_GPUS" in bad.stderr
 
 
 def test_lower_clocks_use_less_energy_and_the_power_limit_caps_the_clock(gpu: FakeDevice) -> None:
