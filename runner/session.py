@@ -42,6 +42,7 @@ from tuner.trial import (
     Trial,
     TrialStatus,
     best_trial,
+    is_feasible,
     pareto_front,
     with_resolved_constraints,
 )
@@ -303,9 +304,27 @@ class PhaseResult:
     held: dict[str, Scalar]
 
     @property
+    def carried(self) -> Trial | None:
+        """The trial whose values the phase hands on: its best, unless the default was
+        feasible and no other trial beat it by trial means (then the default, whatever the
+        best of the others was: a phase never carries a change measured to be worse)."""
+        result = self.result
+        default, best = result.default, result.best
+        if default is None or default.status is not TrialStatus.COMPLETED:
+            return best
+        if not is_feasible(result.spec, default):
+            return best
+        if best is None:
+            return default
+        objective = result.spec.objective  # phases have one objective (runner.config)
+        value = best.metrics.get(objective.name)
+        beat = value is not None and objective.better(value, default.metrics[objective.name])
+        return best if beat else default
+
+    @property
     def best_config(self) -> dict[str, Scalar] | None:
-        best = self.result.best
-        return None if best is None else {**self.held, **best.config}
+        carried = self.carried
+        return None if carried is None else {**self.held, **carried.config}
 
 
 class HeldKnobs(Target):
@@ -356,8 +375,9 @@ def run_phases(
     """Tune the knobs phase by phase (PolyThrottle's two-phase mode, say).
 
     Phase ``i`` is its own study, ``<name>-phase<i>``, over its knobs; every other knob is
-    held: at the best value an earlier phase found for it, else at its default. A rerun
-    resumes each phase's study where it stopped.
+    held: at the value an earlier phase carried for it (``PhaseResult.carried``: its best,
+    or its default when nothing beat that), else at its default. A rerun resumes each
+    phase's study where it stopped.
 
     Raises:
         TargetError: As ``run_session``; or an earlier phase found no feasible
@@ -382,12 +402,13 @@ def run_phases(
         result = run_session(api, HeldKnobs(target, held), sub, phase.trials, on_trial, protocol)
         done = PhaseResult(result, held)
         results.append(done)
-        if result.best is None:
+        carried = done.carried
+        if carried is None:
             raise TargetError(
                 f"phase {index + 1} ({', '.join(phase.knobs)}) found no feasible configuration; "
                 "later phases have nothing to hold its knobs at"
             )
-        found.update(result.best.config)
+        found.update(carried.config)
     return results
 
 

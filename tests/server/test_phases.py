@@ -69,6 +69,25 @@ def test_each_phase_tunes_its_knobs_and_holds_the_rest(tmp_path: Path) -> None:
     assert second.best_config == {"a": 3, "b": 5, "c": 1}
 
 
+def test_a_phase_whose_default_no_trial_beat_hands_on_its_default(tmp_path: Path) -> None:
+    """a = 3 is the optimum and its default, so every other trial of phase 1 is worse: phase 2
+    holds a at 3, not at the best of the worse trials (a change measured to lose)."""
+    data = config([{"knobs": ["a"], "trials": 3}, {"knobs": ["b"], "trials": 2}])
+    data["study"]["knobs"][0]["default"] = 3
+    parsed = parse_config(data, {})
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
+    try:
+        with parsed.target as target:
+            first, second = run_phases(service, target, parsed.spec, parsed.phases)
+    finally:
+        service.close()
+    assert first.result.best is not None and first.result.best.config != {"a": 3}
+    assert first.result.best.metrics["y"] < first.result.trials[0].metrics["y"]  # the default's
+    assert first.carried is first.result.default and first.best_config == {"a": 3, "b": 0, "c": 1}
+    assert second.held == {"a": 3, "c": 1}
+    assert all(t.metrics["a_seen"] == 3 for t in second.result.trials)
+
+
 @pytest.mark.slow
 def test_tune_runs_phases_from_the_cli(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
