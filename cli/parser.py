@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tune = command("tune", "cli.sessions:cmd_tune", "run a tuning session from a TOML config")
     tune.set_defaults(db=None)
-    tune.add_argument("config", type=Path)
+    tune.add_argument("config", type=Path, help="the TOML config file (docs/reference/config.md)")
     tune.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
     tune.add_argument("--name", help="study name (overrides [study] name)")
     tune.add_argument("--plot", type=Path, help="convergence plot PNG path")
@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "daemon", "cli.sessions:cmd_daemon", "tune, apply the best, watch, re-tune (unattended)"
     )
     daemon.set_defaults(db=None)
-    daemon.add_argument("config", type=Path)
+    daemon.add_argument("config", type=Path, help="the TOML config file (docs/reference/config.md)")
     daemon.add_argument("--name", help="study name (overrides [study] name)")
     daemon.add_argument("--state", type=Path, help="state file (overrides [daemon] state)")
     daemon.add_argument(
@@ -207,19 +207,23 @@ def build_parser() -> argparse.ArgumentParser:
     create = command(
         "create", "cli.trials:cmd_create", "create the study of a config (for ask/tell)"
     )
-    create.add_argument("config", type=Path)
+    create.add_argument("config", type=Path, help="the TOML config file (docs/reference/config.md)")
     create.add_argument("--name", help="study name (overrides [study] name)")
     ask = command(
         "ask", "cli.trials:cmd_ask", "print the next configuration to try, with its trial id"
     )
-    ask.add_argument("study")
-    ask.add_argument("--format", choices=("json", "env", "args"), default="json")
+    ask.add_argument("study", help="the study's name")
+    ask.add_argument(
+        "--format", choices=("json", "env", "args"), default="json",
+        help="json: one object; env: TUNER_TRIAL_ID=... and TUNER_<KNOB>=... lines for a "
+        "shell's eval; args: the trial id, then --knob=value words",
+    )  # fmt: skip
     ask.add_argument(
         "--client-id", default="", help="caller id: a repeated ask returns its ACTIVE trial"
     )
     tell = command("tell", "cli.trials:cmd_tell", "report a trial's metrics or why it has none")
-    tell.add_argument("study")
-    tell.add_argument("trial", type=int)
+    tell.add_argument("study", help="the study's name")
+    tell.add_argument("trial", type=int, help="the trial id that ask printed")
     tell.add_argument(
         "--metric", action="append", metavar="NAME=VALUE", help="a measured metric (repeat)"
     )
@@ -230,13 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ray = command("ray", "cli.sessions:cmd_ray", "run a study's trials in parallel on Ray Tune")
     ray.set_defaults(db=None)
-    ray.add_argument("config", type=Path)
+    ray.add_argument("config", type=Path, help="the TOML config file (docs/reference/config.md)")
     ray.add_argument("--parallel", type=int, default=2, help="trials at once (default 2)")
     ray.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
     ray.add_argument("--name", help="study name (overrides [study] name)")
 
     imp = command("import", "cli.trials:cmd_import", "add trials measured elsewhere (warm start)")
-    imp.add_argument("study")
+    imp.add_argument("study", help="the study's name")
     source = imp.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--csv", type=Path, help="one row per trial: knob columns, metric columns, [status, reason]"
@@ -245,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     beat = command(
         "heartbeat", "cli.trials:cmd_heartbeat", "renew the lease of a trial that is running"
     )
-    beat.add_argument("study")
-    beat.add_argument("trial", type=int)
+    beat.add_argument("study", help="the study's name")
+    beat.add_argument("trial", type=int, help="the id of the running trial")
     holder_arguments(beat, "renew")
 
     def output(p: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:
@@ -263,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("front", "cli.results:cmd_front", "show a study's Pareto front (several objectives)"),
     ):
         p = command(name, func, help_)
-        p.add_argument("study")
+        p.add_argument("study", help="the study's name")
         output(p)
         if name == "show":
             p.add_argument(
@@ -276,14 +280,17 @@ def build_parser() -> argparse.ArgumentParser:
         "write every trial of a study with every knob and metric (csv, or json with the "
         "study and its measurements), for pandas and spreadsheets",
     )  # fmt: skip
-    export.add_argument("study")
-    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("study", help="the study's name")
+    export.add_argument(
+        "--format", choices=("csv", "json"), default="csv",
+        help="csv: a row per trial; json: the study, its trials and its measurements",
+    )  # fmt: skip
     export.add_argument("--out", type=Path, help="file to write (default: stdout)")
     meas = command(
         "measurements", "cli.results:cmd_measurements",
         "list a study's measurements: repeats, controls, confirmation rounds",
     )  # fmt: skip
-    meas.add_argument("study")
+    meas.add_argument("study", help="the study's name")
     meas.add_argument("--trial", type=int, help="only this trial's")
     meas.add_argument(
         "--kind", action="append", choices=[k.value for k in MeasurementKind],
@@ -295,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "which knobs matter: each knob's share of the variance of the study's GP (Sobol "
         "indices of its mean; needs the full install)",
     )  # fmt: skip
-    imp.add_argument("study")
+    imp.add_argument("study", help="the study's name")
     imp.add_argument("--metric", help="the metric to explain (default: the first objective)")
     imp.add_argument(
         "--samples", type=positive_int, default=1024, metavar="N",
@@ -305,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash = command(
         "dashboard", "cli.dashboard:cmd_dashboard",
         "a live, read-only web view of the studies: trials, convergence, importance, "
-        "parallel coordinates, Pareto front, confirmation",
+        "slices, parallel coordinates, Pareto front, confirmation",
     )  # fmt: skip
     dash.add_argument(
         "--host", default="127.0.0.1",
@@ -326,6 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--tls-cert", type=Path, metavar="PEM", help="certificate chain (HTTPS)")
     dash.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
     plot = command("plot", "cli.results:cmd_plot", "write a study's convergence plot")
-    plot.add_argument("study")
+    plot.add_argument("study", help="the study's name")
     plot.add_argument("--out", type=Path, help="PNG path (default STUDY.png)")
     return parser

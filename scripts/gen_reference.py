@@ -1,6 +1,7 @@
 """Write the generated pages of the user guide from the code: ``docs/reference/config.md``
 (every table and key of a config file, with its default and meaning) and
-``docs/reference/cli.md`` (every command's ``--help``).
+``docs/reference/cli.md`` (every command's arguments, read from the parser's actions, so
+the page does not depend on how a Python version lays ``--help`` out).
 
 The config reference reads what validates a config: the fields of the dataclasses a config
 becomes (``StudySpec``, ``Objective``, the knob classes, ``DesignerSettings``,
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -28,7 +28,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ["COLUMNS"] = "100"  # argparse wraps --help to the terminal: fix it
 
 from cli import parser as cli_parser  # noqa: E402
 from runner.config import _PROTOCOL_KEYS, SESSION_SETTINGS  # noqa: E402
@@ -229,19 +228,81 @@ def blocks(parts: Iterable[str]) -> str:
 
 
 def cli_page() -> str:
+    """Every command's arguments as tables, read from the parser's actions (not from
+    ``--help``, whose layout changes between Python versions)."""
     cli_parser.default_suggest_workers = lambda: 4  # type: ignore[attr-defined]
     parser = cli_parser.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help or "" for c in commands._choices_actions}
+    listing = ["| command | what it does |", "|---|---|"]
+    listing += [f"| [`tuner {name}`](#tuner-{name}) | {markdown(helps.get(name, ''))} |"
+                for name in commands.choices]  # fmt: skip
     parts = [
         HEADER,
         "# Command-line reference\n\n",
-        "Every `tuner` command's `--help` (a default that depends on the machine is shown\n"
-        "as on one with 4 CPUs).\n\n",
-        "```text\n" + parser.format_help() + "```\n",
+        "Every `tuner` command and its arguments, as `tuner COMMAND --help` gives them (a\n"
+        "default that depends on the machine is shown as on one with 4 CPUs).\n\n",
+        markdown_text(parser.description or ""),
+        "## Options of every command\n\n`tuner [OPTIONS] COMMAND ...`\n",
+        argument_table(parser),
+        "## Commands\n",
+        "\n".join(listing) + "\n",
     ]
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in commands.choices.items():
-        parts += [f"## `tuner {name}`", f"```text\n{sub.format_help()}```"]
+        positionals = " ".join(
+            action_name(a) for a in sub._actions if not a.option_strings and a.help != SUPPRESS
+        )
+        parts += [
+            f"## `tuner {name}`",
+            markdown_text(sub.description or helps.get(name, "")),
+            f"`tuner {name} [OPTIONS]{' ' + positionals if positionals else ''}`\n",
+            argument_table(sub),
+        ]
     return blocks(parts)
+
+
+SUPPRESS = argparse.SUPPRESS
+
+
+def markdown_text(text: str) -> str:
+    """A parser's description as a paragraph (its lines joined)."""
+    return " ".join(text.split()) + "\n" if text.strip() else ""
+
+
+def action_name(action: argparse.Action) -> str:
+    """``-o, --out PATH`` for an option, ``CONFIG`` for a positional."""
+    metavar = action.metavar if isinstance(action.metavar, str) else None
+    if not action.option_strings:
+        return metavar or action.dest.upper()
+    takes = action.nargs != 0
+    shown = metavar or action.dest.upper()
+    suffix = f" {shown}" if takes else ""
+    if takes and action.nargs in ("*", "+"):
+        suffix = f" {shown} ..."
+    return ", ".join(action.option_strings) + suffix
+
+
+def argument_table(parser: argparse.ArgumentParser) -> str:
+    formatter = parser._get_formatter()
+    lines = ["| argument | default | meaning |", "|---|---|---|"]
+    for action in parser._actions:
+        if action.help == SUPPRESS or isinstance(action, argparse._SubParsersAction):
+            continue
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if not action.help:
+            raise SystemExit(f"{parser.prog}: {action_name(action)!r} has no help text")
+        meaning = formatter._expand_help(action)
+        if action.choices and not isinstance(action.choices, dict):
+            meaning += f" (one of: {', '.join(map(str, action.choices))})"
+        default = action.default
+        shown = "" if default in (None, SUPPRESS, False) or action.nargs == 0 else value(default)
+        if action.required or (not action.option_strings and action.nargs not in ("?", "*")):
+            shown = REQUIRED
+        lines.append(
+            f"| `{action_name(action)}` | {shown} | {markdown(' '.join(meaning.split()))} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
