@@ -177,6 +177,7 @@ function renderStudy() {
   $("front-box").classList.toggle("hidden", !multi);
   if (multi) drawFront(study); else drawConvergence(study);
   drawParallel(study);
+  drawSlices(study);
   renderTable();
 }
 
@@ -405,6 +406,72 @@ function drawParallel(study) {
   }], baseLayout({ margin: { l: 70, r: 70, t: 50, b: 30 } }), PLOT_CONFIG);
 }
 
+// The objective against each knob that varies, a small plot per knob (optuna-dashboard's
+// slice plot): where in a knob's range the good trials lie. The most important knobs first
+// once the GP's importance is in; at most MAX_SLICES of them.
+const MAX_SLICES = 8;
+
+function sliceKnobs(study, done) {
+  const varying = study.knobs.filter((k) => new Set(done.map((t) => JSON.stringify(
+    t.config[k.name]))).size > 1);
+  const ranked = state.importance && state.importance.body
+    ? state.importance.body.knobs.map((k) => k.knob) : [];
+  const order = (k) => { const i = ranked.indexOf(k.name); return i < 0 ? 1e9 : i; };
+  const sorted = ranked.length ? [...varying].sort((p, q) => order(p) - order(q)) : varying;
+  return { knobs: sorted.slice(0, MAX_SLICES), varying: varying.length, ranked: ranked.length > 0 };
+}
+
+function drawSlices(study) {
+  const name = objective(study).name;
+  const done = study.trials.filter((t) => t.status === "COMPLETED" && t.metrics[name] != null);
+  const { knobs, varying, ranked } = sliceKnobs(study, done);
+  if (done.length < 2 || !knobs.length) {
+    $("slices-note").textContent = "(from two completed trials that differ)";
+    Plotly.purge("slices");
+    return;
+  }
+  const columns = Math.min(4, knobs.length);
+  const rows = Math.ceil(knobs.length / columns);
+  const ok = done.filter((t) => t.feasible);
+  const bad = done.filter((t) => !t.feasible);
+  const def = trialById(study, study.default);
+  const best = trialById(study, study.best);
+  const layout = baseLayout({
+    grid: { rows, columns, pattern: "independent", xgap: 0.1, ygap: 0.45 },
+    height: 200 * rows + 110, margin: { l: 60, r: 20, t: 40, b: 50 },
+    legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom", font: { size: 11 } } });
+  const traces = [];
+  knobs.forEach((k, i) => {
+    const n = i === 0 ? "" : String(i + 1);
+    const x = (t) => (k.choices ? String(t.config[k.name]) : t.config[k.name]);
+    const group = (ts, label, marker) => ({
+      x: ts.map(x), y: ts.map((t) => t.metrics[name]), xaxis: "x" + n, yaxis: "y" + n,
+      mode: "markers", type: "scatter", name: label, legendgroup: label, showlegend: i === 0,
+      marker, text: ts.map((t) => `trial ${t.id} (${t.step})`) });
+    traces.push(group(ok, "feasible trial", { color: COLORS.ok, size: 7, opacity: 0.8 }));
+    traces.push(group(bad, "violates a constraint",
+                      { color: COLORS.bad, symbol: "x", size: 8 }));
+    if (def && def.metrics[name] != null) {
+      traces.push(group([def], "default", { color: "#000", symbol: "star", size: 12 }));
+    }
+    if (best) traces.push(group([best], "best", { color: COLORS.best, symbol: "diamond", size: 11 }));
+    const unit = k.unit ? ` (${k.unit})` : "";
+    layout["xaxis" + n] = {
+      title: { text: k.name + unit, font: { size: 12 } }, gridcolor: "#eee", automargin: true,
+      ...(k.choices ? { type: "category", categoryorder: "array",
+                        categoryarray: k.choices.map(String) }
+        : { type: k.log ? "log" : "linear" }) };
+    layout["yaxis" + n] = { gridcolor: "#eee",
+                            ...(i % columns === 0 ? { title: { text: name, font: { size: 12 } } }
+                              : {}) };
+  });
+  const which = varying > knobs.length
+    ? `${knobs.length} of the ${varying} knobs that vary, ${ranked ? "the most important" : "the first"}`
+    : `the ${knobs.length} knobs that vary${ranked ? ", the most important first" : ""}`;
+  $("slices-note").textContent = `${name} against ${which}`;
+  Plotly.react("slices", traces, layout, PLOT_CONFIG);
+}
+
 // -- importance ------------------------------------------------------------------------------
 async function refreshImportance() {
   const study = state.study;
@@ -424,7 +491,10 @@ async function refreshImportance() {
     state.importanceBusy = false;
   }
   drawImportance();
-  if (state.study && state.study.trials.length && state.importance.body) drawParallel(state.study);
+  if (state.study && state.study.trials.length && state.importance.body) {
+    drawParallel(state.study);
+    drawSlices(state.study);
+  }
 }
 
 function drawImportance() {

@@ -367,9 +367,11 @@ LOOK = """(() => {
     return parts.join(" ");
   };
   const ids = ["live", "title", "summary", "convergence", "importance", "importance-note",
-               "parallel", "trials-note"];
+               "parallel", "slices", "slices-note", "trials-note"];
   return {
     ready: document.body.dataset.ready === "true",
+    slices: document.querySelectorAll("#slices .cartesianlayer > .subplot").length,
+    slicePoints: document.querySelectorAll("#slices .scatterlayer .point").length,
     text: Object.fromEntries(ids.map((id) => [id, text(id).replace(/\\s+/g, " ")])),
     rows: [...document.querySelectorAll("#trials tbody tr")].map(
       (tr) => [...tr.cells].map((td) => td.textContent)),
@@ -377,10 +379,11 @@ LOOK = """(() => {
   };
 })()"""
 
-#: The importance bars and the parallel coordinates are drawn (Plotly's SVG is in place).
+#: The importance bars, the parallel coordinates and the slices are drawn (Plotly's SVG).
 DRAWN = """document.body !== null && document.body.dataset.ready === "true"
   && document.querySelector("#importance .main-svg") !== null
-  && document.querySelector("#parallel .main-svg") !== null"""
+  && document.querySelector("#parallel .main-svg") !== null
+  && document.querySelector("#slices .main-svg") !== null"""
 
 
 def painted(shot: Path, rgb: tuple[int, int, int]) -> int:
@@ -457,6 +460,10 @@ def test_the_page_follows_a_running_session_in_a_real_browser(tmp_path: Path) ->
         assert "cache_size" in text["importance"]  # the bars are drawn, knobs named
         assert "feasible trial" in text["convergence"]
         assert "journal_mode" in text["parallel"] and "ops_per_s" in text["parallel"]
+        # a slice per knob that varies, each with every completed trial (and the default's
+        # star, the best's diamond); the most important knob first once importance is in
+        assert 2 <= page["slices"] <= 8 and page["slicePoints"] >= 6 * page["slices"]
+        assert "ops_per_s against" in text["slices-note"] and "cache_size" in text["slices"]
         assert painted(during, GREEN) > 100 and painted(during, BAR) > 100
 
         session.send_signal(signal.SIGCONT)
