@@ -4,6 +4,7 @@ local database file).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +17,9 @@ from server.security import read_file, read_token
 from server.storage import open_storage, parse
 from tuner.errors import TunerError
 
-out = Console()
+# On a terminal, text wraps at its width; into a file or a pipe (a log, CI) it does not, so
+# that a path or a command printed for copying stays on one line (rich would fold it at 80).
+out = Console(soft_wrap=not sys.stdout.isatty())
 
 
 err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
