@@ -49,16 +49,21 @@ def config(phases: Any = None, **session: Any) -> dict[str, Any]:
 PHASES = [{"knobs": ["a"], "trials": 7}, {"knobs": ["b"], "trials": 7}]
 
 
+def phased(parsed: Any, tmp_path: Path) -> list[Any]:
+    """``run_phases`` on a config's target, against a fresh database."""
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
+    try:
+        with parsed.target as target:
+            return run_phases(service, target, parsed.spec, parsed.phases)
+    finally:
+        service.close()
+
+
 @pytest.mark.slow
 def test_each_phase_tunes_its_knobs_and_holds_the_rest(tmp_path: Path) -> None:
     parsed = parse_config(config(PHASES), {})
     assert parsed.trials == 14 and [p.knobs for p in parsed.phases] == [("a",), ("b",)]
-    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
-    try:
-        with parsed.target as target:
-            first, second = run_phases(service, target, parsed.spec, parsed.phases)
-    finally:
-        service.close()
+    first, second = phased(parsed, tmp_path)
     assert first.result.spec.name == "two-phase-phase1"
     assert first.result.spec.space.names == ("a",)
     assert first.held == {"b": 0, "c": 1}  # defaults
@@ -75,12 +80,7 @@ def test_a_phase_whose_default_no_trial_beat_hands_on_its_default(tmp_path: Path
     data = config([{"knobs": ["a"], "trials": 3}, {"knobs": ["b"], "trials": 2}])
     data["study"]["knobs"][0]["default"] = 3
     parsed = parse_config(data, {})
-    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
-    try:
-        with parsed.target as target:
-            first, second = run_phases(service, target, parsed.spec, parsed.phases)
-    finally:
-        service.close()
+    first, second = phased(parsed, tmp_path)
     assert first.result.best is not None and first.result.best.config != {"a": 3}
     assert first.result.best.metrics["y"] < first.result.trials[0].metrics["y"]  # the default's
     assert first.carried is first.result.default and first.best_config == {"a": 3, "b": 0, "c": 1}
