@@ -91,9 +91,11 @@ def test_tune_runs_a_session_and_reports(
     # the best, or the best of the others when none beat the default (the summary says so)
     assert re.search(r"best (configuration|other trial): trial \d", out) and "metrics (mean" in out
     assert "best / default" in out
-    # the session's own estimate, then the headline from the interleaved confirmation
+    # the session's own estimate (or, when no other trial beat the default on this machine,
+    # "keep the default"), then the headline from the interleaved confirmation
     flat = " ".join(out.split())
-    assert "session estimate:" in flat and "5 interleaved repeats each" in flat
+    assert "session estimate:" in flat or "keep the default configuration" in flat, flat
+    assert "5 interleaved repeats each" in flat
     # which knobs mattered, from the study's model, and the command that lists them all
     assert "knobs that move ops_per_s most (share of the model's variance):" in flat
     assert f"tuner importance cli --db {tmp_path / 'runs' / 'tuner.db'}" in flat
@@ -269,7 +271,10 @@ def test_tune_with_a_bound_relative_to_the_default(
     default = trials[0]
     assert default.step is StepKind.DEFAULT
     bound = 1.5 * default.metrics["p95_ms"]
-    assert "session estimate:" in out  # the default is feasible under its own bound
+    # the default is feasible under its own bound: the summary compares the best with it (a
+    # ratio, or, when none of the 3 other trials beat it on this machine, "keep the default")
+    assert "session estimate:" in out or "keep the default configuration" in out, out
+    assert "default configuration is not feasible" not in out
     db = str(tmp_path / "runs" / "tuner.db")
     assert main(["best", "rel", "--db", db, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)
