@@ -342,17 +342,26 @@ function drawFront(study) {
 
 const MAX_AXES = 12;
 
-function parallelKnobs(study, done) {
+// The knobs that take more than one value among ``done``: in the study's order, and in the
+// order of the GP's importance once that is in (``ranked``).
+function varyingKnobs(study, done) {
   const varying = study.knobs.filter((k) => new Set(done.map((t) => JSON.stringify(
     t.config[k.name]))).size > 1);
+  const ranked = state.importance && state.importance.body
+    ? state.importance.body.knobs.map((k) => k.knob) : [];
+  const order = (k) => { const i = ranked.indexOf(k.name); return i < 0 ? 1e9 : i; };
+  const byImportance = ranked.length ? [...varying].sort((p, q) => order(p) - order(q))
+    : varying;
+  return { varying, byImportance, ranked: ranked.length > 0 };
+}
+
+function parallelKnobs(study, done) {
+  const { varying, byImportance, ranked } = varyingKnobs(study, done);
   let chosen = varying;
   let why = "";
   if (varying.length > MAX_AXES) {
-    const ranked = state.importance && state.importance.body
-      ? state.importance.body.knobs.map((k) => k.knob) : [];
-    const order = (k) => { const i = ranked.indexOf(k.name); return i < 0 ? 1e9 : i; };
-    chosen = [...varying].sort((p, q) => order(p) - order(q)).slice(0, MAX_AXES);
-    why = ranked.length ? ", the most important" : ", the first in the study";
+    chosen = byImportance.slice(0, MAX_AXES);
+    why = ranked ? ", the most important" : ", the first in the study";
   }
   const note = `${chosen.length} of ${study.knobs.length} knobs (those that vary${why}) and ` +
     `the metrics; colour: ${objective(study).name}`;
@@ -411,20 +420,12 @@ function drawParallel(study) {
 // once the GP's importance is in; at most MAX_SLICES of them.
 const MAX_SLICES = 8;
 
-function sliceKnobs(study, done) {
-  const varying = study.knobs.filter((k) => new Set(done.map((t) => JSON.stringify(
-    t.config[k.name]))).size > 1);
-  const ranked = state.importance && state.importance.body
-    ? state.importance.body.knobs.map((k) => k.knob) : [];
-  const order = (k) => { const i = ranked.indexOf(k.name); return i < 0 ? 1e9 : i; };
-  const sorted = ranked.length ? [...varying].sort((p, q) => order(p) - order(q)) : varying;
-  return { knobs: sorted.slice(0, MAX_SLICES), varying: varying.length, ranked: ranked.length > 0 };
-}
-
 function drawSlices(study) {
   const name = objective(study).name;
   const done = study.trials.filter((t) => t.status === "COMPLETED" && t.metrics[name] != null);
-  const { knobs, varying, ranked } = sliceKnobs(study, done);
+  const { varying: all, byImportance, ranked } = varyingKnobs(study, done);
+  const knobs = byImportance.slice(0, MAX_SLICES);
+  const varying = all.length;
   if (done.length < 2 || !knobs.length) {
     $("slices-note").textContent = "(from two completed trials that differ)";
     Plotly.purge("slices");

@@ -310,9 +310,7 @@ class PhaseResult:
         best of the others was: a phase never carries a change measured to be worse)."""
         result = self.result
         default, best = result.default, result.best
-        if default is None or default.status is not TrialStatus.COMPLETED:
-            return best
-        if not is_feasible(result.spec, default):
+        if default is None or not is_feasible(result.spec, default):  # (feasible: completed)
             return best
         if best is None:
             return default

@@ -267,18 +267,13 @@ class NvidiaGpuTarget(DeviceTarget):
 
     def _set_gpu(self, gpu: _Gpu, config: Config) -> None:
         sm, mem, power = (f"{k}{gpu.suffix}" for k in KNOBS)
-        if sm in config:
-            mhz = int(config[sm])  # type: ignore[arg-type]
-            if mhz >= gpu.sm_clocks[-1]:
-                self._setter("nvmlDeviceResetGpuLockedClocks", gpu)  # the top level: as it comes
-            else:
-                self._setter("nvmlDeviceSetGpuLockedClocks", gpu, mhz, mhz)
-        if mem in config:
-            mhz = int(config[mem])  # type: ignore[arg-type]
-            if mhz >= gpu.mem_clocks[-1]:
-                self._setter("nvmlDeviceResetMemoryLockedClocks", gpu)
-            else:
-                self._setter("nvmlDeviceSetMemoryLockedClocks", gpu, mhz, mhz)
+        for knob, clock, levels in ((sm, "Gpu", gpu.sm_clocks), (mem, "Memory", gpu.mem_clocks)):
+            if knob in config:
+                mhz = int(config[knob])  # type: ignore[arg-type]
+                if mhz >= levels[-1]:  # the top level: the clock as it comes, unlocked
+                    self._setter(f"nvmlDeviceReset{clock}LockedClocks", gpu)
+                else:
+                    self._setter(f"nvmlDeviceSet{clock}LockedClocks", gpu, mhz, mhz)
         if power in config:
             watts = int(config[power])  # type: ignore[arg-type]
             # The limit in force before may have a fraction of a watt: put back exactly that.
