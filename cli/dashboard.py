@@ -137,7 +137,7 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
         "name": spec.name,
         "objectives": [{"name": o.name, "goal": o.goal.value} for o in spec.objectives],
         "metrics": list(spec.metric_names),
-        "constraints": [str(c) for c in resolved.outcome_constraints],
+        "constraints": [c.text(digits=6) for c in resolved.outcome_constraints],
         "knobs": [_knob(knob) for knob in spec.space.knobs],
         "counts": _counts(trials),
         "running": sum(t.status in (TrialStatus.ACTIVE, TrialStatus.PENDING) for t in trials),

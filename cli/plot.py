@@ -77,7 +77,7 @@ def plot_convergence(
             x = max(t.id for t in trials) + 2
             ax.errorbar([x], [value], yerr=[[value - low], [high - value]], fmt="D",
                         color="tab:green", capsize=4, label="confirmed best (95 % CI)")  # fmt: skip
-        constraints = ", ".join(str(c) for c in spec.outcome_constraints) or "none"
+        constraints = ", ".join(c.text(digits=6) for c in spec.outcome_constraints) or "none"
         ax.set_title(
             f"{spec.name}: {spec.objective.goal.value} {name} (constraints: {constraints})"
         )

@@ -54,7 +54,7 @@ def print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
         )
         return
     if default is not None and not confirmation.default_feasible:
-        under = ", ".join(map(str, spec.outcome_constraints))
+        under = constraints_text(spec)
         broke = sum(not ok for ok in default.feasible)
         out.print(
             f"[bold yellow]the default breaks {under} in {broke} of {default.repeats} rounds[/]; "
@@ -319,10 +319,14 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
         print_multi_result(result)
         return
     print_noise(result)
-    under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
+    under = constraints_text(spec)  # as resolved: a bound relative to the default in numbers
     if result.best is None:
-        # the constraints as resolved (a bound relative to the default, in numbers)
-        out.print(f"[bold red]no feasible configuration found[/] under {under}", highlight=False)
+        if result.default is not None and is_feasible(spec, result.default):
+            text = f"[yellow]only the default is feasible[/] under {under}: no other trial met it"
+            text += "; keep the default configuration"
+        else:
+            text = f"[bold red]no feasible configuration found[/] under {under}"
+        out.print(text, highlight=False)
         return
     behind = (
         result.ratio is not None and result.ratio < 1 and result.default is not None
@@ -432,8 +436,9 @@ def print_multi_result(result: SessionResult) -> None:
             highlight=False,
         )
     elif default is not None:
-        under = ", ".join(map(str, spec.outcome_constraints)) or "no constraints"
-        out.print(f"[yellow]the default configuration is not feasible under {under}[/]")
+        out.print(
+            f"[yellow]the default configuration is not feasible under {constraints_text(spec)}[/]"
+        )
 
 
 def short_reason(reason: str, width: int) -> str:
@@ -484,6 +489,12 @@ def trial_dict(trial: Trial) -> dict[str, Any]:
         "warning": trial.warning,
         **({"embedded": list(trial.embedded)} if trial.embedded else {}),
     }
+
+
+def constraints_text(spec: StudySpec, none: str = "no constraints") -> str:
+    """The study's outcome constraints for people: bounds to 6 significant digits (one
+    resolved against the default would print every digit of the default's mean)."""
+    return ", ".join(c.text(digits=6) for c in spec.outcome_constraints) or none
 
 
 def fmt(value: object) -> str:

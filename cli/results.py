@@ -21,6 +21,7 @@ from cli.common import connect, out
 from cli.render import (
     changes,
     confirmation_headline,
+    constraints_text,
     default_config,
     fmt,
     mean_and_spread,
@@ -141,7 +142,7 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
 
 
 def _show_caption(spec: StudySpec, reference: Mapping[str, Any], every_knob: bool) -> str:
-    under = ", ".join(map(str, spec.outcome_constraints))
+    under = constraints_text(spec, none="")
     ok = f"ok: meets {under}" if under else "ok: completed"
     if every_knob or len(reference) == len(spec.space):
         return ok

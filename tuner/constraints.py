@@ -110,10 +110,18 @@ class OutcomeConstraint:
         return not self.relative and self.slack(value) >= 0.0
 
     def __str__(self) -> str:
+        return self.text()
+
+    def text(self, digits: int | None = None) -> str:
+        """``"p95_ms <= 20"``: with every digit of the bound by default, so the text parses
+        back to this constraint; with ``digits``, the bound to that many significant digits,
+        for people (a bound resolved against the default is ``tps >= 10853.986193590785``
+        otherwise)."""
+        bound = self.bound if digits is None else _significant(self.bound, digits)
         if self.relative:
-            factor = "" if self.bound == 1.0 else f"{_number(self.bound)} * "
+            factor = "" if bound == 1.0 else f"{_number(bound)} * "
             return f"{self.metric} {self.op} {factor}{DEFAULT_WORD}"
-        return f"{self.metric} {self.op} {_number(self.bound)}"
+        return f"{self.metric} {self.op} {_number(bound)}"
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,13 @@ class LinearConstraint:
 def _number(value: float) -> str:
     """The shortest text that parses back to exactly ``value``."""
     return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _significant(value: float, digits: int) -> float:
+    """``value`` rounded to ``digits`` significant digits (10853.986 to 5: 10854.0)."""
+    if value == 0:
+        return value
+    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
 
 
 #: What a constraint is made of, for the errors that find something else.

@@ -124,8 +124,10 @@ def test_an_envpipe_session_on_two_simulated_gpus(
         m = t.metrics
         assert m["gpu_energy_j"] == pytest.approx(m["gpu_energy_j_0"] + m["gpu_energy_j_1"])
         assert m["gpu_energy_j_per_request"] == pytest.approx(m["gpu_energy_j"] / m["requests"])
-    out = capsys.readouterr().out
-    assert (
-        f"samples_per_s >= {0.99 * default['samples_per_s']:.6g}"[:22] in out.replace("\n", " ")
-        or "best configuration" in out
-    )
+    flat = " ".join(capsys.readouterr().out.split())
+    # the summary judges the trials by the bound resolved against the default's measured
+    # throughput, and names it (6 digits); on a loaded machine all 3 other trials may miss it
+    # ("only the default is feasible"), or the best may be feasible but slower than the default
+    # ("no trial beat the default"), the one line that does not repeat the bound
+    bound = f"samples_per_s >= {0.99 * default['samples_per_s']:.6g}"
+    assert bound in flat or "no trial beat the default" in flat, flat

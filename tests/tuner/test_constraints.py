@@ -122,6 +122,28 @@ def test_outcome_constraint_str_parses_back_to_the_same_constraint(text: str) ->
 
 
 @pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("samples_per_s >= 10853.986193590785", "samples_per_s >= 10854"),
+        ("p95_ms <= 20", "p95_ms <= 20"),
+        ("lat <= 0.00123456789", "lat <= 0.00123457"),
+        ("ops >= 1234567.89", "ops >= 1234570"),
+        ("tps >= -3.14159265", "tps >= -3.14159"),
+        ("x >= 0", "x >= 0"),
+        ("samples_per_s >= 0.987654321 * default", "samples_per_s >= 0.987654 * default"),
+    ],
+)
+def test_a_constraint_for_people_rounds_its_bound_to_significant_digits(
+    text: str, shown: str
+) -> None:
+    constraint = OutcomeConstraint.parse(text)
+    assert constraint.text(digits=6) == shown
+    assert str(constraint) == constraint.text() and OutcomeConstraint.parse(str(constraint)) == (
+        constraint
+    )  # str keeps every digit
+
+
+@pytest.mark.parametrize(
     ("text", "op", "factor", "shown"),
     [
         ("samples_per_s >= 0.99 * default", ">=", 0.99, "samples_per_s >= 0.99 * default"),
