@@ -24,6 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from cli.render import constraints_text
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
     Measurement,
@@ -77,7 +78,7 @@ def plot_convergence(
             x = max(t.id for t in trials) + 2
             ax.errorbar([x], [value], yerr=[[value - low], [high - value]], fmt="D",
                         color="tab:green", capsize=4, label="confirmed best (95 % CI)")  # fmt: skip
-        constraints = ", ".join(c.text(digits=6) for c in spec.outcome_constraints) or "none"
+        constraints = constraints_text(spec, none="none")
         ax.set_title(
             f"{spec.name}: {spec.objective.goal.value} {name} (constraints: {constraints})"
         )
