@@ -186,18 +186,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def cmd_ray(args: argparse.Namespace) -> int:
-    try:
-        from runner.raytune import local_ray, run_ray
-    except ImportError as exc:
-        raise ValidationError(
-            "ray", f"Ray Tune is not installed ({exc})", "pip install 'tuner[ray]'"
-        ) from None
     overrides = {"trials": args.trials, "db": args.db, "name": args.name}
     config = load_config(args.config, overrides)
     if config.phases:
         raise ValidationError("session.phases", "tuner ray runs one study, not phases")
     tls_ca = read_file(args.tls_ca, "--tls-ca") if args.tls_ca else None
     token = read_token(args.token_file, "--token-file") if args.token_file else None
+    if args.server:  # one that does not answer fails now, not after starting Ray
+        with connect(args.server, config.db):
+            pass
+    from runner.raytune import local_ray, run_ray  # without ray: main names the ray extra
+
     with local_ray(args.parallel), local_server(args.server, config.db) as server:
         out.print(
             f"study [bold]{config.spec.name}[/]: {config.trials} trials on Ray, "
