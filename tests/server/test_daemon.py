@@ -235,8 +235,9 @@ def test_sigterm_restores_the_target_and_logs_the_stop(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_restores_the_target_logs_interrupted_and_exits_130(tmp_path: Path) -> None:
-    """SIGINT, what Ctrl-C sends, mid-round: the daemon ends as ``tune`` does (130, the
-    study saved), its stop event says it was interrupted, and the target is restored."""
+    """SIGINT, what Ctrl-C sends, while the round's best is applied: the daemon ends as
+    ``tune`` does (130, the study saved), its stop event says it was interrupted, and the
+    target is restored."""
     config = write_config(tmp_path)
     marker = tmp_path / "restored.txt"
     text = config.read_text().replace(
@@ -255,7 +256,7 @@ def test_ctrl_c_restores_the_target_logs_interrupted_and_exits_130(tmp_path: Pat
         [PY, "-c", probe], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
-    wait_for(tmp_path, proc, lambda s: "trial" in names(s))
+    wait_for(tmp_path, proc, lambda s: "applied" in names(s))
     before = marker.read_text().count("x") if marker.exists() else 0
     proc.send_signal(signal.SIGINT)
     code, _, err = finish(proc)
@@ -263,7 +264,7 @@ def test_ctrl_c_restores_the_target_logs_interrupted_and_exits_130(tmp_path: Pat
     assert "Traceback" not in err and "interrupted; the study is saved" in err
     last = events(tmp_path)[-1]
     assert last["event"] == "stop" and last["reason"] == "interrupted", last
-    assert last["phase"] == "tuning"
+    assert last["phase"] == "watching"
     assert marker.read_text().count("x") > before  # restored on the way out
 
 
