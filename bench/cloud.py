@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
 from bench.common import console, limit_threads, load_note, machine_info, show, write_json
@@ -340,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for workload in names:
             CloudReplayTarget(workload=workload, table=str(table), catalog=args.catalog)
     except ValidationError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     best = optima(table)
     seeds = list(range(args.seeds))

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.progress import Progress
 
 from bench import latency_spaces
@@ -343,7 +344,7 @@ def _peer_settings(args: argparse.Namespace) -> PeerSettings:
             probe(name, python[name])
         except PeerUnavailable as err:
             unavailable[name] = str(err)
-            console.print(f"[yellow]peer {name} skipped: {err}[/yellow]")
+            console.print(f"[yellow]peer {name} skipped: {escape(str(err))}[/yellow]")
     return PeerSettings(python, unavailable, args.cap, args.setup_cap, args.threads)
 
 

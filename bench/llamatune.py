@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from bench import dbsurrogate, hdbo, mlos_peer
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = _settings(args, methods)
     skipped = {**skipped, **skipped_methods, **_left_out(problems, methods, args)}
     for name, reason in skipped.items():
-        console.print(f"[yellow]skipping {name}: {reason}[/yellow]")
+        console.print(f"[yellow]skipping {name}: {escape(reason)}[/yellow]")
     meta = machine_info()
     meta.update(
         seeds=seeds,
@@ -539,7 +540,8 @@ def _run_all(
                     handle.write(json.dumps(asdict(run)) + "\n")
             except mlos_peer.PeerError as err:  # keep the other methods' hours of results
                 failed[f"mlos on {problem.name} seed {seed}"] = str(err)[-2000:]
-                console.print(f"[red]mlos peer failed on {problem.name} seed {seed}: {err}[/]")
+                why = escape(str(err))
+                console.print(f"[red]mlos peer failed on {problem.name} seed {seed}: {why}[/]")
     return runs
 
 

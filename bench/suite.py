@@ -49,6 +49,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
+from rich.markup import escape
 from rich.table import Table
 
 from bench import suite_problems, yahpo_bridge
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     skipped.update(skipped_problems)
     for name, reason in skipped.items():
-        console.print(f"[yellow]skipping {name}: {reason}[/yellow]", markup=True)
+        console.print(f"[yellow]skipping {name}: {escape(reason)}[/yellow]", markup=True)
     out = args.out or RESULTS_DIR / "suite" / args.half
     out.mkdir(parents=True, exist_ok=True)
     log = out / CURVES_LOG

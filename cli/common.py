@@ -4,6 +4,9 @@ local database file).
 
 from __future__ import annotations
 
+import errno
+import io
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,9 +20,31 @@ from server.security import read_file, read_token
 from server.storage import open_storage, parse
 from tuner.errors import TunerError
 
-# On a terminal, text wraps at its width; into a file or a pipe (a log, CI) it does not, so
-# that a path or a command printed for copying stays on one line (rich would fold it at 80).
-out = Console(soft_wrap=not sys.stdout.isatty())
+#: The width of tables written to a file or a pipe (unless COLUMNS says otherwise): as wide
+#: as their cells, not folded to rich's 80 columns (``show --all`` of 40 knobs would get
+#: columns 2 characters wide), so ``grep``, ``less -S`` and ``cut`` see one row per line.
+PIPE_WIDTH = 10_000
+
+
+class _Console(Console):
+    """A rich console whose reader going away (``tuner show | head``) raises
+    ``BrokenPipeError``, which ``cli.main`` ends with status 141 like every other output,
+    not rich's own silent ``exit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more goes to the closed pipe
+        raise BrokenPipeError(errno.EPIPE, "stdout's reader went away")
+
+
+def _stdout_console() -> Console:
+    """On a terminal, text wraps at its width; into a file or a pipe (a log, CI) neither
+    text nor tables fold, so a path or a command printed for copying stays on one line."""
+    terminal = sys.stdout.isatty()
+    piped = not terminal and not os.environ.get("COLUMNS")
+    return _Console(soft_wrap=not terminal, width=PIPE_WIDTH if piped else None)
+
+
+out = _stdout_console()
 
 
 err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
@@ -28,8 +53,28 @@ err = Console(stderr=True, soft_wrap=True)  # one line per message, for scripts
 # --tls-ca / --token-file of the running command, for ``connect``
 SECURITY: dict[str, Path | None] = {}
 
+#: Seconds a command waits for ``--server`` to answer before it says it cannot reach it:
+#: enough for a server that is just starting (gRPC tries a refused connection again after
+#: about 1 s and 2.6 s), little enough that a wrong address is not a long wait.
+READY_WAIT_S = 3.0
+
 
 # -- helpers --------------------------------------------------------------------------------
+def buffer_stdout() -> None:
+    """Give an unbuffered stdout (``PYTHONUNBUFFERED``, ``python -u``) a line buffer.
+
+    Unbuffered, Python drops the rest of a write that a closing reader cut short and
+    reports nothing, so ``tuner show | head`` would end 0 with its output cut; a buffered
+    stdout writes it all or raises ``BrokenPipeError``. Line by line, a log stays live.
+    """
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and isinstance(stream.buffer, io.RawIOBase):
+        sys.stdout = open(  # noqa: SIM115 (stdout for the rest of the process)
+            stream.fileno(), "w", buffering=1, encoding=stream.encoding,
+            errors=stream.errors, closefd=False,
+        )  # fmt: skip
+
+
 @contextmanager
 def connect(server: str | None, db: str | Path, writable: bool = False) -> Iterator[Any]:
     """A ``TunerClient`` for ``server``, else a ``TuningService`` over the storage ``db``
@@ -41,7 +86,10 @@ def connect(server: str | None, db: str | Path, writable: bool = False) -> Itera
         token = read_token(token_file, "--token-file") if token_file else None
         tls_ca = read_file(ca, "--tls-ca") if ca else None
         with TunerClient(server, tls_ca=tls_ca, token=token) as client:
-            client.wait_ready(10)
+            try:
+                client.wait_ready(READY_WAIT_S)
+            except TimeoutError as exc:
+                raise TunerError(f"{exc}; {_reach_hint(server)}") from None
             yield client
         return
     from server.service import TuningService
@@ -70,3 +118,14 @@ def progress_bar() -> Iterator[Progress]:
         console=out,
     ) as progress:
         yield progress
+
+
+def _reach_hint(server: str) -> str:
+    """What to do about a ``--server`` that does not answer."""
+    host, _, port = server.rpartition(":")
+    one = "," not in server and port.isdigit()
+    start = f"`tuner serve --port {port}` on {host or 'that host'}" if one else "`tuner serve`"
+    return (
+        f"start the server ({start}) or correct --server HOST:PORT (--tls-ca PEM for a "
+        "server with TLS); without --server, commands use the local --db"
+    )

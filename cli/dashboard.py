@@ -66,6 +66,7 @@ from cli.render import (
 from server.security import ServerSecurity, check_exposure, is_loopback
 from tuner.confirmation import improvement, stored_confirmation
 from tuner.errors import NotFoundError, StateError, TunerError, ValidationError
+from tuner.extras import install_hint
 from tuner.study import StudySpec
 from tuner.trial import (
     MeasurementKind,
@@ -324,8 +325,8 @@ class Handler(BaseHTTPRequestHandler):
         except StateError as exc:
             self._error(HTTPStatus.CONFLICT, "", str(exc))
         except ModuleNotFoundError as exc:
-            self._error(HTTPStatus.NOT_IMPLEMENTED, "", f"this needs {exc.name}, which comes "
-                        "with the full install: pip install 'tuner[full]'")  # fmt: skip
+            hint = install_hint(exc.name or "") or f"{exc.name}, which is not installed"
+            self._error(HTTPStatus.NOT_IMPLEMENTED, "", f"this needs {hint}")
         except TunerError as exc:
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "", f"{type(exc).__name__}: {exc}")
         except (BrokenPipeError, ConnectionResetError):

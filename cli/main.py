@@ -29,7 +29,9 @@ results, ``cli.common`` holds what they share.
 
 ``tune`` runs the study in-process on a local SQLite file unless ``--server`` names a
 running server. Read commands open the file read-only (the server stays the only writer) or
-ask the server. Exit codes: 0 success, 1 the request failed (message on stderr), 2 bad usage.
+ask the server. Exit codes: 0 success, 1 the request failed (one line on stderr: a bad input,
+a ``--server`` that does not answer, a missing extra with its pip command), 2 bad usage,
+130 Ctrl-C, 141 the reader of stdout went away (``| head``, any format), 143 SIGTERM.
 
 ``ask`` and ``tell`` let a shell script drive a study (every command but ``serve`` takes
 ``--server HOST:PORT`` or ``--db PATH``)::
@@ -64,16 +66,19 @@ import sys
 from collections.abc import Sequence
 
 import grpc
+from rich.markup import escape
 
-from cli.common import SECURITY, err
+from cli.common import SECURITY, buffer_stdout, err
 from cli.parser import build_parser
 from tuner import runtime
 from tuner.errors import TunerError
+from tuner.extras import install_hint
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tuner`` console script."""
     args = build_parser().parse_args(argv)
+    buffer_stdout()  # so that a reader going away is seen: exit 141 below
     if getattr(args, "server", None):  # how client commands reach a secured server
         SECURITY.update(tls_ca=args.tls_ca, token_file=args.token_file)
     logging.basicConfig(
@@ -85,46 +90,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TunerError as exc:
-        err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+        fail(f"{type(exc).__name__}: {exc}")
         return 1
     except grpc.RpcError as exc:
-        err.print(f"[bold red]error:[/] server {args.server}: {exc.details()}", highlight=False)
+        fail(f"server {args.server}: {exc.details()}")
         return 1
     except BrokenPipeError:
-        # the reader went away (`tuner show --format json | head`): stop quietly, as a
-        # shell tool does, and keep Python from complaining when it flushes stdout at exit
+        # the reader went away (`tuner show | head`), whatever the format: stop quietly, as
+        # a shell tool does, and keep Python from complaining when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
     except KeyboardInterrupt:
-        err.print(f"interrupted; the study is saved: {_again(argv)} resumes it", highlight=False)
+        err.print(f"interrupted; the study is saved: {_again(argv)} resumes it", markup=False,
+                  highlight=False)  # fmt: skip
         return 130
     except SystemExit as exc:
         if exc.code == 143 and args.command in ("tune", "daemon", "ray"):  # SIGTERM
             err.print(f"stopped (SIGTERM); the study is saved: {_again(argv)} resumes it",
-                      highlight=False)  # fmt: skip
+                      markup=False, highlight=False)  # fmt: skip
         raise
     except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in FULL_INSTALL:
+        hint = install_hint(exc.name or "")
+        if hint is None:
             raise
-        err.print(
-            f"[bold red]error:[/] `tuner {args.command}` needs {exc.name}, which comes with the "
-            "full install (the optimizer, the server, targets and plots): pip install "
-            "'tuner\\[full]'; the base install is the client and the commands that read results",
-            highlight=False,
-        )
+        fail(f"`tuner {args.command}` needs {hint}")
         return 1
+
+
+def fail(message: str) -> None:
+    """``error: MESSAGE`` on stderr, the message as written (an install hint's
+    ``'.[full]'`` or a value's brackets are not rich markup)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 def _again(argv: Sequence[str] | None) -> str:
     """The command line that was run, to run again."""
     return "`" + shlex.join(["tuner", *(sys.argv[1:] if argv is None else argv)]) + "`"
-
-
-#: What ``tuner[full]`` adds to the base (client) install.
-FULL_INSTALL = frozenset(
-    {"torch", "botorch", "gpytorch", "linear_operator", "scipy", "skopt", "psycopg",
-     "prometheus_client", "matplotlib", "pynvml", "plotly"}
-)  # fmt: skip
 
 
 if __name__ == "__main__":

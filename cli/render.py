@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from cli.common import out
@@ -97,7 +98,7 @@ def confirmation_table(
         note = " unstable" if m.trial.id in confirmation.unstable else ""
         table.add_row(
             str(m.trial.id),
-            m.trial.source,
+            escape(m.trial.source),
             f"{fmt(m.trial.metrics.get(name))} (n={m.trial.repeats})",
             f"{fmt(m.metric_mean(name))} ± {fmt(m.std)}" if m.std else fmt(m.metric_mean(name)),
             ("1" if m.trial.step is StepKind.DEFAULT else shown) + note,
@@ -201,7 +202,7 @@ def print_front(spec: StudySpec, front: Sequence[Trial], default: Trial | None =
         table.add_row(
             f"{t.id}{mark}",
             *[fmt(t.metrics.get(m)) for m in (*names, *metrics)],
-            *[fmt(t.config.get(k)) for k in spec.space.names],
+            *[cell(t.config.get(k)) for k in spec.space.names],
         )
     out.print(table)
 
@@ -255,7 +256,7 @@ def print_best(spec: StudySpec, best: Trial, trials: Sequence[Trial], title: str
               highlight=False)  # fmt: skip
     table = Table("knob", "default", "best", "unit")
     for name, value in changed.items():
-        table.add_row(name, fmt(reference.get(name)), fmt(value), units.get(name, ""))
+        table.add_row(name, cell(reference.get(name)), cell(value), units.get(name, ""))
     if changed:
         out.print(table)
     kept = len(best.config) - len(changed) - len(unused)
@@ -274,7 +275,7 @@ def print_best(spec: StudySpec, best: Trial, trials: Sequence[Trial], title: str
         metrics.add_row(name, fmt(theirs), mean_and_spread(best, name), ratio)
     out.print(metrics)
     if best.reason:
-        out.print(f"reason: {best.reason}", highlight=False)
+        out.print(f"reason: {best.reason}", highlight=False, markup=False)
 
 
 def print_importance(
@@ -495,6 +496,12 @@ def constraints_text(spec: StudySpec, none: str = "no constraints") -> str:
     """The study's outcome constraints for people: bounds to 6 significant digits (one
     resolved against the default would print every digit of the default's mean)."""
     return ", ".join(c.text(digits=6) for c in spec.outcome_constraints) or none
+
+
+def cell(value: object) -> str:
+    """``fmt`` for rich (a table cell, a printed line): brackets in a value (a categorical
+    choice ``[a]``, a path in a failure reason ``[/tmp]``) are text, not markup."""
+    return escape(fmt(value))
 
 
 def fmt(value: object) -> str:

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from cli.common import connect, out
 from cli.render import (
+    cell,
     changes,
     confirmation_headline,
     constraints_text,
@@ -121,22 +122,22 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
     for t in trials:
         unused = spec.space.inactive(t.config)
         knobs = (
-            [fmt(t.config.get(k)) + (" (unused)" if k in unused else "")
+            [cell(t.config.get(k)) + (" (unused)" if k in unused else "")
              for k in spec.space.names]
             if every_knob
-            else [(", ".join(f"{k}={fmt(v)}" for k, v in changed[t.id].items())
+            else [(", ".join(f"{k}={cell(v)}" for k, v in changed[t.id].items())
                    or ("(the default)" if reference else "-"))
                   + (f"\n[dim]{escape(short_reason(t.reason, 60))}[/]" if t.reason else "")]
         )  # fmt: skip
         table.add_row(
             str(t.id),
             t.status.value,
-            t.step.value if t.step else t.source,
+            t.step.value if t.step else escape(t.source),
             feasibility(resolved, t),
             str(t.repeats) if t.status.is_final else "-",
             *[mean_and_spread(t, m) for m in metrics],
             *knobs,
-            *([short_reason(t.reason, 60)] if reasons else []),
+            *([escape(short_reason(t.reason, 60))] if reasons else []),
         )
     return table
 

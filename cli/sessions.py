@@ -15,9 +15,9 @@ from rich.table import Table
 from cli.common import connect, out, progress_bar
 from cli.plot import plot_convergence
 from cli.render import (
+    cell,
     confirmation_dict,
     confirmed,
-    fmt,
     print_best,
     print_confirmation,
     print_importance,
@@ -129,7 +129,7 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
             def on_phase(index: int, sub: StudySpec, held: dict[str, Any]) -> None:
                 state.update(spec=sub, offset=sum(p.trials for p in phases[:index]))
                 progress.update(task, description=f"phase {index + 1}")
-                holding = ", ".join(f"{k}={fmt(v)}" for k, v in held.items()) or "nothing"
+                holding = ", ".join(f"{k}={cell(v)}" for k, v in held.items()) or "nothing"
                 out.print(
                     f"phase {index + 1} ({sub.name}): tuning {', '.join(sub.space.names)}; "
                     f"holding {holding}",
@@ -155,7 +155,7 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
         out.print("[bold]best configuration over all phases[/]")
         table = Table(show_header=False)
         for key, value in final.items():
-            table.add_row(key, fmt(value))
+            table.add_row(key, cell(value))
         out.print(table)
     return 0
 
@@ -186,18 +186,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
 
 
 def cmd_ray(args: argparse.Namespace) -> int:
-    try:
-        from runner.raytune import local_ray, run_ray
-    except ImportError as exc:
-        raise ValidationError(
-            "ray", f"Ray Tune is not installed ({exc})", "pip install 'tuner[ray]'"
-        ) from None
     overrides = {"trials": args.trials, "db": args.db, "name": args.name}
     config = load_config(args.config, overrides)
     if config.phases:
         raise ValidationError("session.phases", "tuner ray runs one study, not phases")
     tls_ca = read_file(args.tls_ca, "--tls-ca") if args.tls_ca else None
     token = read_token(args.token_file, "--token-file") if args.token_file else None
+    if args.server:  # one that does not answer fails now, not after starting Ray
+        with connect(args.server, config.db):
+            pass
+    from runner.raytune import local_ray, run_ray  # without ray: main names the ray extra
+
     with local_ray(args.parallel), local_server(args.server, config.db) as server:
         out.print(
             f"study [bold]{config.spec.name}[/]: {config.trials} trials on Ray, "

@@ -43,8 +43,9 @@ restart the daemon resumes: while watching, it applies the stored configuration 
 keeps the baseline; while tuning, it continues the round's study, whose trials are in the
 database (an unfinished trial of its own is handed back to it and measured again). A state
 file written for a different study spec is set aside and the daemon starts over. Every exit
-path (``max_windows`` or ``max_rounds`` reached, SIGTERM, an error) restores the target and
-writes a ``stop`` event.
+path (``max_windows`` or ``max_rounds`` reached, SIGTERM, Ctrl-C, an error) restores the
+target and writes a ``stop`` event whose ``reason`` says which (``limit reached``,
+``exit 143 (signal)``, ``interrupted``, ``error: ...``).
 """
 
 from __future__ import annotations
@@ -261,6 +262,9 @@ class Daemon:
                     reason = "limit reached"
                     break
                 self._watch_window()
+        except KeyboardInterrupt:  # Ctrl-C, SIGINT
+            reason = "interrupted"
+            raise
         except SystemExit as exc:
             reason = f"exit {exc.code} (signal)"
             raise

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from runner.config import load_config
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _sweep(args)
     except TunerError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 1
 
 

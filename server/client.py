@@ -112,12 +112,24 @@ class TunerClient:
         try:
             reply = self._health.Check(request, timeout=timeout, wait_for_ready=True)
         except grpc.RpcError as error:
+            cause = error
+            if error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                cause = self._connect_error(request) or error
             raise TimeoutError(
-                f"tuner server at {self.target} not ready after {timeout} s: {_describe(error)}"
+                f"tuner server at {self.target} not ready after {timeout:g} s: {_describe(cause)}"
             ) from None
         if reply.status != health_pb2.HealthCheckResponse.SERVING:
             status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
             raise TimeoutError(f"tuner server at {self.target} is {status}")
+
+    def _connect_error(self, request: health_pb2.HealthCheckRequest) -> grpc.RpcError | None:
+        """Why the channel does not connect ("Connection refused", a name that does not
+        resolve): the error of one check that does not wait for a connection."""
+        try:
+            self._health.Check(request, timeout=1.0)
+        except grpc.RpcError as error:
+            return error
+        return None
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""

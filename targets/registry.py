@@ -19,6 +19,7 @@ from typing import Any
 
 from targets.base import Target, option_names
 from tuner.errors import TargetError, ValidationError
+from tuner.extras import install_hint
 
 _ADAPTERS: dict[str, str] = {
     "sqlite": "targets.db.sqlite.target:SqliteTarget",
@@ -48,8 +49,10 @@ def target_class(kind: str) -> type[Target]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        hint = install_hint(exc.name) if isinstance(exc, ModuleNotFoundError) and exc.name else None
         raise TargetError(
-            f"the {kind} target cannot be loaded: {exc} (install the package it names)"
+            f"the {kind} target cannot be loaded: {exc}; "
+            + (f"it needs {hint}" if hint else "install the package it names")
         ) from exc
     cls = getattr(module, class_name)
     if not (isinstance(cls, type) and issubclass(cls, Target)):

@@ -61,6 +61,7 @@ from targets.command.target import CommandTarget
 from targets.hardware.device import DeviceTarget, EnergyMeter, EnergyTrace, SampledPower
 from targets.hardware.helper import option_helper
 from tuner.errors import ConfigRejected, TargetError, ValidationError
+from tuner.extras import install_hint
 from tuner.space import Config, Knob, OrdinalKnob
 
 KNOBS = ("sm_mhz", "mem_mhz", "power_w")
@@ -166,8 +167,10 @@ class NvidiaGpuTarget(DeviceTarget):
         try:
             self.nvml: ModuleType = importlib.import_module(nvml)
         except ImportError as exc:
+            hint = install_hint(nvml) if nvml == "pynvml" else None
             raise TargetError(
-                f"cannot import {nvml}: {exc} (pip install nvidia-ml-py for pynvml)"
+                f"cannot import {nvml}: {exc}"
+                + (f"; the nvgpu target needs {hint} (or pip install nvidia-ml-py)" if hint else "")
             ) from exc
         self._call("nvmlInit")
         count = self._call("nvmlDeviceGetCount")

@@ -29,4 +29,4 @@ def test_a_command_that_needs_torch_names_the_full_install(tmp_path: Path) -> No
     )
     assert done.returncode == 1, done.stderr
     text = " ".join(done.stderr.split())
-    assert "`tuner ask` needs torch" in text and "pip install 'tuner[full]'" in text
+    assert "`tuner ask` needs torch" in text and "pip install -e '.[full]'" in text  # checkout

@@ -233,6 +233,41 @@ def test_sigterm_restores_the_target_and_logs_the_stop(tmp_path: Path) -> None:
     assert marker.read_text().count("x") > before  # restored on the way out
 
 
+@pytest.mark.slow
+def test_ctrl_c_restores_the_target_logs_interrupted_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT, what Ctrl-C sends, while the round's best is applied: the daemon ends as
+    ``tune`` does (130, the study saved), its stop event says it was interrupted, and the
+    target is restored."""
+    config = write_config(tmp_path)
+    marker = tmp_path / "restored.txt"
+    text = config.read_text().replace(
+        "timeout_s = 30",
+        f'timeout_s = 30\nrestore = [{json.dumps(PY)}, "-c", '
+        f"\"open({str(marker)!r}, 'a').write('x')\"]",
+    )
+    config.write_text(text)
+    # Python turns SIGINT into KeyboardInterrupt only where it is not ignored at start-up
+    # (a test runner's worker may ignore it): set its own handler back, as in a terminal
+    probe = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"from cli.main import main; sys.exit(main(['daemon', {str(config)!r}]))"
+    )
+    proc = subprocess.Popen(
+        [PY, "-c", probe], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    wait_for(tmp_path, proc, lambda s: "applied" in names(s))
+    before = marker.read_text().count("x") if marker.exists() else 0
+    proc.send_signal(signal.SIGINT)
+    code, _, err = finish(proc)
+    assert code == 130, err
+    assert "Traceback" not in err and "interrupted; the study is saved" in err
+    last = events(tmp_path)[-1]
+    assert last["event"] == "stop" and last["reason"] == "interrupted", last
+    assert last["phase"] == "watching"
+    assert marker.read_text().count("x") > before  # restored on the way out
+
+
 def test_daemon_settings_are_validated_naming_the_field(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     loaded = load_config(config)
