@@ -49,6 +49,8 @@ from server.storage import (
     Request,
     Storage,
     check_holder,
+    storable,
+    storable_tree,
 )
 from server.suggest import Designer, InlineDesigner
 from tuner.confirmation import best_of, stored_confirmation
@@ -84,6 +86,8 @@ MAX_SUGGESTED_VALUES = 50_000
 MAX_CLIENT_ID = 256
 MAX_REQUEST_ID = 256
 MAX_REASON = 4096
+#: Characters of an imported trial's source ("import:<file name or study>").
+MAX_SOURCE = 1024
 MAX_IMPORT = 10_000
 MAX_MEASUREMENTS = 1_000
 #: Metrics one trial or measurement may report (the study's and extra readings).
@@ -157,6 +161,7 @@ class TuningService:
         Raises:
             AlreadyExistsError: A study of that name exists with a different spec.
         """
+        storable_tree(spec.to_dict(), "spec")  # a knob's choice, unit, description...
         with self._lock(spec.name):
             try:
                 self.storage.create_study(spec)
@@ -472,7 +477,8 @@ class TuningService:
             raise ValidationError(
                 f"{where}.reason", f"a {status.value} trial needs a reason", "non-empty text"
             )
-        return FinishedTrial(config, status, metrics, reason, item.source or "import")
+        source = _text(item.source, f"{where}.source", MAX_SOURCE)
+        return FinishedTrial(config, status, metrics, reason, source or "import")
 
     def add_measurements(
         self,
@@ -741,15 +747,17 @@ def _holder(client_id: str | None, override: bool) -> str | None:
 def _study_name(name: object) -> str:
     if not isinstance(name, str) or not name:
         raise ValidationError("study", "a study name is required", "the name of an existing study")
-    return name
+    return storable(name, "study")
 
 
 def _text(value: object, field_: str, limit: int) -> str:
+    """``value`` if it is text of at most ``limit`` characters that storage can hold
+    (``storable``: no NUL, no unpaired surrogate, the same verdict on every backend)."""
     if not isinstance(value, str):
         raise ValidationError(field_, f"must be text, got {type(value).__name__}")
     if len(value) > limit:
         raise ValidationError(field_, f"is {len(value)} characters long", f"at most {limit}")
-    return value
+    return storable(value, field_)
 
 
 def _reportable(status: object, field_: str = "status") -> TrialStatus:

@@ -23,6 +23,8 @@ from server.storage.base import (
     check_holder,
     check_metrics,
     check_status,
+    storable,
+    storable_tree,
 )
 from server.storage.migrations import LATEST_VERSION
 from server.storage.sqlite import SQLiteStorage
@@ -46,4 +48,6 @@ __all__ = [
     "check_status",
     "open_storage",
     "parse",
+    "storable",
+    "storable_tree",
 ]
