@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from server.storage.base import (
     CREATABLE_STATUSES,
+    ROW_CHARS,
     FinishedTrial,
     NewBatch,
     NewTrial,
     Request,
     Storage,
+    StoredSize,
     StoredStudy,
     TrialEvent,
     check_config,
@@ -33,6 +35,7 @@ from server.storage.urls import StorageURL, open_storage, parse
 __all__ = [
     "CREATABLE_STATUSES",
     "LATEST_VERSION",
+    "ROW_CHARS",
     "FinishedTrial",
     "NewBatch",
     "NewTrial",
@@ -40,6 +43,7 @@ __all__ = [
     "SQLiteStorage",
     "Storage",
     "StorageURL",
+    "StoredSize",
     "StoredStudy",
     "TrialEvent",
     "check_config",

@@ -38,6 +38,8 @@ from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStat
 
 #: Statuses a trial may be created with; final statuses are reached through ``finish_trial``.
 CREATABLE_STATUSES = (TrialStatus.PENDING, TrialStatus.ACTIVE)
+#: What ``Storage.stored_size`` counts for each row besides its text: its numbers and keys.
+ROW_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,22 @@ class StoredStudy:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+@dataclass(frozen=True)
+class StoredSize:
+    """How much a study holds (``Storage.stored_size``).
+
+    Attributes:
+        chars: Characters of text stored for it: the spec's JSON; each trial's texts
+            (client, source, warning, reason, embedded point and spread as JSON), parameter
+            names and JSON values, metric names; each measurement's metrics as JSON; each
+            event's text; plus ``ROW_CHARS`` for every row but the study's.
+        unfinished: Its PENDING and ACTIVE trials, whose results are still to come.
+    """
+
+    chars: int
+    unfinished: int
 
 
 @dataclass(frozen=True)
@@ -203,8 +221,17 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def list_studies(self) -> list[StoredStudy]:
-        """Every study, oldest first."""
+    def list_studies(self, offset: int = 0, limit: int | None = None) -> list[StoredStudy]:
+        """The studies, oldest first: at most ``limit`` (None: all) from the ``offset``-th
+        on (studies are never deleted, so an offset stays where it was)."""
+
+    @abstractmethod
+    def stored_size(self, study: str) -> StoredSize:
+        """What the study holds (``StoredSize``), counted the same way on every backend.
+
+        Raises:
+            NotFoundError: Unknown study.
+        """
 
     # -- trials -----------------------------------------------------------------------
     @abstractmethod
@@ -259,9 +286,14 @@ class Storage(ABC):
 
     @abstractmethod
     def list_trials(
-        self, study: str, statuses: Collection[TrialStatus] | None = None
+        self,
+        study: str,
+        statuses: Collection[TrialStatus] | None = None,
+        after: int = 0,
+        limit: int | None = None,
     ) -> list[Trial]:
-        """The study's trials in id order, only those with one of ``statuses`` when given."""
+        """The study's trials in id order, only those with one of ``statuses`` when given:
+        at most ``limit`` (None: all) of those with an id above ``after``."""
 
     @abstractmethod
     def active_trials(self, study: str, client_id: str) -> list[Trial]:
@@ -336,10 +368,13 @@ class Storage(ABC):
         trial_id: int | None = None,
         kinds: Collection[MeasurementKind] | None = None,
         ids: Collection[int] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[Measurement]:
         """The study's measurements in the order they were stored; only one trial's, only
         some kinds, or only those a request answered with (``Request.answer_ids``), when
-        given.
+        given: at most ``limit`` (None: all) of them from the ``offset``-th on
+        (measurements are never deleted, so an offset stays where it was).
 
         Raises:
             NotFoundError: Unknown study (or trial, when one is named).
@@ -564,10 +599,10 @@ def check_holder(
     )
 
 
-def check_trial_id(trial_id: Any) -> int:
+def check_trial_id(trial_id: Any, field_: str = "trial_id") -> int:
     """``trial_id`` if it is an integer (not a bool); else ``ValidationError``."""
     if isinstance(trial_id, bool) or not isinstance(trial_id, int):
-        raise ValidationError("trial_id", f"must be an integer, got {trial_id!r}")
+        raise ValidationError(field_, f"must be an integer, got {trial_id!r}")
     return trial_id
 
 
