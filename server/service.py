@@ -41,6 +41,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from server import limits
 from server.records import ImportedTrial, LeasePolicy, StudyInfo
 from server.storage import (
     FinishedTrial,
@@ -50,7 +51,6 @@ from server.storage import (
     Storage,
     check_holder,
     storable,
-    storable_tree,
 )
 from server.suggest import Designer, InlineDesigner
 from tuner.confirmation import best_of, stored_confirmation
@@ -161,7 +161,7 @@ class TuningService:
         Raises:
             AlreadyExistsError: A study of that name exists with a different spec.
         """
-        storable_tree(spec.to_dict(), "spec")  # a knob's choice, unit, description...
+        limits.check_spec(spec)
         with self._lock(spec.name):
             try:
                 self.storage.create_study(spec)
@@ -185,8 +185,9 @@ class TuningService:
         counts = Counter(t.status.value for t in trials)
         return StudyInfo(stored.spec, stored.created_at, dict(counts), best.id if best else None)
 
-    def list_studies(self) -> list[StudyInfo]:
-        return [self.get_study(s.name) for s in self.storage.list_studies()]
+    def list_studies(self, offset: int = 0, limit: int | None = None) -> list[StudyInfo]:
+        """The studies, oldest first: at most ``limit`` from the ``offset``-th on."""
+        return [self.get_study(s.name) for s in self.storage.list_studies(offset, limit)]
 
     # -- trials -------------------------------------------------------------------------
     def suggest_trials(
@@ -242,6 +243,7 @@ class TuningService:
                         f"at most {max(1, MAX_SUGGESTED_VALUES // knobs)} trials per call "
                         "for this study",
                     )
+                limits.check_suggestion(self._spec(study), count, client_id)
                 if request is not None and (known := self._replay(study, request)) is not None:
                     return known
                 self._expire(study, arrived)
@@ -259,7 +261,9 @@ class TuningService:
                         except AlreadyExistsError:
                             return self._replayed(study, request)
                     return mine
-            ask = _Ask(count - len(mine), client_id, request, [t.id for t in mine])
+            need = count - len(mine)
+            limits.check_new_trials(self.storage, self._spec(study), need, client_id)
+            ask = _Ask(need, client_id, request, [t.id for t in mine])
             new = self._new_trials(study, ask)
             if ask.replayed is not None:
                 return ask.replayed
@@ -390,6 +394,7 @@ class TuningService:
         if repeats:
             metrics, spread = repeat_summary(repeats)
         _check_metrics(spec, metrics, status)
+        limits.check_result(self.storage, study, metrics, spread, reason, repeats)
         self._expire(study, arrived)
         try:
             trial = self.storage.finish_trial(
@@ -453,6 +458,7 @@ class TuningService:
                     "a study without an embedding",
                 )
             finished = [self._finished(spec, item, f"trials[{i}]") for i, item in enumerate(items)]
+            limits.check_imports(self.storage, study, finished)
             try:
                 stored = self.storage.import_trials(study, finished, request)
             except AlreadyExistsError:
@@ -521,6 +527,7 @@ class TuningService:
             [(MeasurementKind(m.kind).value, sorted(m.metrics.items()), m.at, m.round)
              for m in items],
         )  # fmt: skip
+        limits.check_measurements(self.storage, study, items)
         with self._lock(study):
             try:
                 stored = self.storage.add_measurements(study, trial_id, items, request)
@@ -537,10 +544,15 @@ class TuningService:
         study: str,
         trial_id: int | None = None,
         kinds: Collection[MeasurementKind] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[Measurement]:
         """The study's stored measurements (repeats, controls, confirmation rounds) in the
-        order they were stored; one trial's, or some kinds only, when given."""
-        return self.storage.list_measurements(_study_name(study), trial_id, kinds)
+        order they were stored; one trial's, or some kinds only, when given; at most
+        ``limit`` from the ``offset``-th on."""
+        return self.storage.list_measurements(
+            _study_name(study), trial_id, kinds, offset=offset, limit=limit
+        )
 
     def heartbeat(
         self,
@@ -576,10 +588,16 @@ class TuningService:
         return trial  # without leases nothing expires: the heartbeat changed nothing
 
     def list_trials(
-        self, study: str, statuses: Collection[TrialStatus] | None = None
+        self,
+        study: str,
+        statuses: Collection[TrialStatus] | None = None,
+        after: int = 0,
+        limit: int | None = None,
     ) -> list[Trial]:
+        """The study's trials in id order (only those in ``statuses`` when given): at most
+        ``limit`` of those with an id above ``after``."""
         self._expire(_study_name(study))
-        return self.storage.list_trials(study, statuses)
+        return self.storage.list_trials(study, statuses, after, limit)
 
     def get_trial(self, study: str, trial_id: int) -> Trial:
         self._expire(_study_name(study))
