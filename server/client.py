@@ -18,6 +18,10 @@ same on each retry, and the server answers a retried request as it answered the 
 measurements twice), so it is never retried: it waits up to ``timeout`` for a server that
 is not up yet (nothing has been sent then) and raises an UNAVAILABLE as it comes.
 
+Listings (``list_studies``, ``list_trials``, ``list_measurements``, ``get_pareto_front``)
+follow the server's pages (``server.paging``) and return the whole list, however large the
+study; a server from before paging answers in one reply, which ends the loop.
+
 Example::
 
     with TunerClient("127.0.0.1:50051") as client:
@@ -35,7 +39,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -54,6 +58,9 @@ from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus
 _Reply = TypeVar("_Reply")
 _FIRST_PAUSE_S = 0.1
 _MAX_PAUSE_S = 5.0
+#: Items asked for per page: the most a server gives (``server.paging.MAX_PAGE_SIZE``);
+#: it ends a page earlier where the reply would grow past what a client accepts.
+_PAGE_SIZE = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +171,8 @@ class TunerClient:
 
     def list_studies(self) -> list[StudyInfo]:
         """Every study on the server."""
-        reply = self._call(self._stub.ListStudies, pb.ListStudiesRequest())
-        return [convert.study_from_proto(s) for s in reply.studies]
+        pages = self._pages(self._stub.ListStudies, pb.ListStudiesRequest(), "studies")
+        return [convert.study_from_proto(s) for s in pages]
 
     # -- trials ------------------------------------------------------------------------
     def suggest_trials(self, study: str, count: int, client_id: str = "") -> list[Trial]:
@@ -279,10 +286,9 @@ class TunerClient:
             trial_id=trial_id or 0,
             kinds=[convert.measurement_kind_to_proto(k, "kinds") for k in kinds or ()],
         )
-        reply = self._call(self._stub.ListMeasurements, request)
+        pages = self._pages(self._stub.ListMeasurements, request, "measurements")
         return [
-            convert.measurement_from_proto(m, f"measurements[{i}]")
-            for i, m in enumerate(reply.measurements)
+            convert.measurement_from_proto(m, f"measurements[{i}]") for i, m in enumerate(pages)
         ]
 
     def heartbeat(
@@ -314,8 +320,8 @@ class TunerClient:
         request = pb.ListTrialsRequest(
             study=study, statuses=[convert.status_to_proto(s) for s in statuses or ()]
         )
-        reply = self._call(self._stub.ListTrials, request)
-        return [convert.trial_from_proto(t) for t in reply.trials]
+        pages = self._pages(self._stub.ListTrials, request, "trials")
+        return [convert.trial_from_proto(t) for t in pages]
 
     def get_trial(self, study: str, trial_id: int) -> Trial:
         """One trial (``NotFoundError`` if the study or the trial does not exist)."""
@@ -330,8 +336,8 @@ class TunerClient:
     def get_pareto_front(self, study: str) -> list[Trial]:
         """The feasible trials no other feasible trial dominates, in id order."""
         request = pb.GetParetoFrontRequest(study=study)
-        reply = self._call(self._stub.GetParetoFront, request)
-        return [convert.trial_from_proto(t) for t in reply.trials]
+        pages = self._pages(self._stub.GetParetoFront, request, "trials")
+        return [convert.trial_from_proto(t) for t in pages]
 
     # -- private -----------------------------------------------------------------------
     def _holder(self, study: str, trial_id: int, given: str | None) -> str:
@@ -339,6 +345,18 @@ class TunerClient:
             return given
         with self._holders_guard:
             return self._holders.get((study, trial_id), "")
+
+    def _pages(self, method: Callable[..., Any], request: Any, field: str) -> Iterator[Any]:
+        """The items of every page of a listing, in order: ``request`` is sent with
+        ``page_size`` and then with each reply's ``next_page_token`` until one has none
+        (each call retried as ``_call`` retries)."""
+        request.page_size = _PAGE_SIZE
+        while True:
+            reply = self._call(method, request)
+            yield from getattr(reply, field)
+            if not reply.next_page_token:
+                return
+            request.page_token = reply.next_page_token
 
     def _call(self, method: Callable[..., _Reply], request: Any) -> _Reply:
         """Call ``method``; for ``retry_for`` seconds, try again when the server is UNAVAILABLE

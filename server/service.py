@@ -41,6 +41,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from server import limits
 from server.records import ImportedTrial, LeasePolicy, StudyInfo
 from server.storage import (
     FinishedTrial,
@@ -49,6 +50,7 @@ from server.storage import (
     Request,
     Storage,
     check_holder,
+    storable,
 )
 from server.suggest import Designer, InlineDesigner
 from tuner.confirmation import best_of, stored_confirmation
@@ -84,6 +86,8 @@ MAX_SUGGESTED_VALUES = 50_000
 MAX_CLIENT_ID = 256
 MAX_REQUEST_ID = 256
 MAX_REASON = 4096
+#: Characters of an imported trial's source ("import:<file name or study>").
+MAX_SOURCE = 1024
 MAX_IMPORT = 10_000
 MAX_MEASUREMENTS = 1_000
 #: Metrics one trial or measurement may report (the study's and extra readings).
@@ -157,6 +161,7 @@ class TuningService:
         Raises:
             AlreadyExistsError: A study of that name exists with a different spec.
         """
+        limits.check_spec(spec)
         with self._lock(spec.name):
             try:
                 self.storage.create_study(spec)
@@ -180,8 +185,9 @@ class TuningService:
         counts = Counter(t.status.value for t in trials)
         return StudyInfo(stored.spec, stored.created_at, dict(counts), best.id if best else None)
 
-    def list_studies(self) -> list[StudyInfo]:
-        return [self.get_study(s.name) for s in self.storage.list_studies()]
+    def list_studies(self, offset: int = 0, limit: int | None = None) -> list[StudyInfo]:
+        """The studies, oldest first: at most ``limit`` from the ``offset``-th on."""
+        return [self.get_study(s.name) for s in self.storage.list_studies(offset, limit)]
 
     # -- trials -------------------------------------------------------------------------
     def suggest_trials(
@@ -237,6 +243,7 @@ class TuningService:
                         f"at most {max(1, MAX_SUGGESTED_VALUES // knobs)} trials per call "
                         "for this study",
                     )
+                limits.check_suggestion(self._spec(study), count, client_id)
                 if request is not None and (known := self._replay(study, request)) is not None:
                     return known
                 self._expire(study, arrived)
@@ -254,7 +261,9 @@ class TuningService:
                         except AlreadyExistsError:
                             return self._replayed(study, request)
                     return mine
-            ask = _Ask(count - len(mine), client_id, request, [t.id for t in mine])
+            need = count - len(mine)
+            limits.check_new_trials(self.storage, self._spec(study), need, client_id)
+            ask = _Ask(need, client_id, request, [t.id for t in mine])
             new = self._new_trials(study, ask)
             if ask.replayed is not None:
                 return ask.replayed
@@ -385,6 +394,7 @@ class TuningService:
         if repeats:
             metrics, spread = repeat_summary(repeats)
         _check_metrics(spec, metrics, status)
+        limits.check_result(self.storage, study, metrics, spread, reason, repeats)
         self._expire(study, arrived)
         try:
             trial = self.storage.finish_trial(
@@ -448,6 +458,7 @@ class TuningService:
                     "a study without an embedding",
                 )
             finished = [self._finished(spec, item, f"trials[{i}]") for i, item in enumerate(items)]
+            limits.check_imports(self.storage, study, finished)
             try:
                 stored = self.storage.import_trials(study, finished, request)
             except AlreadyExistsError:
@@ -472,7 +483,8 @@ class TuningService:
             raise ValidationError(
                 f"{where}.reason", f"a {status.value} trial needs a reason", "non-empty text"
             )
-        return FinishedTrial(config, status, metrics, reason, item.source or "import")
+        source = _text(item.source, f"{where}.source", MAX_SOURCE)
+        return FinishedTrial(config, status, metrics, reason, source or "import")
 
     def add_measurements(
         self,
@@ -515,6 +527,7 @@ class TuningService:
             [(MeasurementKind(m.kind).value, sorted(m.metrics.items()), m.at, m.round)
              for m in items],
         )  # fmt: skip
+        limits.check_measurements(self.storage, study, items)
         with self._lock(study):
             try:
                 stored = self.storage.add_measurements(study, trial_id, items, request)
@@ -531,10 +544,15 @@ class TuningService:
         study: str,
         trial_id: int | None = None,
         kinds: Collection[MeasurementKind] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[Measurement]:
         """The study's stored measurements (repeats, controls, confirmation rounds) in the
-        order they were stored; one trial's, or some kinds only, when given."""
-        return self.storage.list_measurements(_study_name(study), trial_id, kinds)
+        order they were stored; one trial's, or some kinds only, when given; at most
+        ``limit`` from the ``offset``-th on."""
+        return self.storage.list_measurements(
+            _study_name(study), trial_id, kinds, offset=offset, limit=limit
+        )
 
     def heartbeat(
         self,
@@ -570,10 +588,16 @@ class TuningService:
         return trial  # without leases nothing expires: the heartbeat changed nothing
 
     def list_trials(
-        self, study: str, statuses: Collection[TrialStatus] | None = None
+        self,
+        study: str,
+        statuses: Collection[TrialStatus] | None = None,
+        after: int = 0,
+        limit: int | None = None,
     ) -> list[Trial]:
+        """The study's trials in id order (only those in ``statuses`` when given): at most
+        ``limit`` of those with an id above ``after``."""
         self._expire(_study_name(study))
-        return self.storage.list_trials(study, statuses)
+        return self.storage.list_trials(study, statuses, after, limit)
 
     def get_trial(self, study: str, trial_id: int) -> Trial:
         self._expire(_study_name(study))
@@ -741,15 +765,17 @@ def _holder(client_id: str | None, override: bool) -> str | None:
 def _study_name(name: object) -> str:
     if not isinstance(name, str) or not name:
         raise ValidationError("study", "a study name is required", "the name of an existing study")
-    return name
+    return storable(name, "study")
 
 
 def _text(value: object, field_: str, limit: int) -> str:
+    """``value`` if it is text of at most ``limit`` characters that storage can hold
+    (``storable``: no NUL, no unpaired surrogate, the same verdict on every backend)."""
     if not isinstance(value, str):
         raise ValidationError(field_, f"must be text, got {type(value).__name__}")
     if len(value) > limit:
         raise ValidationError(field_, f"is {len(value)} characters long", f"at most {limit}")
-    return value
+    return storable(value, field_)
 
 
 def _reportable(status: object, field_: str = "status") -> TrialStatus:

@@ -3,14 +3,16 @@
 Each method converts its request (``server.convert``), calls the service, and converts the
 answer back. Nothing else happens here: validation lives in ``convert`` (wire shape) and in
 the domain and service (meaning); status codes come from the one table in ``server.errors``,
-applied by ``grpc_errors`` to every method.
+applied by ``grpc_errors`` to every method. Listings page (``server.paging``), and the two
+writes whose replies repeat the request (ImportTrials, AddMeasurements) are refused before
+they change anything when the reply would not fit.
 """
 
 from __future__ import annotations
 
 import grpc
 
-from server import convert
+from server import convert, paging
 from server.api.v1 import tuner_pb2 as pb
 from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import grpc_errors, lenient
@@ -67,8 +69,14 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
     def ListStudies(
         self, request: pb.ListStudiesRequest, context: grpc.ServicerContext
     ) -> pb.ListStudiesResponse:
-        studies = self._service.list_studies()
-        return pb.ListStudiesResponse(studies=[convert.study_to_proto(s) for s in studies])
+        studies, token = paging.fill(
+            paging.page_of(request, "ListStudies"),
+            lambda offset, n: self._service.list_studies(offset, n),
+            convert.study_to_proto,
+            lambda offset, _: offset + 1,
+            "the studies",
+        )
+        return pb.ListStudiesResponse(studies=studies, next_page_token=token)
 
     @grpc_errors
     def SuggestTrials(
@@ -102,6 +110,13 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
     def ImportTrials(
         self, request: pb.ImportTrialsRequest, context: grpc.ServicerContext
     ) -> pb.ImportTrialsResponse:
+        paging.check_reply(
+            # each stored trial adds its id, study, times, step, repeats and source
+            request.ByteSize() + len(request.trials) * (64 + len(request.study.encode())),
+            "trials",
+            f"{len(request.trials)} trials",
+            "fewer trials per request (import them in batches)",
+        )
         items = [
             convert.imported_from_proto(t, f"trials[{i}]") for i, t in enumerate(request.trials)
         ]
@@ -122,10 +137,14 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         self, request: pb.ListTrialsRequest, context: grpc.ServicerContext
     ) -> pb.ListTrialsResponse:
         statuses = convert.statuses_from_proto(request.statuses, "statuses")
-        trials = self._service.list_trials(request.study, statuses)
-        return pb.ListTrialsResponse(
-            trials=[convert.trial_to_proto(t, request.study) for t in trials]
+        trials, token = paging.fill(
+            paging.page_of(request, "ListTrials", request.study, sorted(request.statuses)),
+            lambda after, n: self._service.list_trials(request.study, statuses, after, n),
+            lambda trial: convert.trial_to_proto(trial, request.study),
+            lambda _, trial: trial.id,
+            f"the trials of study {request.study!r}",
         )
+        return pb.ListTrialsResponse(trials=trials, next_page_token=token)
 
     @grpc_errors
     def GetTrial(self, request: pb.GetTrialRequest, context: grpc.ServicerContext) -> pb.Trial:
@@ -143,15 +162,27 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
     def GetParetoFront(
         self, request: pb.GetParetoFrontRequest, context: grpc.ServicerContext
     ) -> pb.ListTrialsResponse:
+        page = paging.page_of(request, "GetParetoFront", request.study)
         front = self._service.get_pareto_front(request.study)
-        return pb.ListTrialsResponse(
-            trials=[convert.trial_to_proto(t, request.study) for t in front]
+        trials, token = paging.fill(
+            page,
+            lambda after, n: [t for t in front if t.id > after][:n],
+            lambda trial: convert.trial_to_proto(trial, request.study),
+            lambda _, trial: trial.id,
+            f"the Pareto front of study {request.study!r}",
         )
+        return pb.ListTrialsResponse(trials=trials, next_page_token=token)
 
     @grpc_errors
     def AddMeasurements(
         self, request: pb.AddMeasurementsRequest, context: grpc.ServicerContext
     ) -> pb.AddMeasurementsResponse:
+        paging.check_reply(
+            request.ByteSize() + 32 * len(request.measurements),  # + trial_id and at
+            "measurements",
+            f"{len(request.measurements)} measurements",
+            "fewer measurements per request",
+        )
         measurements = convert.measurements_from_request(request)
         stored = self._service.add_measurements(
             request.study, request.trial_id, measurements, request.request_id
@@ -165,9 +196,14 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         self, request: pb.ListMeasurementsRequest, context: grpc.ServicerContext
     ) -> pb.ListMeasurementsResponse:
         kinds = convert.measurement_kinds_from_proto(request.kinds, "kinds")
-        measurements = self._service.list_measurements(
-            request.study, request.trial_id or None, kinds
+        listing = (request.study, request.trial_id, sorted(request.kinds))
+        measurements, token = paging.fill(
+            paging.page_of(request, "ListMeasurements", *listing),
+            lambda offset, n: self._service.list_measurements(
+                request.study, request.trial_id or None, kinds, offset, n
+            ),
+            convert.measurement_to_proto,
+            lambda offset, _: offset + 1,
+            f"the measurements of study {request.study!r}",
         )
-        return pb.ListMeasurementsResponse(
-            measurements=[convert.measurement_to_proto(m) for m in measurements]
-        )
+        return pb.ListMeasurementsResponse(measurements=measurements, next_page_token=token)

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 from server.storage.base import (
     CREATABLE_STATUSES,
+    ROW_CHARS,
     FinishedTrial,
     NewBatch,
     NewTrial,
     Request,
     Storage,
+    StoredSize,
     StoredStudy,
     TrialEvent,
     check_config,
     check_holder,
     check_metrics,
     check_status,
+    storable,
+    storable_tree,
 )
 from server.storage.migrations import LATEST_VERSION
 from server.storage.sqlite import SQLiteStorage
@@ -31,6 +35,7 @@ from server.storage.urls import StorageURL, open_storage, parse
 __all__ = [
     "CREATABLE_STATUSES",
     "LATEST_VERSION",
+    "ROW_CHARS",
     "FinishedTrial",
     "NewBatch",
     "NewTrial",
@@ -38,6 +43,7 @@ __all__ = [
     "SQLiteStorage",
     "Storage",
     "StorageURL",
+    "StoredSize",
     "StoredStudy",
     "TrialEvent",
     "check_config",
@@ -46,4 +52,6 @@ __all__ = [
     "check_status",
     "open_storage",
     "parse",
+    "storable",
+    "storable_tree",
 ]

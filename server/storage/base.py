@@ -24,6 +24,7 @@ trimmed to what this service needs.
 from __future__ import annotations
 
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStat
 
 #: Statuses a trial may be created with; final statuses are reached through ``finish_trial``.
 CREATABLE_STATUSES = (TrialStatus.PENDING, TrialStatus.ACTIVE)
+#: What ``Storage.stored_size`` counts for each row besides its text: its numbers and keys.
+ROW_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,22 @@ class StoredStudy:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+@dataclass(frozen=True)
+class StoredSize:
+    """How much a study holds (``Storage.stored_size``).
+
+    Attributes:
+        chars: Characters of text stored for it: the spec's JSON; each trial's texts
+            (client, source, warning, reason, embedded point and spread as JSON), parameter
+            names and JSON values, metric names; each measurement's metrics as JSON; each
+            event's text; plus ``ROW_CHARS`` for every row but the study's.
+        unfinished: Its PENDING and ACTIVE trials, whose results are still to come.
+    """
+
+    chars: int
+    unfinished: int
 
 
 @dataclass(frozen=True)
@@ -202,8 +221,17 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def list_studies(self) -> list[StoredStudy]:
-        """Every study, oldest first."""
+    def list_studies(self, offset: int = 0, limit: int | None = None) -> list[StoredStudy]:
+        """The studies, oldest first: at most ``limit`` (None: all) from the ``offset``-th
+        on (studies are never deleted, so an offset stays where it was)."""
+
+    @abstractmethod
+    def stored_size(self, study: str) -> StoredSize:
+        """What the study holds (``StoredSize``), counted the same way on every backend.
+
+        Raises:
+            NotFoundError: Unknown study.
+        """
 
     # -- trials -----------------------------------------------------------------------
     @abstractmethod
@@ -258,9 +286,14 @@ class Storage(ABC):
 
     @abstractmethod
     def list_trials(
-        self, study: str, statuses: Collection[TrialStatus] | None = None
+        self,
+        study: str,
+        statuses: Collection[TrialStatus] | None = None,
+        after: int = 0,
+        limit: int | None = None,
     ) -> list[Trial]:
-        """The study's trials in id order, only those with one of ``statuses`` when given."""
+        """The study's trials in id order, only those with one of ``statuses`` when given:
+        at most ``limit`` (None: all) of those with an id above ``after``."""
 
     @abstractmethod
     def active_trials(self, study: str, client_id: str) -> list[Trial]:
@@ -335,10 +368,13 @@ class Storage(ABC):
         trial_id: int | None = None,
         kinds: Collection[MeasurementKind] | None = None,
         ids: Collection[int] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[Measurement]:
         """The study's measurements in the order they were stored; only one trial's, only
         some kinds, or only those a request answered with (``Request.answer_ids``), when
-        given.
+        given: at most ``limit`` (None: all) of them from the ``offset``-th on
+        (measurements are never deleted, so an offset stays where it was).
 
         Raises:
             NotFoundError: Unknown study (or trial, when one is named).
@@ -442,6 +478,7 @@ def check_config(config: Any) -> Config:
     for name, value in config.items():
         if not isinstance(name, str) or not name:
             raise ValidationError("config", f"knob names must be non-empty strings, got {name!r}")
+        storable(name, "config")  # (values are stored as JSON text, which escapes a NUL)
         if isinstance(value, float) and not math.isfinite(value):
             raise ValidationError(f"config.{name}", f"got {value!r}", "finite numbers")
         if not isinstance(value, float | int | str | bool):
@@ -467,6 +504,7 @@ def check_metrics(metrics: Any) -> dict[str, float]:
             raise ValidationError(
                 "metrics", f"metric names must be non-empty strings, got {name!r}"
             )
+        storable(name, "metrics")
         number = _finite_float(value)
         if number is None:
             raise ValidationError(f"metrics.{name}", f"got {value!r}", "finite numbers")
@@ -489,11 +527,50 @@ def check_status(status: Any, field_: str = "status") -> TrialStatus:
 
 
 def check_text(value: Any, field_: str, *, required: bool = False) -> str:
-    """``value`` if it is a string (non-empty when ``required``); else ``ValidationError``."""
+    """``value`` if it is a string (non-empty when ``required``) that every backend can
+    store (``storable``); else ``ValidationError``."""
     if not isinstance(value, str) or (required and not value):
         wanted = "a non-empty string" if required else "a string"
         raise ValidationError(field_, f"must be {wanted}, got {value!r}")
-    return value
+    return storable(value, field_)
+
+
+def storable(text: str, field_: str) -> str:
+    """``text`` if every backend stores it as given: no NUL character (PostgreSQL's text
+    cannot hold one, SQLite's can: the same request must not be stored on one backend and
+    fail on the other) and no unpaired surrogate (Python's stand-in for bytes that are not
+    UTF-8, such as an undecodable file name, which no UTF-8 column can hold).
+
+    Raises:
+        ValidationError: naming ``field_`` and where the character is.
+    """
+    bad = _UNSTORABLE.search(text)
+    if bad is None:
+        return text
+    char = bad.group(0)
+    what = "a NUL character (\\x00)" if char == "\0" else f"an unpaired surrogate ({char!r})"
+    raise ValidationError(
+        field_,
+        f"holds {what} at character {bad.start() + 1} of {len(text)}, which cannot be stored",
+        "text without NUL characters or unpaired surrogates (valid UTF-8)",
+    )
+
+
+def storable_tree(value: Any, field_: str) -> None:
+    """``storable`` for every string in ``value`` (nested dicts and lists, as
+    ``StudySpec.to_dict`` makes), keys included; the error names the path
+    (``spec.knobs[2].choices[1]``)."""
+    if isinstance(value, str):
+        storable(value, field_)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            where = f"{field_}.{key}" if isinstance(key, str) and key.isidentifier() else field_
+            if isinstance(key, str):
+                storable(key, where)
+            storable_tree(item, where)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            storable_tree(item, f"{field_}[{i}]")
 
 
 def check_point(value: Any, field_: str) -> tuple[float, ...]:
@@ -522,11 +599,14 @@ def check_holder(
     )
 
 
-def check_trial_id(trial_id: Any) -> int:
+def check_trial_id(trial_id: Any, field_: str = "trial_id") -> int:
     """``trial_id`` if it is an integer (not a bool); else ``ValidationError``."""
     if isinstance(trial_id, bool) or not isinstance(trial_id, int):
-        raise ValidationError("trial_id", f"must be an integer, got {trial_id!r}")
+        raise ValidationError(field_, f"must be an integer, got {trial_id!r}")
     return trial_id
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _finite_float(value: Any) -> float | None:

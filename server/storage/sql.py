@@ -54,11 +54,13 @@ from dataclasses import replace
 from typing import Any, Protocol, cast
 
 from server.storage.base import (
+    ROW_CHARS,
     FinishedTrial,
     NewBatch,
     NewTrial,
     Request,
     Storage,
+    StoredSize,
     StoredStudy,
     TrialEvent,
     check_holder,
@@ -79,6 +81,20 @@ from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStat
 
 _REQUEST_RETENTION_S = 7 * 24 * 3600.0
 _FORGET_EVERY_S = 60.0  # how often a process deletes requests older than the retention
+#: ``stored_size``: every text the study's rows hold, plus ROW_CHARS a row (see StoredSize).
+_SIZE_SQL = f"""SELECT
+    (SELECT LENGTH(spec_json) FROM studies WHERE id = ?)
+    + (SELECT COALESCE(SUM(LENGTH(client_id) + LENGTH(source) + LENGTH(warning) + LENGTH(reason)
+        + LENGTH(embedded_json) + LENGTH(spread_json) + {ROW_CHARS}), 0)
+       FROM trials WHERE study_id = ?)
+    + (SELECT COALESCE(SUM(LENGTH(name) + LENGTH(value_json) + {ROW_CHARS}), 0)
+       FROM parameters WHERE study_id = ?)
+    + (SELECT COALESCE(SUM(LENGTH(name) + {ROW_CHARS}), 0) FROM metrics WHERE study_id = ?)
+    + (SELECT COALESCE(SUM(LENGTH(metrics_json) + {ROW_CHARS}), 0)
+       FROM measurements WHERE study_id = ?)
+    + (SELECT COALESCE(SUM(LENGTH(event) + LENGTH(detail) + {ROW_CHARS}), 0)
+       FROM trial_events WHERE study_id = ?),
+    (SELECT COUNT(*) FROM trials WHERE study_id = ? AND status IN (?, ?))"""
 _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
 _NEW_TRIAL_COLUMNS = (
     "study_id", "trial_id", "status", "client_id", "source", "step", "warning",
@@ -161,10 +177,18 @@ class SQLStorage(Storage):
             raise NotFoundError(f"study {name!r} not found")
         return _stored_study(rows[0])
 
-    def list_studies(self) -> list[StoredStudy]:
+    def list_studies(self, offset: int = 0, limit: int | None = None) -> list[StoredStudy]:
         with self._read("list studies") as tx:
-            rows = tx.rows("SELECT * FROM studies ORDER BY id")
+            rows = tx.rows(f"SELECT * FROM studies ORDER BY id{_page(offset, limit)}")
         return [_stored_study(row) for row in rows]
+
+    def stored_size(self, study: str) -> StoredSize:
+        with self._read(f"measure study {study!r}") as tx:
+            study_id = self._study_id(tx, study)
+            unfinished = [TrialStatus.PENDING.value, TrialStatus.ACTIVE.value]
+            row = tx.one(_SIZE_SQL, [study_id] * 7 + unfinished)
+        chars, unfinished = cast(tuple[Any, ...], row)
+        return StoredSize(chars=int(chars), unfinished=int(unfinished))
 
     # -- trials -----------------------------------------------------------------------
     def add_trials(
@@ -250,15 +274,32 @@ class SQLStorage(Storage):
         return found[0]
 
     def list_trials(
-        self, study: str, statuses: Collection[TrialStatus] | None = None
+        self,
+        study: str,
+        statuses: Collection[TrialStatus] | None = None,
+        after: int = 0,
+        limit: int | None = None,
     ) -> list[Trial]:
-        where, params = "", []
+        where = "AND t.trial_id > ?"
+        params: list[Any] = [check_trial_id(after, "after")]
         if statuses is not None:
             wanted = sorted({check_status(s, "statuses") for s in statuses})
-            where = f"AND t.status IN ({', '.join('?' * len(wanted))})" if wanted else "AND 1 = 0"
-            params = [s.value for s in wanted]
+            marks = ", ".join("?" * len(wanted))
+            where += f" AND t.status IN ({marks})" if wanted else " AND 1 = 0"
+            params += [s.value for s in wanted]
         with self._read(f"list trials of study {study!r}") as tx:
-            return self._load_trials(tx, self._study_id(tx, study), where, params)
+            study_id = self._study_id(tx, study)
+            if limit is not None:  # the ids first, so that the page's values load by range
+                last = tx.rows(
+                    f"SELECT t.trial_id FROM trials t WHERE t.study_id = ? {where} "
+                    f"ORDER BY t.trial_id{_page(0, limit)}",
+                    [study_id, *params],
+                )
+                if not last:
+                    return []
+                where += " AND t.trial_id <= ?"
+                params.append(last[-1]["trial_id"])
+            return self._load_trials(tx, study_id, where, params)
 
     def active_trials(self, study: str, client_id: str) -> list[Trial]:
         check_text(client_id, "client_id")
@@ -365,6 +406,8 @@ class SQLStorage(Storage):
         trial_id: int | None = None,
         kinds: Collection[MeasurementKind] | None = None,
         ids: Collection[int] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[Measurement]:
         where: list[str] = []
         params: list[Any] = []
@@ -385,7 +428,7 @@ class SQLStorage(Storage):
                 _stored_status(tx, study, study_id, trial_id)
                 where.append("AND m.trial_id = ?")
                 params.append(trial_id)
-            return _load_measurements(tx, study_id, " ".join(where), params)
+            return _load_measurements(tx, study_id, " ".join(where), params, _page(offset, limit))
 
     def find_request(self, study: str, request_id: str) -> Request | None:
         check_text(request_id, "request_id", required=True)
@@ -810,11 +853,11 @@ def _insert_measurements(
 
 
 def _load_measurements(
-    tx: Tx, study_id: int, where: str, params: Sequence[Any]
+    tx: Tx, study_id: int, where: str, params: Sequence[Any], page: str = ""
 ) -> list[Measurement]:
     rows = tx.rows(
         "SELECT trial_id, kind, round, at, metrics_json FROM measurements m "
-        f"WHERE m.study_id = ? {where} ORDER BY m.id",
+        f"WHERE m.study_id = ? {where} ORDER BY m.id{page}",
         [study_id, *params],
     )
     return [
@@ -827,6 +870,20 @@ def _load_measurements(
         )
         for row in rows
     ]
+
+
+def _page(offset: int, limit: int | None) -> str:
+    """The ``LIMIT``/``OFFSET`` clause of a page of a listing ("" for all of it); both are
+    checked integers, written into the SQL (SQLite and PostgreSQL spell "no limit"
+    differently, and neither takes a placeholder for it)."""
+    offset = check_trial_id(offset, "offset")
+    if limit is not None:
+        limit = check_trial_id(limit, "limit")
+    if offset < 0 or (limit is not None and limit < 0):
+        raise ValidationError("offset" if offset < 0 else "limit", "must be >= 0")
+    if limit is None:
+        return f" LIMIT {2**62} OFFSET {offset}" if offset else ""
+    return f" LIMIT {limit} OFFSET {offset}"
 
 
 def _step(value: str) -> StepKind:

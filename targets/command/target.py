@@ -26,9 +26,10 @@ upper-cased, ``.`` and ``-`` turned into ``_``) with the same text. Every placeh
 name a knob of the study; ``setup`` and ``teardown`` run without a configuration and so
 take none.
 
-A value that would start an argument and looks like an option (``-`` and more: a choice
-``-r`` or ``--output=f``, a negative number) is refused: ``check_space`` refuses a study
-whose knob can take one where an argument starts with its placeholder (``sort {mode}``), so
+An argument that starts with a knob's value and, rendered whole, looks like an option
+(``-`` and more: a choice ``-r`` or ``--output=f``, a negative number, or ``{a}{b}`` with
+``a`` = ``-`` and ``b`` = ``-output=f``) is refused: ``check_space`` refuses a study whose
+knobs can render one (``sort {mode}``), and ``render`` checks every rendered argument, so
 that a value never reaches the program as an option it did not mean. Put the value inside
 an option's argument (``--mode={mode}``), put a ``--`` argument before it (most programs
 then read what follows as operands), or set ``allow_dash_values = true``.
@@ -358,40 +359,59 @@ def render(
     Raises:
         TargetError: A placeholder names a knob the configuration lacks, or a value holds
             a NUL character (which no program argument can carry).
-        ConfigRejected: Unless ``dash_values``, a value that starts an argument (before any
-            ``--``) and looks like an option (``_option_like``); ``check_space`` refuses
-            such a study before it runs, so this guards direct calls.
+        ConfigRejected: Unless ``dash_values``, an argument (before any ``--``) whose
+            rendering starts with a knob's value and looks like an option
+            (``_option_like``); ``check_space`` refuses such a study before it runs, so
+            this guards direct calls.
     """
     out = []
     ended = False  # a "--" argument ends the options: what follows is never one
     for index, arg in enumerate(argv):
-        leading = _leading_knob(arg)
-        if not dash_values and not ended and leading is not None and leading in config:
-            text = format_value(config[leading])
-            if _option_like(text):
+        where = f"target.{field_}[{index}]"
+        pieces = [_render_piece(match, config, where) for match in _tokens(arg)]
+        text = "".join(piece for piece, _ in pieces)
+        if not dash_values and not ended:
+            # the rendered argument is checked, not each knob: "{a}{b}" with a = "-" and
+            # b = "-output=f" is "--output=f" though neither value alone starts an option
+            first = next(((piece, knob) for piece, knob in pieces if piece), ("", None))
+            if first[1] is not None and _option_like(text):
                 raise ConfigRejected(
-                    f"target.{field_}[{index}]: knob {leading!r} = {text!r} would start the "
-                    "argument and reach the program as an option (see allow_dash_values)"
+                    f"{where}: {arg!r} renders as {text!r}, which starts with knob "
+                    f"{first[1]!r} = {config[first[1]]!r} and would reach the program as an "
+                    "option (see allow_dash_values)"
                 )
         ended = ended or arg == "--"
-
-        def value(match: re.Match[str], where: str = f"target.{field_}[{index}]") -> str:
-            token = match.group(0)
-            if token in ("{{", "}}"):
-                return token[0]
-            name = match.group(1)
-            if not name or name not in config:
-                raise TargetError(f"{where}: placeholder {token} names no knob of this trial")
-            return _nul_free(format_value(config[name]), name)
-
-        out.append(_PLACEHOLDER.sub(value, arg))
+        out.append(text)
     return out
 
 
-def _leading_knob(arg: str) -> str | None:
-    """The knob whose value starts ``arg`` once rendered (``{knob}`` at its start), or None."""
-    match = _PLACEHOLDER.match(arg)
-    return match.group(1) if match is not None and match.group(1) else None
+def _tokens(arg: str) -> list[re.Match[str] | str]:
+    """``arg`` split into literal text and placeholder matches, in order."""
+    parts: list[re.Match[str] | str] = []
+    end = 0
+    for match in _PLACEHOLDER.finditer(arg):
+        if match.start() > end:
+            parts.append(arg[end : match.start()])
+        parts.append(match)
+        end = match.end()
+    if end < len(arg):
+        parts.append(arg[end:])
+    return parts
+
+
+def _render_piece(
+    part: re.Match[str] | str, config: Mapping[str, Scalar], where: str
+) -> tuple[str, str | None]:
+    """One part of an argument as rendered, with the knob it came from (None: literal)."""
+    if isinstance(part, str):
+        return part, None
+    token = part.group(0)
+    if token in ("{{", "}}"):
+        return token[0], None
+    name = part.group(1)
+    if not name or name not in config:
+        raise TargetError(f"{where}: placeholder {token} names no knob of this trial")
+    return _nul_free(format_value(config[name]), name), name
 
 
 def _option_like(text: str) -> bool:
@@ -401,30 +421,71 @@ def _option_like(text: str) -> bool:
 
 
 def _check_no_option_values(argv: Sequence[str], space: SearchSpace, field_: str) -> None:
-    """Refuses an argument that starts with a knob's value (before any ``--``) where the knob
-    can take a value a program would read as an option (``sort {mode} ...`` with ``mode`` =
-    ``--output=/some/file`` writes that file): a choice such as ``-r``, or a range below 0."""
+    """Refuses an argument (before any ``--``) that can render as an option whose leading
+    ``-`` comes from a knob's value (``sort {mode} ...`` with ``mode`` =
+    ``--output=/some/file`` writes that file): a choice such as ``-r``, a range below 0, or
+    a ``-`` choice followed by more text (``{a}{b}`` with ``a`` = ``-``)."""
     knobs = {knob.name: knob for knob in space.knobs}
     for index, arg in enumerate(argv):
         if arg == "--":
             return
-        name = _leading_knob(arg)
-        knob = knobs.get(name) if name is not None else None
-        if knob is None:
-            continue
-        if isinstance(knob, (FloatKnob, IntKnob)):
-            example = format_value(knob.low) if knob.low < 0 else None
-        else:
-            values = [format_value(c) for c in getattr(knob, "choices", ())]
-            example = next((v for v in values if _option_like(v)), None)
-        if example is not None and _option_like(example):
+        example = _option_rendering(_tokens(arg), knobs)
+        if example is not None:
             raise ValidationError(
                 f"target.{field_}[{index}]",
-                f"{{{name}}} starts the argument and knob {name!r} can be {example!r}, which "
+                f"{arg!r} starts with a knob's value and can render as {example!r}, which "
                 "the program would read as an option",
                 "the value inside an option's argument (--mode={mode}), a '--' argument "
                 "before it, or allow_dash_values = true",
             )
+
+
+def _option_rendering(
+    parts: Sequence[re.Match[str] | str], knobs: Mapping[str, Knob]
+) -> str | None:
+    """A rendering of an argument's ``parts`` (``_tokens``) that a program would read as an
+    option and whose leading ``-`` comes from a knob's value, or None if it has none.
+
+    Walks from the start over the parts that can render empty: a literal text starts the
+    argument itself (the author's own option), a knob's value starting with ``-`` and more
+    is an example, as is a ``-`` value followed by anything that can render non-empty."""
+    for position, part in enumerate(parts):
+        if isinstance(part, str) or part.group(0) in ("{{", "}}"):
+            return None  # the author's own text starts the argument
+        values = _values(part, knobs)
+        dashed = [v for v in values if v.startswith("-")]
+        if any(len(v) > 1 for v in dashed):
+            return next(v for v in dashed if len(v) > 1)
+        if dashed:
+            rest = "".join(_non_empty(later, knobs) for later in parts[position + 1 :])
+            if rest:
+                return "-" + rest
+        if "" not in values:
+            return None
+    return None
+
+
+def _values(part: re.Match[str] | str, knobs: Mapping[str, Knob]) -> list[str]:
+    """The texts a part of an argument renders as: a literal's own text (its braces
+    unescaped); a knob's choices, or for a numeric knob its lower bound (the only value a
+    program might read as an option is a negative number); [] for an unknown knob."""
+    if isinstance(part, str):
+        return [part]
+    if part.group(0) in ("{{", "}}"):
+        return [part.group(0)[0]]
+    knob = knobs.get(part.group(1) or "")
+    if knob is None:
+        return []
+    if isinstance(knob, (FloatKnob, IntKnob)):
+        return [format_value(knob.low)]
+    if hasattr(knob, "choices"):
+        return [format_value(c) for c in knob.choices]
+    return ["true", "false"]
+
+
+def _non_empty(part: re.Match[str] | str, knobs: Mapping[str, Knob]) -> str:
+    """A non-empty text ``part`` can render as, or "" when it renders empty only."""
+    return next((v for v in _values(part, knobs) if v), "")
 
 
 def format_value(value: Scalar) -> str:

@@ -467,7 +467,7 @@ class _BrokenService(TuningService):
     def get_study(self, name: str) -> Any:
         raise RuntimeError(f"secret internals of {name}")
 
-    def list_studies(self) -> Any:
+    def list_studies(self, offset: int = 0, limit: int | None = None) -> Any:
         raise StorageError("database is locked")
 
 

@@ -9,6 +9,7 @@ backend: ``test_sqlite_storage.py``, ``test_postgres_storage.py``.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.storage import NewBatch, NewTrial, Request, SQLiteStorage, Storage
+from server.storage import (
+    ROW_CHARS,
+    NewBatch,
+    NewTrial,
+    Request,
+    SQLiteStorage,
+    Storage,
+    StoredSize,
+)
 from server.storage.postgres import PostgresStorage
 from tuner.errors import (
     AlreadyExistsError,
@@ -571,3 +580,60 @@ def test_one_designer_runs_batches_are_stored_together_and_a_taken_request_store
         storage.add_trial_batches("pg-oltp", [NewBatch([]), NewBatch(["x"])])  # type: ignore[list-item]
     with pytest.raises(NotFoundError):
         storage.add_trial_batches("nope", [NewBatch([NewTrial(dict(CONFIG))])])
+
+
+# -- pages and sizes ------------------------------------------------------------------------
+def test_listings_take_a_cursor_and_a_limit(storage: Storage) -> None:
+    """What the paged RPCs read: trials after an id, studies and measurements from an
+    offset, at most a limit of them; the same on every backend."""
+    for name in ("pg-oltp", "b-study", "c-study"):
+        storage.create_study(make_spec(name))
+    for _ in range(5):
+        add_one(storage)
+    for trial_id in (2, 4):
+        storage.finish_trial(
+            "pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0, "p95_ms": 2.0}
+        )
+    assert [t.id for t in storage.list_trials("pg-oltp", after=2, limit=2)] == [3, 4]
+    assert [t.id for t in storage.list_trials("pg-oltp", after=4)] == [5]
+    assert storage.list_trials("pg-oltp", after=5, limit=3) == []
+    done = storage.list_trials("pg-oltp", [TrialStatus.COMPLETED], after=2, limit=1)
+    assert [t.id for t in done] == [4] and done[0].metrics == {"tps": 1.0, "p95_ms": 2.0}
+    assert storage.list_trials("pg-oltp", after=0, limit=2)[1].config == CONFIG
+    assert [s.name for s in storage.list_studies(1, 1)] == ["b-study"]
+    assert [s.name for s in storage.list_studies(2)] == ["c-study"]
+    assert storage.list_studies(0, 0) == []
+    kinds = [MeasurementKind.CONTROL, MeasurementKind.CONFIRM, MeasurementKind.CONTROL]
+    storage.add_measurements(
+        "pg-oltp", 2, [Measurement({"tps": float(i)}, kind) for i, kind in enumerate(kinds)]
+    )
+    page = storage.list_measurements("pg-oltp", offset=1, limit=1)
+    assert [m.metrics["tps"] for m in page] == [1.0]
+    assert [m.metrics["tps"] for m in storage.list_measurements("pg-oltp", offset=2)] == [2.0]
+    controls = storage.list_measurements("pg-oltp", 2, [MeasurementKind.CONTROL], offset=1)
+    assert [m.metrics["tps"] for m in controls] == [2.0]
+    with pytest.raises(ValidationError, match="offset"):
+        storage.list_studies(-1)
+
+
+def test_stored_size_counts_what_a_study_holds_alike_on_every_backend(storage: Storage) -> None:
+    """Every text the study's rows hold, in characters (a non-ASCII client counts its
+    characters, not its bytes, on both), and ROW_CHARS a row; and its unfinished trials."""
+    spec = make_spec()
+    storage.create_study(spec)
+    total = len(json.dumps(spec.to_dict(), allow_nan=False))
+    assert storage.stored_size("pg-oltp") == StoredSize(total, 0)
+    add_one(storage, client_id="wörker")
+    total += len("wörker") + len("[]") + len("{}") + ROW_CHARS  # the trial's row
+    total += sum(len(name) + len(json.dumps(v)) + ROW_CHARS for name, v in CONFIG.items())
+    total += len("created") + len("ACTIVE, client 'wörker'") + ROW_CHARS  # its event
+    assert storage.stored_size("pg-oltp") == StoredSize(total, 1)
+    storage.finish_trial("pg-oltp", 1, TrialStatus.COMPLETED, {"tps": 1.0, "p95_ms": 2.0})
+    total += len("tps") + len("p95_ms") + 2 * ROW_CHARS
+    total += len("status:COMPLETED") + len("from ACTIVE") + ROW_CHARS
+    assert storage.stored_size("pg-oltp") == StoredSize(total, 0)
+    storage.add_measurements("pg-oltp", 1, [Measurement({"tps": 1.5}, MeasurementKind.CONTROL)])
+    total += len(json.dumps({"tps": 1.5})) + ROW_CHARS
+    assert storage.stored_size("pg-oltp") == StoredSize(total, 0)
+    with pytest.raises(NotFoundError, match="'nope'"):
+        storage.stored_size("nope")

@@ -397,6 +397,9 @@ def test_config_checks_placeholders_and_knob_list() -> None:
 
 # -- values that look like options -----------------------------------------------------
 MODES = {"name": "mode", "kind": "categorical", "choices": ["fast", "--output=/tmp/x", "-"]}
+DASH = {"name": "a", "kind": "categorical", "choices": ["x", "-"]}
+OUTPUT = {"name": "b", "kind": "categorical", "choices": ["y", "-output=PWN"]}
+EMPTY = {"name": "e", "kind": "categorical", "choices": ["", "z"]}
 
 
 @pytest.mark.parametrize(
@@ -408,6 +411,11 @@ MODES = {"name": "mode", "kind": "categorical", "choices": ["fast", "--output=/t
         (["nice", "-n", "{n}", "p"], [{"name": "n", "kind": "int", "low": -5, "high": 5}], "[2]"),
         (["nice", "-n", "{n}", "p"], [{"name": "n", "kind": "int", "low": 0, "high": 5}], None),
         (["p", "{c}"], [{"name": "c", "kind": "categorical", "choices": ["a", "-", ""]}], None),
+        (["sort", "{a}{b}", "in.txt"], [DASH, OUTPUT], "target.command[1]"),  # "--output=PWN"
+        (["sort", "{a}x"], [DASH], "target.command[1]"),  # "-x"
+        (["p", "{e}{b}"], [EMPTY, OUTPUT], "target.command[1]"),  # "" then "-output=PWN"
+        (["p", "{e}-{b}"], [EMPTY, OUTPUT], None),  # the author's own dash
+        (["p", "{n}{a}"], [{"name": "n", "kind": "int", "low": 0, "high": 5}, DASH], None),
     ],
 )
 def test_a_value_that_would_be_read_as_an_option_is_refused(
@@ -444,3 +452,23 @@ def test_an_option_like_value_never_reaches_the_program_unless_allowed(
     with target(program, command=command, env={"RECORD": str(record)}, allow_dash_values=True) as t:
         assert t.run_trial({"mode": "-r"}).status is TrialStatus.COMPLETED
     assert json.loads(record.read_text(encoding="utf-8"))["argv"] == ["-r"]
+
+
+def test_placeholders_are_checked_on_the_rendered_argument(tmp_path: Path) -> None:
+    """``sort {a}{b} in.txt`` with a = "-" and b = "-output=PWN" renders ``--output=PWN``,
+    and sort writes that file: neither value alone starts an option, the rendered argument
+    does. Called directly (no study check), the trial is INFEASIBLE and sort never runs;
+    only the opt-in lets the argument through (and then sort writes PWN, so this command
+    really is the danger the check is for)."""
+    (tmp_path / "in.txt").write_text("b\na\n", encoding="utf-8")
+    options = {"command": ["sort", "{a}{b}", "in.txt"], "metrics": ["y"], "workdir": str(tmp_path)}
+    config = {"a": "-", "b": "-output=PWN"}
+    with build_target("command", options) as t:
+        outcome = t.run_trial(config)
+    assert outcome.status is TrialStatus.INFEASIBLE, outcome
+    assert "'--output=PWN'" in outcome.reason and "as an option" in outcome.reason
+    assert "knob 'a'" in outcome.reason
+    assert not (tmp_path / "PWN").exists()
+    with build_target("command", {**options, "allow_dash_values": True}) as t:
+        t.run_trial(config)  # FAILED: sort prints no metrics, but it wrote the file
+    assert (tmp_path / "PWN").read_text(encoding="utf-8") == "a\nb\n"

@@ -373,14 +373,20 @@ class GetStudyRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ListStudiesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListStudiesResponse(_message.Message):
-    __slots__ = ("studies",)
+    __slots__ = ("studies", "next_page_token")
     STUDIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     studies: _containers.RepeatedCompositeFieldContainer[Study]
-    def __init__(self, studies: _Optional[_Iterable[_Union[Study, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, studies: _Optional[_Iterable[_Union[Study, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SuggestTrialsRequest(_message.Message):
     __slots__ = ("study", "count", "client_id", "request_id")
@@ -430,18 +436,24 @@ class CompleteTrialRequest(_message.Message):
     def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[TrialOutcome, str]] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., client_id: _Optional[str] = ..., override_holder: _Optional[bool] = ...) -> None: ...
 
 class ListTrialsRequest(_message.Message):
-    __slots__ = ("study", "statuses")
+    __slots__ = ("study", "statuses", "page_size", "page_token")
     STUDY_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     study: str
     statuses: _containers.RepeatedScalarFieldContainer[TrialStatus]
-    def __init__(self, study: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[TrialStatus, str]]] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, study: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[TrialStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListTrialsResponse(_message.Message):
-    __slots__ = ("trials",)
+    __slots__ = ("trials", "next_page_token")
     TRIALS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     trials: _containers.RepeatedCompositeFieldContainer[Trial]
-    def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ImportedTrial(_message.Message):
     __slots__ = ("config", "status", "metrics", "reason", "source")
@@ -507,10 +519,14 @@ class GetBestTrialRequest(_message.Message):
     def __init__(self, study: _Optional[str] = ...) -> None: ...
 
 class GetParetoFrontRequest(_message.Message):
-    __slots__ = ("study",)
+    __slots__ = ("study", "page_size", "page_token")
     STUDY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     study: str
-    def __init__(self, study: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, study: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class AddMeasurementsRequest(_message.Message):
     __slots__ = ("study", "trial_id", "measurements", "request_id")
@@ -531,17 +547,23 @@ class AddMeasurementsResponse(_message.Message):
     def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...
 
 class ListMeasurementsRequest(_message.Message):
-    __slots__ = ("study", "trial_id", "kinds")
+    __slots__ = ("study", "trial_id", "kinds", "page_size", "page_token")
     STUDY_FIELD_NUMBER: _ClassVar[int]
     TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
     KINDS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     study: str
     trial_id: int
     kinds: _containers.RepeatedScalarFieldContainer[MeasurementKind]
-    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., kinds: _Optional[_Iterable[_Union[MeasurementKind, str]]] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., kinds: _Optional[_Iterable[_Union[MeasurementKind, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListMeasurementsResponse(_message.Message):
-    __slots__ = ("measurements",)
+    __slots__ = ("measurements", "next_page_token")
     MEASUREMENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
-    def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -125,7 +125,7 @@ class TunerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListStudies(self, request, context):
-        """Returns every study, in creation order.
+        """Returns the studies in creation order, page by page (see "Listings page" above).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -177,7 +177,8 @@ class TunerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTrials(self, request, context):
-        """Returns the trials of a study in id order, optionally only those in some statuses.
+        """Returns the trials of a study in id order, optionally only those in some statuses,
+        page by page.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -204,8 +205,8 @@ class TunerServiceServicer:
 
     def GetParetoFront(self, request, context):
         """Returns the feasible COMPLETED trials that no other feasible trial dominates, in id order
-        (of equal objective values only the earliest). With one objective: the best trial. An
-        empty list while no trial is feasible.
+        (of equal objective values only the earliest), page by page. With one objective: the
+        best trial. An empty list while no trial is feasible.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -227,8 +228,8 @@ class TunerServiceServicer:
 
     def ListMeasurements(self, request, context):
         """Returns the study's measurements (repeats, controls, confirmation rounds) in the order
-        they were stored, optionally only one trial's or only some kinds. NOT_FOUND for an
-        unknown study, or an unknown trial when one is named.
+        they were stored, optionally only one trial's or only some kinds, page by page.
+        NOT_FOUND for an unknown study, or an unknown trial when one is named.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
