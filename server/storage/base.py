@@ -103,6 +103,9 @@ class NewTrial:
         step: The step of the generation strategy that made it.
         embedded: The low-dimensional point of a study searched in an embedding, else empty.
         lease_expires_at: For an ACTIVE trial, when its lease runs out (None: no lease).
+        key: The configuration's identity (``tuner.config_key.key_text``), which
+            ``Storage.add_trial_batches`` checks against what others stored meanwhile;
+            empty: none (never checked).
     """
 
     config: Config
@@ -113,13 +116,14 @@ class NewTrial:
     embedded: tuple[float, ...] = ()
     lease_expires_at: float | None = None
     step: StepKind = StepKind.IMPORT
+    key: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
         object.__setattr__(self, "embedded", check_point(self.embedded, "trial.embedded"))
         if not isinstance(self.step, StepKind):
             raise ValidationError("trial.step", f"got {self.step!r}", [k.value for k in StepKind])
-        for key in ("client_id", "source", "warning"):
+        for key in ("client_id", "source", "warning", "key"):
             check_text(getattr(self, key), f"trial.{key}")
         status = check_status(self.status, "trial.status")
         if status not in CREATABLE_STATUSES:
@@ -158,6 +162,7 @@ class FinishedTrial:
         metrics: Its metrics (finite floats).
         reason: Why it is not COMPLETED, if it is not.
         source: Where it came from (``import``, ``import:<study>``, ``import:<file>``).
+        key: The configuration's identity, as ``NewTrial.key``.
     """
 
     config: Config
@@ -165,6 +170,7 @@ class FinishedTrial:
     metrics: Mapping[str, float] = field(default_factory=dict)
     reason: str = ""
     source: str = "import"
+    key: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
@@ -176,7 +182,7 @@ class FinishedTrial:
                 [s.value for s in TrialStatus if s.is_final],
             )  # fmt: skip
         object.__setattr__(self, "status", status)
-        for key in ("reason", "source"):
+        for key in ("reason", "source", "key"):
             check_text(getattr(self, key), f"trial.{key}")
 
 
@@ -213,21 +219,24 @@ class Storage(ABC):
         trials: Sequence[NewTrial],
         request: Request | None = None,
         answered: Sequence[int] = (),
+        since: int | None = None,
     ) -> list[Trial]:
         """Add trials in one transaction, numbering them on from the study's last trial id.
 
         Ids are 1, 2, 3, ... per study, never reused, and unique even when several threads
         add trials at once. Each new trial gets a ``created`` event. With ``request``, the
         request is recorded in the same transaction, answered by ``answered`` (trials the
-        caller hands out besides the new ones) followed by the new trials.
+        caller hands out besides the new ones) followed by the new trials. ``since``: as in
+        ``add_trial_batches``.
 
         Raises:
             NotFoundError: Unknown study.
+            TakenError: As in ``add_trial_batches``.
         """
 
     @abstractmethod
     def add_trial_batches(
-        self, study: str, batches: Sequence[NewBatch]
+        self, study: str, batches: Sequence[NewBatch], since: int | None = None
     ) -> list[list[Trial] | None]:
         """Add the trials of several callers in one transaction (one designer run's
         suggestions for the calls it served), each batch numbered and recorded as
@@ -236,8 +245,19 @@ class Storage(ABC):
         A batch whose request id another call recorded first (another server, on a shared
         database) gets None instead and stores nothing; the other batches are stored.
 
+        With ``since``, the last trial id of the history the new trials were chosen from,
+        a new trial is refused when its ``key`` is the key of a trial stored after trial
+        ``since``: another writer (a server replica, a process on the same file) chose the
+        same configuration from the same history meanwhile. The check and the insert are
+        one transaction under the study's lock, so of two writers racing with one
+        configuration exactly one stores it. Trials up to ``since`` are not compared: the
+        caller saw them, and may choose one of their configurations again on purpose (a
+        FAILED one it retries).
+
         Raises:
             NotFoundError: Unknown study.
+            TakenError: Some new trial's configuration was stored after trial ``since``;
+                nothing was stored, and the error names the trials that hold it.
         """
 
     @abstractmethod
@@ -370,8 +390,8 @@ class Storage(ABC):
 
         Each becomes ``status`` (ABANDONED or FAILED) with ``expired_at = now``, a reason
         naming its client and the lease's end, and a ``lease_expired`` event. With
-        ``reoffer``, each also gets a new PENDING trial with the same configuration (a
-        ``reoffered`` event, the new trial in ``reoffered_as``), which ``claim_trials``
+        ``reoffer``, each also gets a new PENDING trial with the same configuration (and
+        key; a ``reoffered`` event, the new trial in ``reoffered_as``), which ``claim_trials``
         hands out before anything new is suggested.
 
         Returns:
@@ -522,10 +542,10 @@ def check_holder(
     )
 
 
-def check_trial_id(trial_id: Any) -> int:
+def check_trial_id(trial_id: Any, field_: str = "trial_id") -> int:
     """``trial_id`` if it is an integer (not a bool); else ``ValidationError``."""
     if isinstance(trial_id, bool) or not isinstance(trial_id, int):
-        raise ValidationError("trial_id", f"must be an integer, got {trial_id!r}")
+        raise ValidationError(field_, f"must be an integer, got {trial_id!r}")
     return trial_id
 
 

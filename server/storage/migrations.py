@@ -207,6 +207,14 @@ def v7_write_probe(db: Database) -> None:
     db.execute("CREATE TABLE write_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL NOT NULL)")
 
 
+def v8_config_keys(db: Database) -> None:
+    """Trials keep their configuration's identity (``tuner.config_key.key_text``), so that
+    adding a trial can refuse a configuration another writer stored after the history it
+    was chosen from (``Storage.add_trial_batches``). NULL for trials written before: they
+    are older than any history a new trial is chosen from, so never compared."""
+    db.execute("ALTER TABLE trials ADD COLUMN config_key TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
@@ -215,6 +223,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     v5_step_kinds,
     v6_measurements,
     v7_write_probe,
+    v8_config_keys,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -153,6 +153,7 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "id INTEGER PRIMARY KEY CHECK (id = 1), at DOUBLE PRECISION NOT NULL)",
         ),
     ),
+    ("v8_config_keys", ("ALTER TABLE trials ADD COLUMN config_key TEXT",)),
 )
 LATEST_VERSION = len(MIGRATIONS)
 
