@@ -2,7 +2,7 @@
 
 The service is the only writer. A backend stores studies (immutable ``StudySpec`` plus a
 creation time), trials (configuration, status, metrics, provenance) and an append-only log
-of trial events, and it keeps three promises:
+of trial events, and it keeps four promises:
 
 * **Atomic writes.** ``add_trials`` and ``finish_trial`` each either happen completely or
   not at all; a crash or a full disk never leaves a half-written trial behind.
@@ -11,6 +11,10 @@ of trial events, and it keeps three promises:
 * **Checked life cycle.** ``finish_trial`` applies ``TrialStatus.check_transition`` to the
   stored status inside the same transaction that writes the new one, so two concurrent
   reports for one trial cannot both succeed.
+* **No configuration twice by accident.** ``add_trial_batches`` with ``since`` refuses a
+  trial whose configuration another writer stored after the history it was chosen from
+  (checked and stored in one transaction), so replicas and sessions sharing a database do
+  not measure one configuration twice.
 
 Errors come from ``tuner.errors``: ``NotFoundError``, ``AlreadyExistsError``,
 ``StateError``, ``ValidationError`` for bad arguments, and ``StorageError`` when the

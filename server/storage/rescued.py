@@ -161,5 +161,5 @@ def _refusal(path: Path, copies: list[Path], missing: bool) -> str:
     return (
         f"{lost}; it was saved at {saved} when the file was deleted or replaced while in use. "
         f"Start on the copy (--db {newest}) or move it back to {path}; to {keep} and leave "
-        f"the copy aside, pass {FLAG}"
+        f"the copy aside, start with {FLAG} (tuner serve, tuner tune)"
     )
