@@ -253,7 +253,7 @@ def run_ours(args: argparse.Namespace, work: Path, designer: str = "sobol") -> d
     target = targets[0]
     postgres = getattr(args, "storage", "sqlite") == "postgresql"
     db = fresh_database(args, designer) if postgres else str(work / f"ours-{designer}.db")
-    cycles = args.cycles if designer == "sobol" else args.bo_cycles
+    cycles = args.bo_cycles if designer == "bo" else args.cycles
     tuner = Path(sys.executable).with_name("tuner")
     argv = [str(tuner), "serve", "--db", db]
     argv += ["--max-waiting", str(args.max_waiting)] if getattr(args, "max_waiting", None) else []
@@ -451,6 +451,7 @@ def check_ours(
     for (name, _), config in stored.configs.items():
         by_study.setdefault(name, []).append(tuple(config))
     repeated = sum(len(c) - len(set(c)) for c in by_study.values())
+    distinct = sum(len(set(c)) for c in by_study.values())
     return {
         "expected_trials": args.clients * (args.cycles if cycles is None else cycles),
         "stored_trials": len(rows),
@@ -459,6 +460,7 @@ def check_ours(
         "duplicated": len(rows) - len(seen),
         "handed_to_two_workers": handed_twice,
         "repeated_configurations": repeated,
+        "distinct_configurations": distinct,
         "integrity_check": stored.integrity,
     }
 
@@ -806,7 +808,7 @@ def passed(ours: dict[str, Any]) -> bool:
     return ok and ours["health"]["not_serving"] == 0 and check["integrity_check"] == "ok"
 
 
-DESIGNERS = ("sobol", "bo")
+DESIGNERS = ("sobol", "random", "bo")
 
 
 def _designers(text: str) -> list[str]:

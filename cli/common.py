@@ -76,9 +76,12 @@ def buffer_stdout() -> None:
 
 
 @contextmanager
-def connect(server: str | None, db: str | Path, writable: bool = False) -> Iterator[Any]:
+def connect(
+    server: str | None, db: str | Path, writable: bool = False, new_database: bool = False
+) -> Iterator[Any]:
     """A ``TunerClient`` for ``server``, else a ``TuningService`` over the storage ``db``
-    names (a SQLite file, or a ``postgresql://`` URL)."""
+    names (a SQLite file, or a ``postgresql://`` URL; ``new_database``: as in
+    ``server.storage.open_storage``)."""
     if server:
         from server.client import TunerClient
 
@@ -99,7 +102,7 @@ def connect(server: str | None, db: str | Path, writable: bool = False) -> Itera
         path.parent.mkdir(parents=True, exist_ok=True)
     elif path is not None and not path.exists():
         raise TunerError(f"no database at {path}; run `tuner tune` first or pass --db/--server")
-    storage = open_storage(db, read_only=not writable, field="--db")
+    storage = open_storage(db, read_only=not writable, field="--db", new_database=new_database)
     service = TuningService(storage)
     try:
         yield service

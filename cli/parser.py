@@ -17,6 +17,11 @@ from tuner.trial import (
 
 #: Output formats of the listing commands.
 FORMATS = ("table", "json", "csv")
+NEW_DATABASE_HELP = (
+    "start on the SQLite --db as it is (a new, empty one if missing) even where a database "
+    "was lost while in use: by default a start beside its rescued copy (DB.rescued-TIME) "
+    "refuses, naming the copy"
+)
 
 
 def handler(path: str) -> Callable[[argparse.Namespace], int | None]:
@@ -119,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--trials", type=int, help="trial budget (overrides [session] trials)")
     tune.add_argument("--name", help="study name (overrides [study] name)")
     tune.add_argument("--plot", type=Path, help="convergence plot PNG path")
+    tune.add_argument("--new-database", action="store_true", help=NEW_DATABASE_HELP)
     for flag, help_ in (
         ("--repeats", "measurements of every trial"),
         ("--max-repeats", "measurements of a promising trial and of the default (0: --repeats)"),
@@ -159,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", choices=("text", "json"), default="text",
         help="json: one JSON object per log line (default text)",
     )  # fmt: skip
+    serve.add_argument("--new-database", action="store_true", help=NEW_DATABASE_HELP)
     serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="server certificate chain")
     serve.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
     serve.add_argument(

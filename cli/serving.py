@@ -26,6 +26,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.db, host=args.host, port=args.port, leases=leases, security=security,
         metrics_port=args.metrics_port, suggest_workers=args.suggest_workers,
         max_workers=args.grpc_threads, waiting=args.max_waiting, port_file=args.port_file,
-        announce=True,
+        announce=True, new_database=args.new_database,
     )  # fmt: skip
     return 0

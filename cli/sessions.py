@@ -53,7 +53,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if config.phases:
         return tune_phases(args, config)
     spec = config.spec
-    with terminate_on_sigterm(), connect(args.server, config.db, writable=True) as api:
+    fresh = args.new_database
+    with terminate_on_sigterm(), connect(args.server, config.db, True, fresh) as api:
         where = args.server or str(config.db)
         out.print(
             f"study [bold]{spec.name}[/]: {len(spec.space)} knobs, {config.trials} trials, "
@@ -114,7 +115,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
     """``tune`` with ``[session] phases``: one study per phase, the other knobs held."""
     spec, phases = config.spec, config.phases
-    with terminate_on_sigterm(), connect(args.server, config.db, writable=True) as api:
+    fresh = args.new_database
+    with terminate_on_sigterm(), connect(args.server, config.db, True, fresh) as api:
         out.print(
             f"study [bold]{spec.name}[/]: {len(spec.space)} knobs in {len(phases)} phases, "
             f"{config.trials} trials, target {config.target.kind}, results in "

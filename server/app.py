@@ -139,6 +139,7 @@ def serve(
     metrics_port: int | None = None,
     port_file: str | os.PathLike[str] | None = None,
     announce: bool = False,
+    new_database: bool = False,
 ) -> None:
     """Serve the studies in the database ``db`` names until told to stop.
 
@@ -170,6 +171,9 @@ def serve(
         port_file: Once serving, write the bound port to this file (replaced atomically, so
             a script waiting for it never reads half a number).
         announce: Once serving, print the bound address (``host:port``) alone on stdout.
+        new_database: Start on a SQLite file as it is even where a database was lost
+            while in use (``server.storage.rescued``: refused by default, naming the
+            rescued copy).
 
     Raises:
         ValidationError: ``db`` is not a storage URL (the error lists the forms).
@@ -179,7 +183,7 @@ def serve(
     stop = stop or threading.Event()
     security = security or ServerSecurity()
     security.check_host(host)  # before the database is touched
-    storage = open_storage(db)
+    storage = open_storage(db, new_database=new_database)
     try:
         storage.check()  # a read-only file or a full disk: refuse to start, saying so
         workers = default_suggest_workers() if suggest_workers is None else suggest_workers

@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import math
+import secrets
 import threading
 import time
 from collections import Counter
@@ -53,6 +54,7 @@ from server.storage import (
     storable,
 )
 from server.suggest import Designer, InlineDesigner
+from tuner.config_key import config_key, key_text
 from tuner.confirmation import best_of, stored_confirmation
 from tuner.constraints import METRIC_NAME
 from tuner.errors import (
@@ -60,12 +62,14 @@ from tuner.errors import (
     NotFoundError,
     OverloadedError,
     StateError,
+    TakenError,
     ValidationError,
 )
 from tuner.loop import new_trial
+from tuner.space import Config
 
 if TYPE_CHECKING:
-    from tuner.designer import FitCache
+    from tuner.designer import FitCache, Suggestion
 from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
@@ -80,6 +84,9 @@ from tuner.trial import (
 log = logging.getLogger(__name__)
 
 MAX_SUGGESTIONS = 100
+#: Designer runs again after another writer stored a run's configurations first: each race
+#: lost means another writer made progress, so a few settle even many replicas at once.
+MAX_TAKEN_RETRIES = 8
 #: Knob values one SuggestTrials call may create (count x knobs): every value is stored and
 #: sent, so a call on a many-knob study asks for fewer trials at a time.
 MAX_SUGGESTED_VALUES = 50_000
@@ -313,35 +320,70 @@ class TuningService:
     def _run_batch(self, study: str, batch: list[_Ask]) -> None:
         """One designer run for every call in ``batch``; each call's trials are stored with
         its own client, lease and request record, all in one transaction (so completions
-        on the study wait for one write, not one per call)."""
+        on the study wait for one write, not one per call).
+
+        Another writer on the same database (a replica, a session on the same file) may
+        have read the same trials and chosen the same configurations meanwhile: storage
+        refuses those (``TakenError``, nothing stored), and the designer runs again with
+        the other writer's trials in view and a salt of its own, so that its next draws
+        are not the other writer's next draws too (``History.salt``). After
+        ``MAX_TAKEN_RETRIES`` such races the calls are refused as overloaded."""
         try:
             spec = self._spec(study)
-            trials = self.storage.list_trials(study)  # a snapshot: no lock needed
             need = sum(ask.need for ask in batch)
-            suggestions = self._designer.propose(spec, trials, need, self.fit_cache)
-            with self._lock(study):
-                lease = self._lease_end()
-                batches = []
-                for ask in batch:
-                    part, suggestions = suggestions[: ask.need], suggestions[ask.need :]
-                    made = [new_trial(0, s, ask.client_id) for s in part]  # storage numbers them
-                    new = [
-                        NewTrial(t.config, t.client_id, t.source, t.warning, embedded=t.embedded,
-                                 lease_expires_at=lease, step=t.step)
-                        for t in made
-                    ]  # fmt: skip
-                    batches.append(NewBatch(new, ask.request, ask.mine))
-                added = self.storage.add_trial_batches(study, batches)
-                for ask, trials_added in zip(batch, added, strict=True):
-                    if trials_added is None:
-                        # retried on another server, which answered first: that answer
-                        # stands (nothing of this one was stored); the batch goes on
-                        ask.replayed = self._replayed(study, cast(Request, ask.request))
-                    else:
-                        ask.trials = trials_added
+            salt = 0
+            for attempt in range(MAX_TAKEN_RETRIES + 1):
+                trials = self.storage.list_trials(study)  # a snapshot: no lock needed
+                since = trials[-1].id if trials else 0
+                suggestions = self._designer.propose(spec, trials, need, self.fit_cache, salt)
+                try:
+                    self._store_batch(study, spec, batch, suggestions, since)
+                    return
+                except TakenError as taken:
+                    log.info("study %s: suggesting again (%d): %s", study, attempt + 1, taken,
+                             extra={"study": study})  # fmt: skip
+                    salt = secrets.randbits(31) | 1
+            wait = self._designer.retry_after()
+            raise OverloadedError(
+                f"study {study!r}: other writers stored the configurations suggested for "
+                f"this call first, {MAX_TAKEN_RETRIES + 1} times in a row; nothing was "
+                f"stored: send the same request again in {wait:.1f} s",
+                wait,
+            )
         except Exception as error:  # every call of the batch gets it, not only the leader
             for ask in batch:
                 ask.error = error
+
+    def _store_batch(
+        self,
+        study: str,
+        spec: StudySpec,
+        batch: list[_Ask],
+        suggestions: list[Suggestion],
+        since: int,
+    ) -> None:
+        """Store ``batch``'s share of ``suggestions`` (chosen from the trials up to trial
+        ``since``) for each of its calls, or raise ``TakenError`` storing nothing."""
+        with self._lock(study):
+            lease = self._lease_end()
+            batches = []
+            for ask in batch:
+                part, suggestions = suggestions[: ask.need], suggestions[ask.need :]
+                made = [new_trial(0, s, ask.client_id) for s in part]  # storage numbers them
+                new = [
+                    NewTrial(t.config, t.client_id, t.source, t.warning, embedded=t.embedded,
+                             lease_expires_at=lease, step=t.step, key=_key(spec, t.config))
+                    for t in made
+                ]  # fmt: skip
+                batches.append(NewBatch(new, ask.request, ask.mine))
+            added = self.storage.add_trial_batches(study, batches, since)
+            for ask, trials_added in zip(batch, added, strict=True):
+                if trials_added is None:
+                    # retried on another server, which answered first: that answer
+                    # stands (nothing of this one was stored); the batch goes on
+                    ask.replayed = self._replayed(study, cast(Request, ask.request))
+                else:
+                    ask.trials = trials_added
 
     def complete_trial(
         self,
@@ -484,7 +526,9 @@ class TuningService:
                 f"{where}.reason", f"a {status.value} trial needs a reason", "non-empty text"
             )
         source = _text(item.source, f"{where}.source", MAX_SOURCE)
-        return FinishedTrial(config, status, metrics, reason, source or "import")
+        return FinishedTrial(
+            config, status, metrics, reason, source or "import", _key(spec, config)
+        )
 
     def add_measurements(
         self,
@@ -750,6 +794,11 @@ def _request(request_id: object, method: str, *asked: object) -> Request | None:
         return None
     text = json.dumps([method, *asked], separators=(",", ":"), default=str)
     return Request(request_id, method, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _key(spec: StudySpec, config: Config) -> str:
+    """The identity storage keeps with a trial of ``config`` (``tuner.config_key``)."""
+    return key_text(config_key(spec.space, config))
 
 
 def _holder(client_id: str | None, override: bool) -> str | None:

@@ -49,8 +49,15 @@ class Designer(Protocol):
     """Runs ``tuner.loop.propose`` for the service and tells how busy it is."""
 
     def propose(
-        self, spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache
-    ) -> list[Suggestion]: ...
+        self,
+        spec: StudySpec,
+        trials: Sequence[Trial],
+        count: int,
+        cache: FitCache,
+        salt: int = 0,
+    ) -> list[Suggestion]:
+        """``tuner.loop.propose``'s suggestions (``salt``: its draws, after a lost race)."""
+        ...
 
     def retry_after(self) -> float:
         """Seconds a request refused now should wait before it is sent again."""
@@ -63,9 +70,14 @@ class InlineDesigner:
     """The designer in the calling thread (an in-process service: one user, no gRPC)."""
 
     def propose(
-        self, spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache
+        self,
+        spec: StudySpec,
+        trials: Sequence[Trial],
+        count: int,
+        cache: FitCache,
+        salt: int = 0,
     ) -> list[Suggestion]:
-        return propose(spec, trials, count, cache)
+        return propose(spec, trials, count, cache, salt)
 
     def retry_after(self) -> float:
         return MIN_RETRY_S
@@ -109,18 +121,23 @@ class WorkerPool:
             future.result(timeout=timeout)
 
     def propose(
-        self, spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache
+        self,
+        spec: StudySpec,
+        trials: Sequence[Trial],
+        count: int,
+        cache: FitCache,
+        salt: int = 0,
     ) -> list[Suggestion]:
         from tuner.designer.factory import fits_models
 
         if not fits_models(spec):
             # quasi-random points take milliseconds: computed here, they never wait behind
             # other studies' fits, nor for the workers of a server that just started
-            return propose(spec, trials, count, cache)
+            return propose(spec, trials, count, cache, salt)
         entries = cache.export(spec.name)
         begun = time.monotonic()
         try:
-            suggestions, entries = self._run(spec, list(trials), count, entries)
+            suggestions, entries = self._run(spec, list(trials), count, entries, salt)
         finally:
             with self._guard:
                 took = time.monotonic() - begun
@@ -159,7 +176,7 @@ class WorkerPool:
         )
 
     def _run(
-        self, spec: StudySpec, trials: list[Trial], count: int, entries: CacheEntries
+        self, spec: StudySpec, trials: list[Trial], count: int, entries: CacheEntries, salt: int
     ) -> tuple[list[Suggestion], CacheEntries]:
         for attempt in (1, 2):
             with self._guard:
@@ -168,7 +185,7 @@ class WorkerPool:
                 executor = self._executor
             future: Future[tuple[list[Suggestion], CacheEntries]]
             try:
-                future = executor.submit(_propose_job, spec, trials, count, entries)
+                future = executor.submit(_propose_job, spec, trials, count, entries, salt)
                 return future.result()
             except BrokenProcessPool:
                 log.error("study %s: a designer worker died (attempt %d); restarting the pool",
@@ -205,10 +222,10 @@ def _ready() -> int:
 
 
 def _propose_job(
-    spec: StudySpec, trials: list[Trial], count: int, entries: CacheEntries
+    spec: StudySpec, trials: list[Trial], count: int, entries: CacheEntries, salt: int = 0
 ) -> tuple[list[Suggestion], CacheEntries]:
     from tuner.designer import FitCache
 
     cache = FitCache()
     cache.update(entries)
-    return propose(spec, trials, count, cache), cache.export(spec.name)
+    return propose(spec, trials, count, cache, salt), cache.export(spec.name)

@@ -32,8 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tuner.config_key import KEY_GRID as _KEY_GRID
+from tuner.config_key import ConfigKey, config_key
+from tuner.config_key import unit_value as _encode_value
 from tuner.space import (
-    BoolKnob,
     CategoricalKnob,
     Config,
     FloatKnob,
@@ -46,9 +48,6 @@ from tuner.space import (
 
 MAX_LISTED_LEVELS = 64
 CONTINUOUS, DISCRETE, CATEGORICAL = "continuous", "discrete", "categorical"
-_KEY_GRID = 1e9  # float values closer than 1e-9 of the knob's range are the same value
-#: Identity of a configuration for de-duplication (see ``UnitBoxEncoder.key``).
-ConfigKey = tuple[object, ...]
 #: The same identity computed from a point of the box (see ``UnitBoxEncoder.point_keys``).
 PointKey = bytes
 # How a coordinate is snapped and keyed with tensor operations (``_Columns``)
@@ -138,17 +137,11 @@ class UnitBoxEncoder:
         return self._columns.code_of(key)
 
     def key(self, config: Config) -> ConfigKey:
-        """A hashable identity of a configuration, used to detect duplicates.
-
-        Discrete values compare exactly; float knobs compare on a grid of 1e-9 of their
-        (possibly log-scaled) range, so values that differ only by rounding noise coincide.
-        """
-        return tuple(
-            round(_encode_value(dim.knob, config[dim.knob.name]) * _KEY_GRID)
-            if isinstance(dim.knob, FloatKnob)
-            else value_key(config[dim.knob.name])
-            for dim in self.dims
-        )
+        """A hashable identity of a configuration, used to detect duplicates
+        (``tuner.config_key.config_key``): discrete values compare exactly; float knobs
+        compare on a grid of 1e-9 of their (possibly log-scaled) range, so values that
+        differ only by rounding noise coincide."""
+        return config_key(self.space, config)
 
 
 class _Columns:
@@ -291,18 +284,6 @@ def _layout(knob: Knob) -> Dim:
     levels = tuple(i / (n - 1) for i in range(n))
     layout = CATEGORICAL if isinstance(knob, CategoricalKnob) else DISCRETE
     return Dim(knob, layout, levels)
-
-
-def _encode_value(knob: Knob, value: object) -> float:
-    if isinstance(knob, FloatKnob | IntKnob):
-        v = float(value)  # type: ignore[arg-type]
-        if knob.log:
-            return (math.log(v) - math.log(knob.low)) / (math.log(knob.high) - math.log(knob.low))
-        return (v - knob.low) / (knob.high - knob.low)
-    assert isinstance(knob, _ChoiceKnob)
-    if isinstance(knob, BoolKnob):
-        return 1.0 if value else 0.0
-    return knob.index(value) / (len(knob.choices) - 1)  # type: ignore[arg-type]
 
 
 def _decode_value(knob: Knob, u: float) -> float | int | str | bool:

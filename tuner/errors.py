@@ -10,6 +10,8 @@ nothing else decides status codes.
     ├── ValidationError          bad input: a spec, a knob value, a metric  -> INVALID_ARGUMENT
     ├── NotFoundError            unknown study or trial                      -> NOT_FOUND
     ├── AlreadyExistsError       same study name, different spec              -> ALREADY_EXISTS
+    │   └── TakenError           a configuration another writer stored first (the service
+    │                            suggests again; never sent to a client)
     ├── StateError               e.g. completing a finished trial            -> FAILED_PRECONDITION
     ├── StorageError             the database cannot be read or written       -> UNAVAILABLE
     ├── OverloadedError          too busy now; retry after a delay            -> RESOURCE_EXHAUSTED
@@ -74,6 +76,22 @@ class NotFoundError(TunerError, LookupError):
 
 class AlreadyExistsError(TunerError):
     """A study name already used with a different specification."""
+
+
+class TakenError(AlreadyExistsError):
+    """New trials whose configurations another writer (a server replica, a session on the
+    same file) stored after the history they were chosen from; nothing was stored.
+
+    Attributes:
+        trial_ids: The stored trials with those configurations.
+    """
+
+    def __init__(self, message: str, trial_ids: tuple[int, ...]) -> None:
+        self.trial_ids = tuple(trial_ids)
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.trial_ids))
 
 
 class StateError(TunerError):

@@ -42,9 +42,16 @@ class Outcome(Protocol):
 
 
 def propose(
-    spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache | None = None
+    spec: StudySpec,
+    trials: Sequence[Trial],
+    count: int,
+    cache: FitCache | None = None,
+    salt: int = 0,
 ) -> list[Suggestion]:
     """``count`` new suggestions for a study with these trials (fewer when the space runs out).
+
+    ``salt``: 0, or a number for draws unlike those another call with these trials made
+    (``tuner.designer.base.History.salt``).
 
     Raises:
         StateError: Nothing can be suggested: the search space is exhausted.
@@ -54,7 +61,7 @@ def propose(
     from tuner.designer import make_designer
 
     designer = make_designer(with_resolved_constraints(spec, completed), cache)
-    return designer.suggest(count, completed, pending)
+    return designer.suggest(count, completed, pending, salt)
 
 
 def new_trial(trial_id: int, suggestion: Suggestion, client_id: str = "") -> Trial:

@@ -2,7 +2,7 @@
 
 The service is the only writer. A backend stores studies (immutable ``StudySpec`` plus a
 creation time), trials (configuration, status, metrics, provenance) and an append-only log
-of trial events, and it keeps three promises:
+of trial events, and it keeps four promises:
 
 * **Atomic writes.** ``add_trials`` and ``finish_trial`` each either happen completely or
   not at all; a crash or a full disk never leaves a half-written trial behind.
@@ -11,6 +11,10 @@ of trial events, and it keeps three promises:
 * **Checked life cycle.** ``finish_trial`` applies ``TrialStatus.check_transition`` to the
   stored status inside the same transaction that writes the new one, so two concurrent
   reports for one trial cannot both succeed.
+* **No configuration twice by accident.** ``add_trial_batches`` with ``since`` refuses a
+  trial whose configuration another writer stored after the history it was chosen from
+  (checked and stored in one transaction), so replicas and sessions sharing a database do
+  not measure one configuration twice.
 
 Errors come from ``tuner.errors``: ``NotFoundError``, ``AlreadyExistsError``,
 ``StateError``, ``ValidationError`` for bad arguments, and ``StorageError`` when the
@@ -122,6 +126,9 @@ class NewTrial:
         step: The step of the generation strategy that made it.
         embedded: The low-dimensional point of a study searched in an embedding, else empty.
         lease_expires_at: For an ACTIVE trial, when its lease runs out (None: no lease).
+        key: The configuration's identity (``tuner.config_key.key_text``), which
+            ``Storage.add_trial_batches`` checks against what others stored meanwhile;
+            empty: none (never checked).
     """
 
     config: Config
@@ -132,13 +139,14 @@ class NewTrial:
     embedded: tuple[float, ...] = ()
     lease_expires_at: float | None = None
     step: StepKind = StepKind.IMPORT
+    key: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
         object.__setattr__(self, "embedded", check_point(self.embedded, "trial.embedded"))
         if not isinstance(self.step, StepKind):
             raise ValidationError("trial.step", f"got {self.step!r}", [k.value for k in StepKind])
-        for key in ("client_id", "source", "warning"):
+        for key in ("client_id", "source", "warning", "key"):
             check_text(getattr(self, key), f"trial.{key}")
         status = check_status(self.status, "trial.status")
         if status not in CREATABLE_STATUSES:
@@ -177,6 +185,7 @@ class FinishedTrial:
         metrics: Its metrics (finite floats).
         reason: Why it is not COMPLETED, if it is not.
         source: Where it came from (``import``, ``import:<study>``, ``import:<file>``).
+        key: The configuration's identity, as ``NewTrial.key``.
     """
 
     config: Config
@@ -184,6 +193,7 @@ class FinishedTrial:
     metrics: Mapping[str, float] = field(default_factory=dict)
     reason: str = ""
     source: str = "import"
+    key: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
@@ -195,7 +205,7 @@ class FinishedTrial:
                 [s.value for s in TrialStatus if s.is_final],
             )  # fmt: skip
         object.__setattr__(self, "status", status)
-        for key in ("reason", "source"):
+        for key in ("reason", "source", "key"):
             check_text(getattr(self, key), f"trial.{key}")
 
 
@@ -241,21 +251,24 @@ class Storage(ABC):
         trials: Sequence[NewTrial],
         request: Request | None = None,
         answered: Sequence[int] = (),
+        since: int | None = None,
     ) -> list[Trial]:
         """Add trials in one transaction, numbering them on from the study's last trial id.
 
         Ids are 1, 2, 3, ... per study, never reused, and unique even when several threads
         add trials at once. Each new trial gets a ``created`` event. With ``request``, the
         request is recorded in the same transaction, answered by ``answered`` (trials the
-        caller hands out besides the new ones) followed by the new trials.
+        caller hands out besides the new ones) followed by the new trials. ``since``: as in
+        ``add_trial_batches``.
 
         Raises:
             NotFoundError: Unknown study.
+            TakenError: As in ``add_trial_batches``.
         """
 
     @abstractmethod
     def add_trial_batches(
-        self, study: str, batches: Sequence[NewBatch]
+        self, study: str, batches: Sequence[NewBatch], since: int | None = None
     ) -> list[list[Trial] | None]:
         """Add the trials of several callers in one transaction (one designer run's
         suggestions for the calls it served), each batch numbered and recorded as
@@ -264,8 +277,19 @@ class Storage(ABC):
         A batch whose request id another call recorded first (another server, on a shared
         database) gets None instead and stores nothing; the other batches are stored.
 
+        With ``since``, the last trial id of the history the new trials were chosen from,
+        a new trial is refused when its ``key`` is the key of a trial stored after trial
+        ``since``: another writer (a server replica, a process on the same file) chose the
+        same configuration from the same history meanwhile. The check and the insert are
+        one transaction under the study's lock, so of two writers racing with one
+        configuration exactly one stores it. Trials up to ``since`` are not compared: the
+        caller saw them, and may choose one of their configurations again on purpose (a
+        FAILED one it retries).
+
         Raises:
             NotFoundError: Unknown study.
+            TakenError: Some new trial's configuration was stored after trial ``since``;
+                nothing was stored, and the error names the trials that hold it.
         """
 
     @abstractmethod
@@ -406,8 +430,8 @@ class Storage(ABC):
 
         Each becomes ``status`` (ABANDONED or FAILED) with ``expired_at = now``, a reason
         naming its client and the lease's end, and a ``lease_expired`` event. With
-        ``reoffer``, each also gets a new PENDING trial with the same configuration (a
-        ``reoffered`` event, the new trial in ``reoffered_as``), which ``claim_trials``
+        ``reoffer``, each also gets a new PENDING trial with the same configuration (and
+        key; a ``reoffered`` event, the new trial in ``reoffered_as``), which ``claim_trials``
         hands out before anything new is suggested.
 
         Returns:

@@ -207,6 +207,30 @@ def v7_write_probe(db: Database) -> None:
     db.execute("CREATE TABLE write_probe (id INTEGER PRIMARY KEY CHECK (id = 1), at REAL NOT NULL)")
 
 
+def v8_config_keys(db: Database) -> None:
+    """Trials keep their configuration's identity (``tuner.config_key.key_text``), so that
+    adding a trial can refuse a configuration another writer stored after the history it
+    was chosen from (``Storage.add_trial_batches``). NULL for trials written before: they
+    are older than any history a new trial is chosen from, so never compared."""
+    db.execute("ALTER TABLE trials ADD COLUMN config_key TEXT")
+
+
+def v9_database_identity(db: Database) -> None:
+    """The database knows who it is: a random ``uuid`` made once, which every copy keeps
+    (a rescued copy, a backup put back). A start beside a rescued copy compares the two to
+    tell the lost database from another file in its place (``server.storage.rescued``);
+    ``set_aside`` lists the rescued copies a start was told to leave aside
+    (``--new-database``), so that later starts do not ask again."""
+    for statement in (
+        "CREATE TABLE database_identity ("
+        "id INTEGER PRIMARY KEY CHECK (id = 1), uuid TEXT NOT NULL, created_at REAL NOT NULL)",
+        "INSERT INTO database_identity (id, uuid, created_at) VALUES "
+        "(1, lower(hex(randomblob(16))), (julianday('now') - 2440587.5) * 86400.0)",
+        "CREATE TABLE set_aside (name TEXT PRIMARY KEY, uuid TEXT, at REAL NOT NULL)",
+    ):
+        db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
@@ -215,6 +239,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     v5_step_kinds,
     v6_measurements,
     v7_write_probe,
+    v8_config_keys,
+    v9_database_identity,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

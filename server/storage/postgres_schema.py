@@ -153,6 +153,18 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "id INTEGER PRIMARY KEY CHECK (id = 1), at DOUBLE PRECISION NOT NULL)",
         ),
     ),
+    ("v8_config_keys", ("ALTER TABLE trials ADD COLUMN config_key TEXT",)),
+    (
+        "v9_database_identity",
+        (
+            "CREATE TABLE database_identity (id INTEGER PRIMARY KEY CHECK (id = 1), "
+            "uuid TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL)",
+            "INSERT INTO database_identity (id, uuid, created_at) VALUES (1, "
+            "replace(gen_random_uuid()::text, '-', ''), extract(epoch from clock_timestamp()))",
+            "CREATE TABLE set_aside (name TEXT PRIMARY KEY, uuid TEXT, "
+            "at DOUBLE PRECISION NOT NULL)",
+        ),
+    ),
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -74,6 +74,7 @@ from tuner.errors import (
     NotFoundError,
     StateError,
     StorageError,
+    TakenError,
     ValidationError,
 )
 from tuner.study import StudySpec
@@ -99,6 +100,7 @@ _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "upd
 _NEW_TRIAL_COLUMNS = (
     "study_id", "trial_id", "status", "client_id", "source", "step", "warning",
     "embedded_json", "reason", "created_at", "updated_at", "heartbeat_at", "lease_expires_at",
+    "config_key",
 )  # fmt: skip
 
 
@@ -197,8 +199,9 @@ class SQLStorage(Storage):
         trials: Sequence[NewTrial],
         request: Request | None = None,
         answered: Sequence[int] = (),
+        since: int | None = None,
     ) -> list[Trial]:
-        [added] = self.add_trial_batches(study, [NewBatch(trials, request, answered)])
+        [added] = self.add_trial_batches(study, [NewBatch(trials, request, answered)], since)
         if added is None:
             raise AlreadyExistsError(
                 f"request {request.request_id if request else ''!r} was answered meanwhile; "
@@ -207,7 +210,7 @@ class SQLStorage(Storage):
         return added
 
     def add_trial_batches(
-        self, study: str, batches: Sequence[NewBatch]
+        self, study: str, batches: Sequence[NewBatch], since: int | None = None
     ) -> list[list[Trial] | None]:
         groups = [list(b.trials) for b in batches]
         for g, items in enumerate(groups):
@@ -215,8 +218,12 @@ class SQLStorage(Storage):
                 if not isinstance(item, NewTrial):
                     where = f"trials[{i}]" if len(groups) == 1 else f"batches[{g}].trials[{i}]"
                     raise ValidationError(where, f"must be a NewTrial, got {item!r}")
+        if since is not None:
+            since = check_trial_id(since, "since")
         with self._write(f"add trials to study {study!r}") as tx:
             study_id = self._study_id(tx, study, lock=True)
+            if since is not None:
+                _refuse_taken(tx, study, study_id, since, [t for items in groups for t in items])
             now = self._clock()
             spans: list[tuple[int, int] | None] = []
             for batch, items in zip(batches, groups, strict=True):
@@ -254,7 +261,7 @@ class SQLStorage(Storage):
             now = self._clock()
             made = []
             for t in items:
-                row = _trial_row(NewTrial(t.config, source=t.source), now)
+                row = _trial_row(NewTrial(t.config, source=t.source, key=t.key), now)
                 row |= {"status": t.status.value, "reason": t.reason}
                 made.append((row, t.config, t.metrics, f"imported {t.status.value} ({t.source})"))
             first = _insert_trials(tx, study_id, now, made)
@@ -527,6 +534,7 @@ class SQLStorage(Storage):
             )
             if not expired:
                 return []
+            keys = _stored_keys(tx, study_id, [t.id for t in expired]) if reoffer else {}
             events = []
             for trial in expired:
                 reason = (
@@ -541,6 +549,7 @@ class SQLStorage(Storage):
                         status=TrialStatus.PENDING,
                         embedded=trial.embedded,
                         step=trial.step,
+                        key=keys.get(trial.id) or "",
                     )
                     detail = f"PENDING, re-offer of trial {trial.id}"
                     copy = _insert_trials(
@@ -742,7 +751,43 @@ def _trial_row(trial: NewTrial, now: float) -> dict[str, Any]:
         "updated_at": now,
         "heartbeat_at": now if trial.lease_expires_at is not None else None,
         "lease_expires_at": trial.lease_expires_at,
+        "config_key": trial.key or None,
     }
+
+
+def _refuse_taken(
+    tx: Tx, study: str, study_id: int, since: int, trials: Sequence[NewTrial]
+) -> None:
+    """``TakenError`` when a trial stored after trial ``since`` has the key of one of
+    ``trials`` (``Storage.add_trial_batches``); the caller holds the study's lock."""
+    wanted = {t.key for t in trials if t.key}
+    if not wanted:
+        return
+    rows = tx.rows(
+        "SELECT trial_id, config_key FROM trials "
+        "WHERE study_id = ? AND trial_id > ? AND config_key IS NOT NULL ORDER BY trial_id",
+        [study_id, since],
+    )
+    holders = tuple(row["trial_id"] for row in rows if row["config_key"] in wanted)
+    if holders:
+        taken = len({row["config_key"] for row in rows if row["trial_id"] in holders})
+        shown = ", ".join(map(str, holders[:10])) + (", ..." if len(holders) > 10 else "")
+        raise TakenError(
+            f"study {study!r}: {taken} of {len(trials)} new trials have configurations "
+            f"stored meanwhile (trials {shown}, after trial {since}, the last of the history "
+            "they were chosen from); nothing was stored",
+            holders,
+        )
+
+
+def _stored_keys(tx: Tx, study_id: int, ids: Sequence[int]) -> dict[int, str | None]:
+    """The stored ``config_key`` of each of the trials ``ids``."""
+    marks = ", ".join("?" * len(ids))
+    rows = tx.rows(
+        f"SELECT trial_id, config_key FROM trials WHERE study_id = ? AND trial_id IN ({marks})",
+        [study_id, *ids],
+    )
+    return {int(row["trial_id"]): row["config_key"] for row in rows}
 
 
 def _next_trial_id(tx: Tx, study_id: int) -> int:

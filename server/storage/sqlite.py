@@ -15,7 +15,9 @@ opened here.
 
 The file is watched: its device and inode are compared before every call, and ``check``
 writes one row. A file deleted or replaced while in use is saved from the open connection
-(``<name>.rescued-<time>``) and every later call is refused, naming where the data went.
+(``<name>.rescued-<time>``) and every later call is refused, naming where the data went;
+a later start on the path refuses while that copy holds another database than the file
+there (``server.storage.rescued``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from server.storage import migrations
+from server.storage.rescued import RestartGuard, rescued_name
 from server.storage.sql import SQLStorage
 from tuner.errors import StorageError
 
@@ -48,9 +51,14 @@ class SQLiteStorage(SQLStorage):
             and the file must already exist at the current schema version.
         busy_timeout_s: How long a statement waits for a lock held by another connection.
         clock: Source of timestamps (Unix seconds); tests pass a fake.
+        new_database: Open ``path`` as it is even when a rescued copy beside it holds the
+            database that was lost there (``server.storage.rescued``): created empty when
+            missing, the copies set aside.
 
     Raises:
-        StorageError: The file cannot be created, opened, upgraded, or is from a newer tuner.
+        StorageError: The file cannot be created, opened, upgraded, or is from a newer
+            tuner; or a database was lost at ``path`` (a rescued copy beside it holds it)
+            and ``new_database`` is not set.
     """
 
     def __init__(
@@ -60,6 +68,7 @@ class SQLiteStorage(SQLStorage):
         read_only: bool = False,
         busy_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
+        new_database: bool = False,
     ) -> None:
         super().__init__(clock)
         self.path = Path(path)
@@ -68,7 +77,16 @@ class SQLiteStorage(SQLStorage):
         self._closed = False
         self._identity: tuple[int, int] | None = None  # the file opened (device, inode)
         self._lost: str | None = None  # why the file can no longer be trusted
+        guard = None if read_only else RestartGuard(self.path, new_database)
+        copies = [] if guard is None else guard.before_open()
         self._db = self._open(busy_timeout_s)
+        if guard is not None:
+            try:
+                with self._errors("compare the database with its rescued copies"):
+                    guard.after_open(self._db, copies)
+            except BaseException:
+                self._db.close()
+                raise
         self._identity = _identity(self.path)
         self._wal_identity = _identity(_sidecar(self.path, "-wal"))
         self.rescued: Path | None = None  # where the data went when the file was lost
@@ -144,7 +162,7 @@ class SQLiteStorage(SQLStorage):
         if self._lost is not None:
             saved = (
                 f"everything stored until then is saved in {self.rescued}; restart the "
-                "server on that file"
+                f"server on that file (--db {self.rescued}) or move it back to {self.path}"
                 if self.rescued is not None
                 else "restart the server on a database"
             )
@@ -161,7 +179,7 @@ class SQLiteStorage(SQLStorage):
         to a database by name only, and would lay this database's pages over the file
         that took its place."""
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        target = self.path.with_name(f"{self.path.name}.rescued-{stamp}")
+        target = rescued_name(self.path, stamp)
         try:
             copy = sqlite3.connect(target)
             try:

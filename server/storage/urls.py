@@ -89,21 +89,31 @@ def open_storage(
     read_only: bool = False,
     field: str = "db",
     clock: Callable[[], float] = time.time,
+    new_database: bool = False,
 ) -> Storage:
     """Open the storage ``value`` names (see the module's table).
 
+    ``new_database``: open a SQLite file as it is even beside a rescued copy of a database
+    lost there (``server.storage.rescued``); a PostgreSQL database takes no such flag.
+
     Raises:
-        ValidationError: ``value`` is not a storage URL or path (naming ``field``).
+        ValidationError: ``value`` is not a storage URL or path (naming ``field``), or
+            ``new_database`` with PostgreSQL.
         StorageError: The backend cannot open it.
     """
     url = parse(value, field)
     if url.backend == "postgresql":
+        if new_database:
+            raise ValidationError(
+                "new_database", "applies to a SQLite file, not a PostgreSQL database",
+                "a SQLite --db, or no --new-database",
+            )  # fmt: skip
         from server.storage.postgres import PostgresStorage  # psycopg only when asked for
 
         return PostgresStorage(url.target, read_only=read_only, clock=clock)
     from server.storage.sqlite import SQLiteStorage
 
-    return SQLiteStorage(url.target, read_only=read_only, clock=clock)
+    return SQLiteStorage(url.target, read_only=read_only, clock=clock, new_database=new_database)
 
 
 def redact(url: str) -> str:

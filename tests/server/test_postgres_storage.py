@@ -427,3 +427,9 @@ metrics = ["ops"]
 [session]
 db = "{db}"
 """
+
+
+def test_new_database_is_a_sqlite_flag_and_refused_for_postgresql(postgres_url: str) -> None:
+    with pytest.raises(ValidationError, match="applies to a SQLite file") as caught:
+        open_storage(postgres_url, new_database=True)
+    assert caught.value.field == "new_database"

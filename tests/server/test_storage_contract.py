@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from server.storage import (
     ROW_CHARS,
+    FinishedTrial,
     NewBatch,
     NewTrial,
     Request,
@@ -37,6 +38,7 @@ from tuner.errors import (
     PermissionDeniedError,
     StateError,
     StorageError,
+    TakenError,
     ValidationError,
 )
 from tuner.study import StudySpec
@@ -637,3 +639,68 @@ def test_stored_size_counts_what_a_study_holds_alike_on_every_backend(storage: S
     assert storage.stored_size("pg-oltp") == StoredSize(total, 0)
     with pytest.raises(NotFoundError, match="'nope'"):
         storage.stored_size("nope")
+
+
+# -- configurations stored meanwhile ----------------------------------------------------------
+def keyed(key: str, **kwargs: Any) -> NewTrial:
+    return NewTrial(dict(CONFIG), key=key, **kwargs)
+
+
+def test_a_configuration_stored_after_the_history_it_was_chosen_from_is_refused(
+    storage: Storage,
+) -> None:
+    """Two writers chose from the same history (up to trial 1): the second to store a
+    configuration is refused and stores nothing, naming the trial that holds it."""
+    storage.create_study(make_spec())
+    storage.add_trials("pg-oltp", [keyed("k0")])
+    storage.add_trials("pg-oltp", [keyed("k1"), keyed("k2")], since=1)  # the first writer
+    request = Request("r-late", "SuggestTrials", "d")
+    with pytest.raises(TakenError, match=r"trials 3, after trial 1") as caught:
+        storage.add_trials("pg-oltp", [keyed("k9"), keyed("k2")], request, since=1)
+    assert caught.value.trial_ids == (3,)
+    assert [t.id for t in storage.list_trials("pg-oltp")] == [1, 2, 3]
+    assert storage.find_request("pg-oltp", "r-late") is None
+    [fresh] = storage.add_trials("pg-oltp", [keyed("k9")], request, since=1)  # a new one
+    assert fresh.id == 4 and storage.find_request("pg-oltp", "r-late") is not None
+
+
+def test_a_configuration_the_writer_saw_may_be_stored_again(storage: Storage) -> None:
+    """Trials up to ``since`` are not compared: a FAILED configuration the designer retries
+    on purpose, or a trial without ``since`` (no history), is stored."""
+    storage.create_study(make_spec())
+    [failed] = storage.add_trials("pg-oltp", [keyed("k0")])
+    storage.finish_trial("pg-oltp", failed.id, TrialStatus.FAILED, {}, "crashed")
+    [again] = storage.add_trials("pg-oltp", [keyed("k0")], since=failed.id)
+    [unchecked] = storage.add_trials("pg-oltp", [keyed("k0")])
+    [unkeyed] = storage.add_trials("pg-oltp", [NewTrial(dict(CONFIG))], since=failed.id)
+    assert (again.id, unchecked.id, unkeyed.id) == (2, 3, 4)
+
+
+def test_a_re_offer_and_an_import_keep_the_configuration_key(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    [held] = storage.add_trials("pg-oltp", [keyed("k0", client_id="w1", lease_expires_at=1.0)])
+    [expired] = storage.expire_leases("pg-oltp", 2.0, TrialStatus.ABANDONED, reoffer=True)
+    storage.import_trials("pg-oltp", [FinishedTrial(dict(CONFIG), TrialStatus.FAILED,
+                                                    reason="elsewhere", key="k1")])  # fmt: skip
+    for key, holder in (("k0", expired.reoffered_as), ("k1", 3)):
+        with pytest.raises(TakenError) as caught:
+            storage.add_trials("pg-oltp", [keyed(key)], since=held.id)
+        assert caught.value.trial_ids == (holder,)
+
+
+def test_of_writers_racing_with_one_configuration_exactly_one_stores_it(
+    storage: Storage,
+) -> None:
+    storage.create_study(make_spec())
+
+    def store(i: int) -> str:
+        try:
+            storage.add_trials("pg-oltp", [keyed("same", client_id=f"w{i}")], since=0)
+        except TakenError:
+            return "taken"
+        return "stored"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        outcomes = sorted(pool.map(store, range(8)))
+    assert outcomes == ["stored"] + ["taken"] * 7
+    assert len(storage.list_trials("pg-oltp")) == 1

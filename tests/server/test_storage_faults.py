@@ -160,7 +160,7 @@ def test_a_replaced_database_is_refused(served: tuple[Served, Path], tmp_path: P
             client.complete_trial("s", trial.id, {"y": 1.0})
     server.wait_status(NOT_SERVING)
     server.close()
-    with SQLiteStorage(db) as now, rescued(db) as saved:
+    with SQLiteStorage(db, read_only=True) as now, rescued(db) as saved:
         assert [s.spec.name for s in now.list_studies()] == ["elsewhere"], (
             "the new file is untouched (the old WAL, matched by name, was moved aside)"
         )
@@ -218,3 +218,161 @@ def test_tuner_serve_prints_its_address_and_writes_its_port_file(tmp_path: Path)
         process.terminate()
         process.wait(30)
         process.stdout.close()
+
+
+# -- a restart on a lost database's path ------------------------------------------------------
+class ServeProcess:
+    """``tuner serve --db DB`` in a process of its own, on port 0 (read from its port file)."""
+
+    def __init__(self, db: Path, *flags: str) -> None:
+        stamp = time.monotonic_ns()
+        self.port_file, self.log = db.with_name(f"port-{stamp}"), db.with_name(f"log-{stamp}")
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cli.main", "serve", "--db", str(db), "--port", "0",
+                 "--port-file", str(self.port_file), "--suggest-workers", "0", *flags],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def target(self) -> str:
+        """The address, once serving."""
+        end = time.monotonic() + 120
+        while not self.port_file.exists():
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < end, "the server never wrote its port file"
+            time.sleep(0.1)
+        return f"127.0.0.1:{self.port_file.read_text().strip()}"
+
+    def refusal(self) -> str:
+        """What the server said when it refused to start (it must exit 1, not serve)."""
+        end = time.monotonic() + 120
+        while self.proc.poll() is None:
+            assert not self.port_file.exists(), f"it started serving: {self.output()}"
+            assert time.monotonic() < end, "it neither served nor exited"
+            time.sleep(0.1)
+        assert self.proc.returncode == 1, self.output()
+        return self.output()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        assert self.proc.wait(timeout=60) == 0, self.output()
+
+    def output(self) -> str:
+        """What it printed, its whitespace (rich's line breaks) made single spaces."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+        return " ".join(self.log.read_text().split())
+
+
+def lose(db: Path, target: str, replace_with: Path | None = None) -> Path:
+    """Delete the database under a running server (or put ``replace_with`` in its place)
+    and wait for the server to notice: NOT_SERVING, the rescued copy made."""
+    if replace_with is None:
+        db.unlink()
+    else:
+        os.replace(replace_with, db)
+    with grpc.insecure_channel(target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        end = time.monotonic() + 30
+        while health.Check(health_pb2.HealthCheckRequest(), timeout=5).status != NOT_SERVING:
+            assert time.monotonic() < end, "the server never noticed"
+            time.sleep(0.2)
+    (copy,) = db.parent.glob(f"{db.name}.rescued-*")
+    return copy
+
+
+def test_a_restart_on_a_deleted_database_names_the_copy_and_starts_empty_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "tuner.db"
+    server = ServeProcess(db)
+    with TunerClient(server.target(), retry_for=0) as client:
+        client.create_study(spec())
+    copy = lose(db, server.target())
+    server.stop()
+
+    said = ServeProcess(db).refusal()
+    assert f"{db} does not exist, but {copy} beside it holds the database" in said
+    assert "--new-database" in said and f"--db {copy}" in said
+    assert not db.exists(), "no empty database was made in its place"
+
+    server = ServeProcess(db, "--new-database")
+    with TunerClient(server.target(), retry_for=0) as client:
+        assert client.list_studies() == []
+    server.stop()
+    server = ServeProcess(db)  # the copy was set aside: no need to say it again
+    with TunerClient(server.target(), retry_for=0) as client:
+        assert client.list_studies() == []
+    server.stop()
+    with SQLiteStorage(copy, read_only=True) as saved:
+        assert [s.name for s in saved.list_studies()] == ["s"]
+
+
+def test_a_restart_on_a_replaced_database_refuses_until_the_copy_is_put_back(
+    tmp_path: Path,
+) -> None:
+    db, other = tmp_path / "tuner.db", tmp_path / "other.db"
+    with SQLiteStorage(other) as storage:
+        storage.create_study(spec("elsewhere"))
+    server = ServeProcess(db)
+    with TunerClient(server.target(), retry_for=0) as client:
+        client.create_study(spec())
+    copy = lose(db, server.target(), replace_with=other)
+    server.stop()
+
+    said = ServeProcess(db).refusal()
+    assert f"{db} is not the database a server had open there: {copy} holds that one" in said
+    assert "--new-database" in said
+
+    shutil.copyfile(copy, db)  # the same database back (its copy stays beside it)
+    server = ServeProcess(db)
+    with TunerClient(server.target(), retry_for=0) as client:
+        assert [s.spec.name for s in client.list_studies()] == ["s"]
+    server.stop()
+
+
+def test_a_tune_session_on_a_deleted_database_refuses_and_starts_anew_when_asked(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs" / "tuner.db"
+    db.parent.mkdir()
+    storage = SQLiteStorage(db)
+    db.unlink()
+    with pytest.raises(StorageError, match="saved in"):
+        storage.check()  # what a running session or server does: the copy is made
+    storage.close()
+    (copy,) = db.parent.glob("tuner.db.rescued-*")
+    config = tmp_path / "s.toml"
+    config.write_text(SESSION.format(python=sys.executable, db=db))
+    argv = [sys.executable, "-m", "cli.main", "tune", str(config), "--confirm", "0"]
+    refused = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1
+    said = " ".join(refused.stderr.split() + refused.stdout.split())
+    assert f"{db} does not exist, but {copy}" in said and "--new-database" in said
+    assert not db.exists()
+    ran = subprocess.run([*argv, "--new-database"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    with SQLiteStorage(db, read_only=True) as fresh:
+        assert len(fresh.list_trials("s")) == 2
+
+
+SESSION = """
+[study]
+name = "s"
+objectives = [{{ name = "ops", goal = "maximize" }}]
+[[study.knobs]]
+name = "x"
+kind = "float"
+low = 0.0
+high = 1.0
+[target]
+kind = "command"
+command = ["{python}", "-c", "import json, sys; print(json.dumps(dict(ops=float(sys.argv[1]))))",
+           "{{x}}"]
+metrics = ["ops"]
+[session]
+db = "{db}"
+trials = 2
+"""

@@ -59,12 +59,17 @@ class Gate(InlineDesigner):
         self._open = threading.Event()
 
     def propose(
-        self, spec: StudySpec, trials: Sequence[Trial], count: int, cache: FitCache
+        self,
+        spec: StudySpec,
+        trials: Sequence[Trial],
+        count: int,
+        cache: FitCache,
+        salt: int = 0,
     ) -> list[Suggestion]:
         self.runs.append((count, [t.id for t in trials]))
         self.started.release()
         assert self._open.wait(30), "the test never released the designer"
-        return super().propose(spec, trials, count, cache)
+        return super().propose(spec, trials, count, cache, salt)
 
     def release(self) -> None:
         self._open.set()

@@ -4,9 +4,11 @@ After OSS Vizier's ``Designer``: ``suggest(count, completed, pending)`` sees eve
 trial and every trial still in flight, and returns new configurations. A designer keeps no
 state of its own between calls, so a server that crashed and restarted loses nothing and
 continues from the stored history. Without a fit cache, the same history always gives the
-same suggestions (every random choice derives from the study seed and the history size);
-with one, model fits start from the previous step's hyperparameters, which can move a
-suggestion by a rounding-sized amount but never changes what is stored or replayed.
+same suggestions (every random choice derives from the study seed and the history size,
+and from a ``salt`` only when the service asks again because another writer stored the
+first answer's configurations meanwhile); with one, model fits start from the previous
+step's hyperparameters, which can move a suggestion by a rounding-sized amount but never
+changes what is stored or replayed.
 
 ``History`` sorts the trials once into what each part of a designer needs: trials the model
 learns from, pending points, and the set of configurations that must not be suggested again.
@@ -62,6 +64,9 @@ class History:
             seeds derive from it, so a retried configuration gets the same seed.
         designed: Of those, the ones that count toward the initial design: all but the
             default configuration, which comes on top of the design, and failed ones.
+        salt: 0, or a number that makes this call's draws differ from those of another
+            call with the same trials (``seed``): the service asks again with one when
+            another writer stored its first answer's configurations meanwhile.
     """
 
     observed: tuple[Trial, ...]
@@ -69,6 +74,7 @@ class History:
     taken: frozenset[ConfigKey] = field(default_factory=frozenset)
     size: int = 0
     designed: int = 0
+    salt: int = 0
 
     @classmethod
     def build(
@@ -77,6 +83,7 @@ class History:
         completed: Sequence[Trial],
         pending: Sequence[Trial],
         retry_failed: int = 0,
+        salt: int = 0,
     ) -> History:
         failures = Counter(encoder.key(t.config) for t in completed if _failed(t))
         broken = {key for key, n in failures.items() if n > retry_failed}
@@ -89,7 +96,14 @@ class History:
         taken = frozenset(encoder.key(t.config) for t in kept) | broken
         designed = sum(t.step is not StepKind.DEFAULT for t in kept)
         size = len(kept) + sum(_failed(t) and encoder.key(t.config) in broken for t in completed)
-        return cls(observed, active, taken, size, designed)
+        return cls(observed, active, taken, size, designed, salt)
+
+    def seed(self, study_seed: int, *parts: object) -> int:
+        """``derive_seed(study_seed, *parts)``, with the ``salt`` when there is one (so
+        without a salt the same history always gives the same draw)."""
+        if not self.salt:
+            return derive_seed(study_seed, *parts)
+        return derive_seed(study_seed, *parts, f"salt:{self.salt}")
 
     @property
     def learned(self) -> bool:
@@ -109,9 +123,12 @@ class Designer:
         self.encoder = UnitBoxEncoder(spec.space)
 
     def suggest(
-        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial], salt: int = 0
     ) -> list[Suggestion]:
-        """Propose ``count`` new configurations (fewer only when the space is exhausted)."""
+        """Propose ``count`` new configurations (fewer only when the space is exhausted).
+
+        ``salt``: 0, or another number for draws that differ from those of a call with
+        the same trials (``History.salt``)."""
         raise NotImplementedError
 
 

@@ -24,10 +24,11 @@ configurations come from a quasi-random sequence instead (FALLBACK) with a warni
 on the trial. Any other exception is a bug and propagates. In strict mode
 (``tuner.runtime.STRICT``; the test suite runs strict) numerical errors propagate too.
 
-All randomness derives from the study seed and the history size and is passed down
-explicitly (seeds, ``torch.Generator``s): nothing reads or reseeds torch's global generator,
-and the number of torch threads is set once at start-up (``tuner.runtime``), so a restarted
-server makes the same suggestions. One process computes one model-based step at a time
+All randomness derives from the study seed and the history size (and the salt of a call
+asked again after a lost race, ``History.salt``) and is passed down explicitly (seeds,
+``torch.Generator``s): nothing reads or reseeds torch's global generator, and the number
+of torch threads is set once at start-up (``tuner.runtime``), so a restarted server makes
+the same suggestions. One process computes one model-based step at a time
 (``MODEL_LOCK``): measured here, a qLogNEI value and gradient at the same point came out
 different in the 14th digit while another thread computed with torch, enough to move
 L-BFGS-B's answer, and GPyTorch keeps its settings per process, not per thread. So studies
@@ -56,7 +57,7 @@ from tuner.designer.acquisition import (
     optimize_continuous,
     thompson_candidates,
 )
-from tuner.designer.base import History, Suggestion, checked, derive_seed
+from tuner.designer.base import History, Suggestion, checked
 from tuner.designer.local_search import LocalSearch
 from tuner.designer.model import FitCache, distinct_rows, fit_models, outcome_data
 from tuner.designer.priors import PriorRegion
@@ -111,9 +112,10 @@ class BODesigner(QuasiRandomDesigner):
         self.trend_probe = trend_probe
 
     def suggest(
-        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial], salt: int = 0
     ) -> list[Suggestion]:
-        history = History.build(self.encoder, completed, pending, self.spec.designer.retry_failed)
+        retry = self.spec.designer.retry_failed
+        history = History.build(self.encoder, completed, pending, retry, salt)
         steps = self.plan(history, count)
         out: list[Suggestion] = []
         for step in steps:  # in order: the default, then the design
@@ -146,7 +148,7 @@ class BODesigner(QuasiRandomDesigner):
         out: list[Suggestion] = []
         for step, q in _grouped(steps):
             made = chosen + out
-            seed = derive_seed(self.spec.designer.seed, "bo", history.size, len(made))
+            seed = history.seed(self.spec.designer.seed, "bo", history.size, len(made))
             try:
                 with MODEL_LOCK:
                     configs = self._propose(step, q, history, made, seed)

@@ -152,9 +152,10 @@ class EmbeddedDesigner(Designer):
         return max(stored, grown_level(self.spec, completed, len(sizes) - 1))
 
     def suggest(
-        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial], salt: int = 0
     ) -> list[Suggestion]:
-        history = History.build(self.encoder, completed, pending, self.spec.designer.retry_failed)
+        retry = self.spec.designer.retry_failed
+        history = History.build(self.encoder, completed, pending, retry, salt)
         out = self.outer.default_suggestion(history) if count > 0 else []
         stage = self.stage(self.level(completed, pending))
         low_completed = self._low_trials(stage, completed)
@@ -199,7 +200,7 @@ class EmbeddedDesigner(Designer):
                 self._as_pending(stage, s, -1000 - i) for i, s in enumerate(out)
             ]
             repeats = 0
-            for suggestion in stage.inner.suggest(want, low_completed, pending_now):
+            for suggestion in stage.inner.suggest(want, low_completed, pending_now, history.salt):
                 point = stage.embedding.point(
                     [int(suggestion.config[name]) for name in stage.embedding.low_names]
                 )
@@ -224,7 +225,7 @@ class EmbeddedDesigner(Designer):
             if repeats == 0:
                 break
         missing = count - len(out)
-        seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(chosen))
+        seed = history.seed(self.spec.designer.seed, "embedded", history.size, len(chosen))
         for i in range(missing):
             replacement = self._random(stage, taken, derive_seed(seed, i))
             if replacement is None:
@@ -274,7 +275,7 @@ class EmbeddedDesigner(Designer):
             if config is not None and self.encoder.key(config) not in taken:
                 made: Suggestion | None = Suggestion(config, StepKind.SOBOL, "", point)
             else:
-                seed = derive_seed(self.spec.designer.seed, "embedded", history.size, len(out))
+                seed = history.seed(self.spec.designer.seed, "embedded", history.size, len(out))
                 made = self._random(stage, taken, seed)
             if made is not None:
                 taken.add(self.encoder.key(made.config))

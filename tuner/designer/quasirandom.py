@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 _CHUNK = 1024
 _MAX_SOBOL = 16 * _CHUNK
 _MAX_REPAIR_DIMS = 6
+#: A salted Sobol call skips 1 to this many times its count of untaken points: two writers
+#: that both lost a race for the same points and ask again rarely skip alike.
+SALTED_SKIPS = 8
 
 # BoTorch's form of a linear inequality: sum(coefficients * x[indices]) >= rhs
 Inequality = tuple[torch.Tensor, torch.Tensor, float]
@@ -57,9 +60,10 @@ class QuasiRandomDesigner(Designer):
         self.region = PriorRegion.of(self.encoder) if spec.designer.expert_priors else None
 
     def suggest(
-        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial]
+        self, count: int, completed: Sequence[Trial], pending: Sequence[Trial], salt: int = 0
     ) -> list[Suggestion]:
-        history = History.build(self.encoder, completed, pending, self.spec.designer.retry_failed)
+        retry = self.spec.designer.retry_failed
+        history = History.build(self.encoder, completed, pending, retry, salt)
         out = self.default_suggestion(history) if count > 0 else []
         kind = StepKind.SOBOL if self.spec.designer.algorithm == "sobol" else StepKind.RANDOM
         out += self.space_filling(history, out, count - len(out), kind)
@@ -97,18 +101,24 @@ class QuasiRandomDesigner(Designer):
     ) -> list[Suggestion]:
         """``count`` new configurations of a space-filling ``kind``: SOBOL (the study's
         sequence, inside the prior region if any), FALLBACK (a fresh scrambled sequence per
-        history size) or RANDOM / FILL_IN (uniform)."""
+        history size) or RANDOM / FILL_IN (uniform).
+
+        With a salt (``History.salt``: another writer took the points this history gives)
+        SOBOL skips a salted number of the sequence's next untaken points, which later
+        calls fill in, and the other kinds draw from a salted seed."""
         if count <= 0:
             return []
         taken = history.taken | {self.encoder.key(s.config) for s in chosen}
         if kind is StepKind.SOBOL:
             seed = derive_seed(self.spec.designer.seed, "sobol")
-            configs = self.sampler.sobol(seed, count, taken, self.region)
+            skip = count * (1 + history.salt % SALTED_SKIPS) if history.salt else 0
+            configs = self.sampler.sobol(seed, count + skip, taken, self.region)
+            configs = configs[min(skip, max(0, len(configs) - count)) :]
         elif kind is StepKind.FALLBACK:
-            seed = derive_seed(derive_seed(self.spec.designer.seed, "fallback"), history.size)
+            seed = history.seed(derive_seed(self.spec.designer.seed, "fallback"), history.size)
             configs = self.sampler.sobol(seed, count, taken)
         else:  # RANDOM and FILL_IN share one stream
-            seed = derive_seed(self.spec.designer.seed, "random", history.size, len(chosen))
+            seed = history.seed(self.spec.designer.seed, "random", history.size, len(chosen))
             configs = self.sampler.random(seed, count, taken)
         return [Suggestion(c, kind, warning) for c in configs]
 
