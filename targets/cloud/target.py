@@ -112,7 +112,7 @@ class CloudTarget(Target):
 
 
 class CloudReplayTarget(CloudTarget):
-    """Answers each deployment with its measured run (see the module doc).
+    """Answers each deployment with its run in a table of runs (see the module doc).
 
     Args:
         workload: Name of the workload to replay, one of the table's. Required.
