@@ -28,10 +28,21 @@ from tuner.space import Config
 from tuner.trial import Trial, TrialStatus
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: Published data sets some benchmarks replay: beside the checkout, never in the repository
+#: (``bench/README.md``, "Benchmark data": each set's source, license and folder).
+BENCHDATA = Path(__file__).resolve().parents[2] / "shared" / "benchdata"
 PEER_PACKAGES = ("torch", "botorch", "gpytorch", "scikit-optimize", "scikit-learn", "numpy")
 
 console = Console()
 _thread_limiter: Any = None  # keeps a threadpoolctl limit alive for the whole process
+
+
+def data_absent(path: Path) -> str:
+    """Why a benchmark (or its test) that reads ``path`` cannot run here, and how to get it."""
+    return (
+        f"{path} is absent (benchmark data beside the checkout, not in the repository; "
+        "where to get it: bench/README.md, 'Benchmark data')"
+    )
 
 
 def limit_threads(threads: int | None) -> None:

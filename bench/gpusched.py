@@ -21,8 +21,9 @@ p99 ratios instead (the old rule, kept for comparison; its runs are labelled
 The best feasible configuration of each run is then simulated on every *held-out* trace,
 whole, next to FIFO (no backfill), LAS (preemptive least attained GPU time), Tiresias's
 defaults (limits 3250/7200/18000 GPU-s) and Lucid's two-queue Tiresias (one limit, 18000
-GPU-s). Traces: Philly-derived Gavel traces (``gavel_msr_seed0``) read from
-``../shared/benchdata`` at run time, durations on V100s; each cluster is sized to the
+GPU-s). Traces: Philly-derived Gavel traces (``gavel_msr_seed0``, MIT, shipped with the
+target in ``targets/scheduler/traces/``; ``--traces`` reads another folder), durations on
+V100s; each cluster is sized to the
 trace (``--load``), and a preempted job pays ``--restart-s`` seconds when it resumes.
 
 Tables: best ``jct_ratio_geomean`` on the training traces after 10/20/budget trials (mean
@@ -49,7 +50,12 @@ from rich.table import Table
 
 from bench.common import console, limit_threads, load_note, machine_info, show, write_json
 from targets.base import full_config
-from targets.scheduler.gpusched import GpuSchedTarget, policy_of, tiresias_policy
+from targets.scheduler.gpusched import (
+    SHIPPED_TRACES,
+    GpuSchedTarget,
+    policy_of,
+    tiresias_policy,
+)
 from targets.scheduler.simulator import Policy, simulate
 from tuner.loop import run_trials
 from tuner.space import Config, FloatKnob, IntKnob, Knob, SearchSpace
@@ -64,7 +70,7 @@ P99_LIMIT = 1.1
 LOAD = 0.9  # the trace's GPU time fills 90 % of the cluster (``cluster_size``)
 RESTART_S = 30.0  # a preempted job pays this when it resumes
 MAX_JOBS = 300  # first jobs of a training trace
-DATA = Path(__file__).resolve().parents[2] / "shared" / "benchdata"
+TRACES = SHIPPED_TRACES / "gavel_msr_seed0"  # Gavel's traces, shipped with the target
 CHECKPOINTS = (10, 20)
 TIRESIAS = "Tiresias (3250/7200/18000)"
 BASELINES = {
@@ -338,7 +344,7 @@ def plot(runs: list[Run], path: Path, budget: int) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     limit_threads(args.threads)
-    folder = args.data / "gpu_sched_traces" / "gavel_msr_seed0"
+    folder = args.traces
 
     def target_of(names: Sequence[str], max_jobs: int | None) -> GpuSchedTarget:
         options: dict[str, Any] = {
@@ -402,7 +408,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--restart-s", type=float, default=RESTART_S)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
-        "--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "benchdata"
+        "--traces", type=Path, default=TRACES, help="the folder of the Gavel traces (NAME.trace)"
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--markdown", action="store_true")

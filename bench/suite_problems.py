@@ -54,7 +54,7 @@ from typing import Any
 from bench import dbres, dbsurrogate, hdbo, yahpo_bridge
 from bench.cloud import optima
 from bench.contract import Measurement, SuiteProblem
-from bench.gpusched import DATA, LOAD, MAX_JOBS, P99_LIMIT, RESTART_S
+from bench.gpusched import LOAD, MAX_JOBS, P99_LIMIT, RESTART_S
 from bench.hdbo import KnobProblem
 from targets.base import full_config
 from targets.cloud.target import CloudReplayTarget
@@ -63,6 +63,8 @@ from tuner.space import Config, value_key
 from tuner.trial import TrialStatus
 
 SUITE_TOML = Path(__file__).resolve().with_name("suite.toml")
+#: The benchmark data beside the checkout (its README names each set's source and license).
+DATA = Path(__file__).resolve().parents[2] / "shared" / "benchdata"
 FAMILIES = ("db", "hdbo", "cloud", "sched", "yahpo")
 CLOUD_SIZES = ("bigdata", "huge")
 CLOUD_TABLE = Path("cloud_config_scout_bbo_arena") / "cloud_config_lookup.csv"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Every check CI runs, in order: generated gRPC code up to date, lint, format, types, tests.
-# Run inside the project's virtual environment (see the README's test command).
+# Every check CI runs, in order: the system packages the tests need (installed where this
+# user can; scripts/system_packages.sh), generated gRPC code up to date, lint, format, types,
+# tests. Run inside the project's virtual environment (see the README's test command).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/system_packages.sh
 bash scripts/check_generated.sh
 ruff check .
 ruff format --check .

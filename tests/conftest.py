@@ -10,13 +10,18 @@ which the target tests' child processes inspect.
 ``postgres_cluster`` is a real PostgreSQL server for the whole session (the PostgreSQL
 storage backend's tests, bench.load's replicas), and ``postgres_url`` a new, empty schema in
 it for each test. Skipped where PostgreSQL is not installed, unless
-``REQUIRE_POSTGRES_TESTS=1`` (``.ci/run`` installs Debian's package and sets it, so on CI a
-missing server fails instead).
+``REQUIRE_POSTGRES_TESTS=1`` (``.ci/run`` sets it, so on CI a missing server fails instead).
+
+A test that needs a system package skips with the reason ``system package NAME is not
+installed (...)``; the run then ends with one line naming the packages, how many tests each
+cost, and the command that installs them (``scripts/check.sh`` installs them first where it
+can: ``scripts/system_packages.sh``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -32,6 +37,39 @@ from tuner.errors import TargetError
 
 runtime.configure(warnings_to_log=False, strict=True)  # pytest keeps its own warning filters
 
+_MISSING_PACKAGE = re.compile(r"system package (\S+) is not installed")
+
+
+def missing_packages_line(reasons: list[str]) -> str | None:
+    """One line for the skips whose reason names a missing system package, or None."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        for package in dict.fromkeys(_MISSING_PACKAGE.findall(reason)):
+            counts[package] = counts.get(package, 0) + 1
+    if not counts:
+        return None
+    names = sorted(counts)
+    skipped = ", ".join(f"{n} ({counts[n]} test{'s' if counts[n] > 1 else ''})" for n in names)
+    return (
+        f"skipped for want of system packages: {skipped}; install them with "
+        f"`sudo apt-get install {' '.join(names)}` (Debian/Ubuntu; or "
+        "`bash scripts/system_packages.sh`) and run again"
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After the summary: the one line naming the system packages whose tests were skipped."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(config, "workerinput"):  # an xdist worker reports nothing
+        return
+    reasons = []
+    for report in reporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reasons.append(str(longrepr[2] if isinstance(longrepr, tuple) else longrepr))
+    line = missing_packages_line(reasons)
+    if line is not None:
+        reporter.write_line(line, yellow=True, bold=True)
+
 
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[Cluster]:
@@ -41,7 +79,7 @@ def postgres_cluster() -> Iterator[Cluster]:
     except TargetError as exc:
         if os.environ.get("REQUIRE_POSTGRES_TESTS") == "1":
             pytest.fail(f"REQUIRE_POSTGRES_TESTS=1 but PostgreSQL is not installed: {exc}")
-        pytest.skip(f"PostgreSQL is not installed ({exc}); .ci/run installs it on CI")
+        pytest.skip(f"system package postgresql is not installed ({exc})")
     parent = Path(tempfile.mkdtemp(prefix="tuner-pgstore-"))
     parent.chmod(0o755)  # the postgres user must reach its socket directory
     cluster = Cluster(tools, parent)

@@ -6,13 +6,18 @@ Two adapters share one interface: the knobs and candidate deployments of a cloud
 metrics ``runtime_s`` and ``cost_usd`` (nodes x hourly price x runtime). A deadline is the
 outcome constraint ``runtime_s <= D`` of the study.
 
-``cloud_replay`` answers from measured runs (``../shared/benchdata/cloud_config_scout_bbo_arena/
-cloud_config_lookup.csv``, read at run time; one row per workload and deployment)::
+``cloud_replay`` answers from a table of runs (a CSV, one row per workload and
+deployment)::
 
     [target]
     kind = "cloud_replay"
-    workload = "spark_lr_bigdata"   # one of the 18 Scout workloads
-    # table = "path/to/lookup.csv"  # default: ../shared/benchdata/... beside the checkout
+    table = "path/to/runs.csv"      # required: your measured runs
+    workload = "spark_lr_bigdata"   # one of the table's workloads
+
+The repository ships no measured table: Scout's measured runs (18 workloads; the reconstruction
+``python -m bench.cloud`` reads from ``../shared/benchdata``) carry no license that lets them
+ship. ``examples/cloud_runs.csv`` is a table the project makes from a performance model
+(``examples/cloud_model.py``), for the example and the tests.
 
 A deployment whose measured run failed or timed out is INFEASIBLE; one the table has no run
 for is FAILED ("not measured"). The candidate list is the deployments measured for the
@@ -61,13 +66,6 @@ from targets.command.target import (
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
 from tuner.space import Config, Knob
 
-DEFAULT_TABLE = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "benchdata"
-    / "cloud_config_scout_bbo_arena"
-    / "cloud_config_lookup.csv"
-)
 _COLUMNS = ("workload", "family", "size", "num_nodes", "runtime_s", "cost_usd", "completed")
 #: How a table may say whether a run completed.
 _FLAGS = {"1": True, "0": False, "true": True, "false": False}
@@ -114,13 +112,12 @@ class CloudTarget(Target):
 
 
 class CloudReplayTarget(CloudTarget):
-    """Answers each deployment with its measured run (see the module doc).
+    """Answers each deployment with its run in a table of runs (see the module doc).
 
     Args:
-        workload: Name of the measured workload to replay, one of the table's (the 18 Scout
-            workloads in the default table). Required.
-        table: Path of the lookup CSV of measured runs (default:
-            ``../shared/benchdata/cloud_config_scout_bbo_arena/cloud_config_lookup.csv``).
+        workload: Name of the workload to replay, one of the table's. Required.
+        table: Path of the lookup CSV of runs, one row per workload and deployment. Required
+            (``examples/cloud_runs.csv`` is a modelled one, ``examples/cloud_model.py``).
         catalog: Cloud catalog of instance types and prices: a shipped one by name
             (``knobs/instances/<name>.toml``) or the path of a catalog TOML file.
     """
@@ -131,13 +128,17 @@ class CloudReplayTarget(CloudTarget):
         self, *, workload: Any = None, table: Any = None, catalog: Any = "aws_2017"
     ) -> None:
         super().__init__(catalog)
-        path = Path(table) if isinstance(table, str) else DEFAULT_TABLE if table is None else None
-        if path is None or not path.is_file():
+        wanted = "the path of a CSV of runs with columns " + ", ".join(_COLUMNS)
+        if table is None:
             raise ValidationError(
                 "target.table",
-                f"{str(table or DEFAULT_TABLE)!r} is not a file",
-                "a CSV with columns " + ", ".join(_COLUMNS),
+                "is required: the repository ships no measured table (examples/cloud_runs.csv "
+                "is a modelled one, made by examples/cloud_model.py)",
+                wanted,
             )
+        path = Path(table) if isinstance(table, str) else None
+        if path is None or not path.is_file():
+            raise ValidationError("target.table", f"{table!r} is not a file", wanted)
         self.runs = read_lookup(path)
         workloads = tuple(sorted(self.runs))
         if workload not in self.runs:

@@ -6,7 +6,7 @@ with the trial's parameters, and reports the schedule's metrics::
 
     [target]
     kind = "gpusched"
-    traces = ["../shared/benchdata/gpu_sched_traces/gavel_msr_seed0/0e4a51.trace"]
+    traces = ["targets/scheduler/traces/gavel_msr_seed0/0e4a51.trace"]
     load = 0.9          # cluster sized so the trace's GPU time fills 90 % of it on average
     restart_s = 30      # a preempted job pays 30 s (checkpoint and restore) when it resumes
     aggregate = "worst" # a ratio over several traces is the largest one (or "geomean")
@@ -27,7 +27,10 @@ Knobs (every one has Tiresias's default, so the first trial measures Tiresias as
 
 Trace files: Tiresias CSV (``*.csv``: ``job_id,num_gpu,submit_time,...,duration``) or a
 Gavel/Philly TSV (any other name), whose durations come from ``throughputs`` (default:
-``gavel_simulation_throughputs.json`` beside the trace or one folder up) on ``gpu_type``.
+``gavel_simulation_throughputs.json`` beside the trace or one folder up, else the shipped
+one) on ``gpu_type``. Gavel's ten Philly-derived traces and throughputs (MIT) and Tiresias's
+traces and cluster specs (Apache-2.0) ship with the target in ``targets/scheduler/traces/``
+(``SHIPPED_TRACES``; its README names their sources and licenses).
 The cluster has ``gpus`` GPUs, or as many as a Tiresias ``cluster`` spec CSV lists, or,
 with ``load``, ``ceil(GPU time of the trace / (its arrival span x load))`` (at least the
 largest job), so traces of very different sizes meet a comparably busy cluster. Option
@@ -79,6 +82,8 @@ MAX_QUEUES = 5
 TIRESIAS_THRESHOLDS = (3250.0, 7200.0, 18000.0)  # GPU-seconds (Tiresias's jobs.py)
 GPU_TYPES = ("k80", "p100", "v100")
 THROUGHPUTS = "gavel_simulation_throughputs.json"
+#: The third-party traces shipped with the target (``traces/README.md``: sources, licenses).
+SHIPPED_TRACES = Path(__file__).resolve().parent / "traces"
 SUMMARY_METRICS = (
     "avg_jct_s",
     "median_jct_s",
@@ -174,7 +179,8 @@ class GpuSchedTarget(Target):
         traces: Trace files to replay, a list (or one path): Tiresias CSV (``*.csv``) or
             Gavel/Philly TSV (any other name). Required.
         throughputs: Path of the Gavel throughputs JSON that gives a TSV trace's durations
-            (default: ``gavel_simulation_throughputs.json`` beside the trace or one folder up).
+            (default: ``gavel_simulation_throughputs.json`` beside the trace or one folder up,
+            else the one shipped in ``targets/scheduler/traces/``).
         gpu_type: GPU type whose throughputs give a TSV trace's durations: ``k80``, ``p100`` or
             ``v100``.
         gpus: Number of GPUs in the cluster, in ``[1, 10**6]``. Exactly one of ``gpus``,
@@ -212,7 +218,9 @@ class GpuSchedTarget(Target):
         for i, item in enumerate(traces):
             if not isinstance(item, str) or not Path(item).is_file():
                 raise ValidationError(
-                    f"target.traces[{i}]", f"{item!r} is not a file", "a trace file path"
+                    f"target.traces[{i}]",
+                    f"{item!r} is not a file",
+                    f"a trace file path (shipped traces: {SHIPPED_TRACES})",
                 )
             paths.append(Path(item))
         if aggregate not in AGGREGATES:
@@ -343,7 +351,8 @@ def _trace_names(paths: Sequence[Path]) -> list[str]:
 
 
 def _find_throughputs(trace: Path) -> Path:
-    for folder in (trace.parent, trace.parent.parent):
+    """The throughputs beside the trace or one folder up, else the shipped Gavel table."""
+    for folder in (trace.parent, trace.parent.parent, SHIPPED_TRACES):
         if (folder / THROUGHPUTS).is_file():
             return folder / THROUGHPUTS
     raise FileNotFoundError(f"no {THROUGHPUTS} beside the trace or one folder up: set throughputs")

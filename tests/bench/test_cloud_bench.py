@@ -1,5 +1,6 @@
 """bench.cloud: every method searches Scout's deployments per workload and objective, and
-the table sits next to the published bbo-arena runs of the same workloads."""
+the table sits next to the published bbo-arena runs of the same workloads. Skipped where
+``../shared/benchdata`` is absent (Scout's runs via bbo-arena carry no license to ship)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from pathlib import Path
 import pytest
 
 from bench import cloud
+from bench.common import data_absent
+from knobs.cloud import load_cloud_catalog
+
+pytestmark = pytest.mark.skipif(not cloud.DATA.is_dir(), reason=data_absent(cloud.DATA))
 
 
 def test_published_runs_are_averaged_over_the_chosen_workloads() -> None:
@@ -60,3 +65,19 @@ def test_main_runs_every_method_and_resumes(tmp_path: Path) -> None:
     assert cloud.main([*argv, "--resume"]) == 0  # nothing left to run: the same numbers
     after = json.loads((tmp_path / "cloud.json").read_text())
     assert after["results"] == json.loads(before)["results"]
+
+
+def test_scouts_measured_runs_are_the_catalogs_69_deployments_at_its_prices() -> None:
+    catalog = load_cloud_catalog()
+    with (cloud.DATA / "cloud_config_lookup.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    key = lambda c: (c["family"], c["size"], int(c["nodes"]))  # noqa: E731
+    for workload in {r["workload"] for r in rows}:
+        measured = [r for r in rows if r["workload"] == workload]
+        configs = [{"family": r["family"], "size": r["size"], "nodes": r["num_nodes"]}
+                   for r in measured]  # fmt: skip
+        assert sorted(map(key, configs)) == sorted(map(key, catalog.candidates()))
+        for row, config in zip(measured, configs, strict=True):
+            if row["completed"] == "1":
+                cost = catalog.cost_usd(config, float(row["runtime_s"]))
+                assert cost == pytest.approx(float(row["cost_usd"]), rel=1e-5)

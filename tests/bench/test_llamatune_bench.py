@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 
 from bench import dbsurrogate, hdbo, llamatune, llamatune_report, mlos_peer
+from bench.common import data_absent
 from bench.methods import RunResult
 
 DATA = llamatune.DEFAULT_DATA
 needs_knob_data = pytest.mark.skipif(
-    not (DATA / dbsurrogate.FOLDER).is_dir(), reason=f"{DATA / dbsurrogate.FOLDER} is absent"
+    not (DATA / dbsurrogate.FOLDER).is_dir(), reason=data_absent(DATA / dbsurrogate.FOLDER)
 )
 needs_curves = pytest.mark.skipif(
-    not (DATA / hdbo.CURVES_CSV).is_file(), reason=f"{DATA / hdbo.CURVES_CSV} is absent"
+    not (DATA / hdbo.CURVES_CSV).is_file(), reason=data_absent(DATA / hdbo.CURVES_CSV)
 )
 BRANIN_MINIMIZERS = [(-math.pi, 12.275), (math.pi, 2.275), (9.42478, 2.475)]
 H6_MINIMIZER = (0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573)

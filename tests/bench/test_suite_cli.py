@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from bench import suite, suite_problems
+from bench.common import data_absent
 from bench.contract import Measurement, MethodRun
 
 PROBLEMS = "hdbo:hartmann6-d20,cloud:spark_lr_huge:cost_usd"
 pytestmark = pytest.mark.skipif(
-    not suite_problems.DATA.is_dir(), reason=f"{suite_problems.DATA} is absent"
+    not suite_problems.DATA.is_dir(), reason=data_absent(suite_problems.DATA)
 )
 
 

@@ -17,12 +17,13 @@ import pytest
 from bench import dbres, dbsurrogate, hdbo, yahpo_bridge
 from bench import suite_problems as sp
 from bench.cloud import workloads
+from bench.common import data_absent
 from bench.contract import Measurement, SuiteProblem, run_rng
 from tuner.space import SearchSpace, knob_from_dict
 
 DATA = sp.DATA
 SUITE = sp.read_suite()
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"{DATA} is absent")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=data_absent(DATA))
 needs_yahpo = pytest.mark.skipif(
     yahpo_bridge.unavailable() is not None,
     reason="bench/.venv-yahpo is missing: run bench/setup_yahpo.sh",
@@ -213,8 +214,9 @@ def test_yahpo_knobs_drop_the_instance_and_fix_fidelities_at_their_maximum() -> 
 
 
 def test_yahpo_problems_are_skipped_without_their_environment(tmp_path: Path) -> None:
+    (tmp_path / yahpo_bridge.FOLDER).mkdir(parents=True)  # the data, but not the environment
     problems, skipped = sp.build(
-        ["yahpo:lcbench-167168"], "develop", SUITE, yahpo_python=tmp_path / "python"
+        ["yahpo:lcbench-167168"], "develop", SUITE, tmp_path, yahpo_python=tmp_path / "python"
     )
     assert not problems and "setup_yahpo.sh" in skipped["yahpo:lcbench-167168"]
 

@@ -270,7 +270,7 @@ def chromium() -> str:
     if found is None:
         if os.environ.get("REQUIRE_BROWSER_TESTS") == "1":
             pytest.fail("REQUIRE_BROWSER_TESTS=1 but chromium is not installed")
-        pytest.skip("needs Debian's chromium (apt-get install chromium), as .ci/run installs")
+        pytest.skip("system package chromium is not installed (the headless browser)")
     return found
 
 

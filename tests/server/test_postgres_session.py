@@ -3,7 +3,7 @@
 Scale 1, two clients, one-second windows, four knobs, and a short closing confirmation (one
 round of the default and the three best that chooses one, then two rounds of the default
 and that one: 8 measurements instead of the default protocol's 18). Skipped where
-PostgreSQL is not installed (CI installs it in ``.ci/run``).
+PostgreSQL is not installed (``scripts/system_packages.sh`` installs it; CI requires it).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _installed() -> bool:
 
 pytestmark = pytest.mark.skipif(
     not _installed(),
-    reason="PostgreSQL is not installed (apt-get install postgresql; .ci/run does it on CI)",
+    reason="system package postgresql is not installed (initdb, postgres, pgbench)",
 )
 
 CONFIG = """

@@ -37,7 +37,7 @@ SPEC = StudySpec(
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
+        pytest.skip("system package openssl is not installed (makes the test certificate)")
     folder = tmp_path_factory.mktemp("pki")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(

@@ -1,5 +1,5 @@
-"""The cloud examples run for real with ``tuner tune``: the replay of Scout's measurements
-and the launcher driving ``examples/cloud_local.py``."""
+"""The cloud examples run for real with ``tuner tune``: the replay of the modelled runs of
+``examples/cloud_runs.csv`` and the launcher driving ``examples/cloud_local.py``."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ def test_the_cloud_examples_are_valid_and_search_the_69_deployments() -> None:
         assert config.spec.space.names == ("family", "size", "nodes")
 
 
-def test_tune_picks_a_deployment_that_meets_the_deadline_from_measured_runs(
+def test_tune_picks_a_deployment_that_meets_the_deadline_from_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(ROOT)  # the example's default table path is relative to the checkout
+    monkeypatch.chdir(ROOT)  # the example's table path is relative to the checkout
     db = tmp_path / "tuner.db"
     args = ["tune", "examples/cloud_replay.toml", "--trials", "12", "--db", str(db)]
     assert main([*args, "--plot", str(tmp_path / "p.png")]) == 0

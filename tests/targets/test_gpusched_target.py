@@ -5,6 +5,7 @@ trace), option errors, and a real BO session over it."""
 from __future__ import annotations
 
 import math
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from runner.config import load_config, parse_config
 from targets.registry import build_target
 from targets.scheduler.gpusched import (
+    SHIPPED_TRACES,
     GpuSchedTarget,
     cluster_size,
     knobs,
@@ -26,7 +28,7 @@ from tuner.space import SearchSpace
 from tuner.trial import Trial, TrialStatus, is_feasible
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "benchdata" / "gpu_sched_traces"
+TRACES = SHIPPED_TRACES  # Gavel's and Tiresias's traces, shipped with the target
 TIRESIAS_60 = TRACES / "tiresias" / "60_job.csv"
 GAVEL_SMALL = TRACES / "gavel_msr_seed0" / "2869ce.trace"
 GAVEL_BUSY = TRACES / "gavel_msr_seed0" / "103959.trace"
@@ -305,3 +307,32 @@ def test_unused_queue_limits_are_marked_so_results_leave_them_out() -> None:
     assert space.inactive(config | {"num_queues": 1}) == {
         "threshold_1", "ratio_2", "ratio_3", "ratio_4"
     }  # fmt: skip
+
+
+def test_a_gavel_trace_of_ones_own_gets_its_durations_from_the_shipped_throughputs(
+    tmp_path: Path,
+) -> None:
+    own = tmp_path / "mine.trace"  # no throughputs beside it or one folder up
+    own.write_text((TRACES / "gavel_msr_seed0" / "51b7ef.trace").read_text(), encoding="utf-8")
+    target = build_target("gpusched", {"traces": [str(own)], "gpus": 64})
+    assert isinstance(target, GpuSchedTarget)
+    assert len(target.traces[0].jobs) == 18 and all(j.duration > 0 for j in target.traces[0].jobs)
+
+
+def test_a_missing_trace_names_the_folder_of_the_shipped_ones(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as info:
+        build_target("gpusched", {"traces": [str(tmp_path / "none.trace")], "gpus": 8})
+    assert info.value.field == "target.traces[0]" and str(SHIPPED_TRACES) in str(info.value)
+
+
+def test_the_shipped_traces_are_package_data_with_their_licenses() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        patterns = tomllib.load(handle)["tool"]["setuptools"]["package-data"]["targets"]
+    package = ROOT / "targets"
+    files = [p for p in SHIPPED_TRACES.rglob("*") if p.is_file()]
+    installed = {p for pattern in patterns for p in package.glob(pattern) if p.is_file()}
+    assert len(files) > 20 and set(files) == installed  # a wheel carries every one of them
+    names = {p.name for p in files}
+    assert {"README.md", "LICENSE.gavel.MIT", "LICENSE.tiresias.Apache-2.0"} <= names
+    readme = (SHIPPED_TRACES / "README.md").read_text(encoding="utf-8")
+    assert "stanford-futuredata/gavel" in readme and "SymbioticLab/Tiresias" in readme

@@ -1,8 +1,8 @@
 """Tests for the PostgreSQL target on real throwaway clusters (scale 1, one-second windows).
 
-Tests that need PostgreSQL's programs skip, naming the install command, where they are
-absent; CI installs them (``.ci/run``). The rest (options, value formatting, host clamps,
-pgbench output parsing) run everywhere.
+Tests that need PostgreSQL's programs skip, naming the system package, where they are
+absent; ``scripts/system_packages.sh`` installs it. The rest (options, value formatting,
+host clamps, pgbench output parsing) run everywhere.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _installed() -> bool:
 
 needs_postgres = pytest.mark.skipif(
     not _installed(),
-    reason="PostgreSQL is not installed (apt-get install postgresql; .ci/run does it on CI)",
+    reason="system package postgresql is not installed (initdb, postgres, pgbench)",
 )
 SMALL: dict[str, Any] = {"scale": 1, "clients": 2, "threads": 1, "warmup_s": 0, "measure_s": 1}
 FEW = ["shared_buffers", "work_mem", "random_page_cost", "enable_seqscan"]

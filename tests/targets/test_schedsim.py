@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
+from targets.scheduler.gpusched import SHIPPED_TRACES
 from targets.scheduler.simulator import (
     Job,
     Policy,
@@ -16,7 +16,7 @@ from targets.scheduler.simulator import (
     simulate,
 )
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "benchdata" / "gpu_sched_traces"
+TRACES = SHIPPED_TRACES  # the published traces shipped with the target
 
 
 def finishes(jobs: list[Job], gpus: int, policy: Policy) -> dict[int, float]:
@@ -100,7 +100,6 @@ def test_bad_inputs_are_errors() -> None:
         Policy("srtf")
 
 
-@pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/benchdata is not beside the checkout")
 def test_the_published_traces_load_and_2d_las_beats_fifo_on_tiresias_60() -> None:
     jobs = read_tiresias(TRACES / "tiresias" / "60_job.csv")
     gpus = cluster_gpus(TRACES / "tiresias" / "cluster_spec.csv")
