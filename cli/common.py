@@ -8,14 +8,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from server.security import read_file, read_token
-from server.storage import open_storage, parse
 from tuner.errors import TunerError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # On a terminal, text wraps at its width; into a file or a pipe (a log, CI) it does not, so
 # that a path or a command printed for copying stays on one line (rich would fold it at 80).
@@ -34,6 +34,8 @@ SECURITY: dict[str, Path | None] = {}
 def connect(server: str | None, db: str | Path, writable: bool = False) -> Iterator[Any]:
     """A ``TunerClient`` for ``server``, else a ``TuningService`` over the storage ``db``
     names (a SQLite file, or a ``postgresql://`` URL)."""
+    from server.security import read_file, read_token
+
     if server:
         from server.client import TunerClient
 
@@ -45,6 +47,7 @@ def connect(server: str | None, db: str | Path, writable: bool = False) -> Itera
             yield client
         return
     from server.service import TuningService
+    from server.storage import open_storage, parse
 
     path = parse(db, "--db").path
     if path is not None and writable:
@@ -61,6 +64,8 @@ def connect(server: str | None, db: str | Path, writable: bool = False) -> Itera
 
 @contextmanager
 def progress_bar() -> Iterator[Progress]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
