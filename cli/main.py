@@ -62,6 +62,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from cli.common import SECURITY, err
 from cli.parser import build_parser
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _rpc_error() -> type[BaseException] | tuple[()]:
+def _rpc_error() -> Any:
     """``grpc.RpcError`` once a command loaded gRPC, else nothing to catch: a command that
     never imported it cannot have raised it, and ``--help`` and the commands that read a
     local file start without it (about 80 ms)."""

@@ -16,15 +16,14 @@ from cli.common import connect, out, progress_bar
 from cli.plot import plot_convergence
 from cli.render import (
     confirmation_dict,
-    confirmed,
     fmt,
-    print_best,
     print_confirmation,
     print_importance,
     print_result,
     report_trial,
     standing,
 )
+from cli.verdict import print_verdict, reported_best
 from runner.config import SessionConfig, load_config
 from runner.measurement import confirm
 from runner.session import run_phases, run_session, summarize
@@ -33,7 +32,7 @@ from server.security import read_file, read_token
 from server.storage import SQLiteStorage
 from targets.host.signals import terminate_on_sigterm
 from tuner import runtime
-from tuner.confirmation import machine_noise
+from tuner.confirmation import best_of, machine_noise
 from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import (
@@ -72,7 +71,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             protocol = config.protocol
             result = run_session(api, target, spec, config.trials, on_trial, protocol)
             confirmation = None
-            if protocol.confirm:
+            if protocol.confirm and result.ranking:  # nothing to confirm without candidates
                 check = progress.add_task("confirming", total=None, best="")
 
                 def on_measure(done: int, total: int) -> None:
@@ -89,25 +88,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
                         None if result.default is None else result.default.id,
                     ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
                 )  # fmt: skip
+        trials = api.list_trials(spec.name)
+        measurements = api.list_measurements(spec.name)
+        final = None if spec.multi_objective else reported_best(
+            api, spec.name, spec, trials, measurements
+        )  # fmt: skip
     print_result(result, confirming=confirmation is not None)
     print_importance(
         result.spec,
         result.trials,
         f" --server {args.server}" if args.server else f" --db {config.db}",
     )
-    if confirmation is not None:
-        print_confirmation(result.spec, confirmation)
-        best = confirmation.best
-        if best is not None and (result.best is None or best.trial.id != result.best.id):
-            print_best(result.spec, best.trial, result.trials, title="confirmed best configuration")
-    path = plot_convergence(
-        spec, result.trials, config.plot, result.measurements, confirmed(spec, confirmation)
+    out.print(
+        f"convergence plot: {plot_convergence(spec, trials, config.plot, measurements, final)}"
     )
-    out.print(f"convergence plot: {path}")
     if confirmation is not None:
         saved = config.plot.with_name(config.plot.stem + "-confirm.json")
         saved.write_text(json.dumps(confirmation_dict(confirmation), indent=2) + "\n")
         out.print(f"confirmation rounds: {saved}")
+        print_confirmation(result.spec, confirmation)
+    if final is not None:  # the last lines: the answer, and what it changes
+        print_verdict(result.spec, final, trials)
     return 0
 
 
@@ -145,11 +146,17 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
             results = run_phases(api, target, spec, phases, on_trial, on_phase, config.protocol)
     for index, phase in enumerate(results):
         out.print(f"[bold]phase {index + 1}[/]", highlight=False)
-        print_result(phase.result)
+        found = phase.result
+        print_result(found)
         stem = config.plot.with_name(f"{config.plot.stem}-phase{index + 1}{config.plot.suffix}")
-        out.print(
-            f"convergence plot: {plot_convergence(phase.result.spec, phase.result.trials, stem)}"
-        )
+        best = best_of(found.spec, found.trials, found.measurements)
+        path = plot_convergence(found.spec, found.trials, stem, found.measurements, best)
+        out.print(f"convergence plot: {path}")
+        print_verdict(found.spec, best, found.trials)
+        carried = phase.carried
+        if carried is not None and (best.trial is None or carried.id != best.trial.id):
+            out.print(f"phase {index + 1} hands on trial {carried.id}: the default, which no "
+                      "other trial beat by trial means", highlight=False)  # fmt: skip
     final = results[-1].best_config
     if final is not None:
         out.print("[bold]best configuration over all phases[/]")
@@ -209,9 +216,16 @@ def cmd_ray(args: argparse.Namespace) -> int:
         )  # fmt: skip
         with connect(server, config.db) as api:
             trials = api.list_trials(config.spec.name)
-    result = summarize(config.spec, trials)
+            measurements = api.list_measurements(config.spec.name)
+            final = None if config.spec.multi_objective else reported_best(
+                api, config.spec.name, config.spec, trials, measurements
+            )  # fmt: skip
+    result = summarize(config.spec, trials, measurements)
     print_result(result)
-    out.print(f"convergence plot: {plot_convergence(config.spec, result.trials, config.plot)}")
+    path = plot_convergence(config.spec, result.trials, config.plot, measurements, final)
+    out.print(f"convergence plot: {path}")
+    if final is not None:
+        print_verdict(result.spec, final, trials)
     return 0
 
 
