@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         err.print(
             f"[bold red]error:[/] `tuner {args.command}` needs {exc.name}, which comes with the "
-            "full install (the optimizer, the server, targets and plots): pip install "
+            "full install (the optimizer, the server and the targets): pip install "
             "'tuner\\[full]'; the base install is the client and the commands that read results",
             highlight=False,
         )
@@ -130,7 +130,7 @@ def _again(argv: Sequence[str] | None) -> str:
 #: What ``tuner[full]`` adds to the base (client) install.
 FULL_INSTALL = frozenset(
     {"torch", "botorch", "gpytorch", "linear_operator", "scipy", "skopt", "psycopg",
-     "prometheus_client", "matplotlib", "pynvml", "plotly"}
+     "prometheus_client", "pynvml", "plotly"}
 )  # fmt: skip
 
 
