@@ -327,6 +327,8 @@ def print_session_best(result: SessionResult) -> None:
         )
         return
     against = "" if ratio is None else f", {ratio:.2f}x the default's"
+    if ratio is None:
+        samples = "a single sample" if best.repeats == 1 else f"the mean of {best.repeats}"
     out.print(
         f"the session's best by the model: trial {best.id}, {name} "
         f"{mean_and_spread(best, name)}{against} ({samples}, unconfirmed: the confirmation "
