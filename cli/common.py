@@ -34,10 +34,9 @@ SECURITY: dict[str, Path | None] = {}
 def connect(server: str | None, db: str | Path, writable: bool = False) -> Iterator[Any]:
     """A ``TunerClient`` for ``server``, else a ``TuningService`` over the storage ``db``
     names (a SQLite file, or a ``postgresql://`` URL)."""
-    from server.security import read_file, read_token
-
     if server:
         from server.client import TunerClient
+        from server.security import read_file, read_token  # gRPC: only to reach a server
 
         ca, token_file = SECURITY.get("tls_ca"), SECURITY.get("token_file")
         token = read_token(token_file, "--token-file") if token_file else None
