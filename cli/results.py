@@ -214,6 +214,12 @@ def cmd_front(args: argparse.Namespace) -> int:
         out.print(f"study {args.study} has no feasible trial yet")
     else:
         print_front(spec, front)
+        if not spec.multi_objective:  # the front of one objective is its best measurement
+            out.print(
+                f"one objective: the front is the best measured trial; the study's best "
+                f"(confirmed, or by the model): tuner best {args.study}",
+                highlight=False,
+            )
     return 0
 
 

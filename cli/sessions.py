@@ -32,11 +32,12 @@ from server.security import read_file, read_token
 from server.storage import SQLiteStorage
 from targets.host.signals import terminate_on_sigterm
 from tuner import runtime
-from tuner.confirmation import best_of, machine_noise
+from tuner.confirmation import machine_noise
 from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
+    StepKind,
     Trial,
 )
 
@@ -144,19 +145,27 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
                              value)  # fmt: skip
 
             results = run_phases(api, target, spec, phases, on_trial, on_phase, config.protocol)
-    for index, phase in enumerate(results):
+        bests = [  # ranked and kept with each phase's study, as tuner best will name them
+            reported_best(api, r.result.spec.name, r.result.spec, r.result.trials,
+                          r.result.measurements)
+            for r in results
+        ]  # fmt: skip
+    for index, (phase, best) in enumerate(zip(results, bests, strict=True)):
         out.print(f"[bold]phase {index + 1}[/]", highlight=False)
         found = phase.result
         print_result(found)
         stem = config.plot.with_name(f"{config.plot.stem}-phase{index + 1}{config.plot.suffix}")
-        best = best_of(found.spec, found.trials, found.measurements)
         path = plot_convergence(found.spec, found.trials, stem, found.measurements, best)
         out.print(f"convergence plot: {path}")
         print_verdict(found.spec, best, found.trials)
         carried = phase.carried
         if carried is not None and (best.trial is None or carried.id != best.trial.id):
-            out.print(f"phase {index + 1} hands on trial {carried.id}: the default, which no "
-                      "other trial beat by trial means", highlight=False)  # fmt: skip
+            why = (
+                "the default, which no other trial beat by trial means"
+                if carried.step is StepKind.DEFAULT
+                else "the best of the others, which beat the default by trial means"
+            )
+            out.print(f"phase {index + 1} hands on trial {carried.id}: {why}", highlight=False)
     final = results[-1].best_config
     if final is not None:
         out.print("[bold]best configuration over all phases[/]")

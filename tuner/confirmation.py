@@ -14,7 +14,7 @@ the service answers ``GetBestTrial`` with them, and a session (``runner.session`
   posterior mean (by their measured values on a study without noise, ``noiseless``);
   ``improvement``: best against default.
 
-Nothing here imports torch or SciPy: the quantiles are ``tuner.quantiles``', and the one
+Nothing here imports torch or SciPy: the quantiles are ``tuner.quantiles``'s, and the one
 step that needs the model (``model_ranking``) is passed in, so that a reader of the base
 install gets the confirmation's verdict exactly as the session judged it.
 """
@@ -177,11 +177,11 @@ class Confirmation:
         them in any round. With ``best``, that, unless it measured worse than a default
         that met the constraints in every round, beyond noise (its interval below 1):
         then the default."""
-        worse = self.interval is not None and self.interval.high < 1.0
-        if self.best is not None and not (worse and self.default_feasible and self.default):
+        if self.best is not None:
+            worse = self.interval is not None and self.interval.high < 1.0
+            if worse and self.default is not None and self.default_feasible:
+                return self.default.trial
             return self.best.trial
-        if self.best is not None and self.default is not None:
-            return self.default.trial
         if self.default is not None and self.default_feasible:
             return self.default.trial
         rounds: dict[int, list[tuple[bool, float | None]]] = {}
@@ -351,7 +351,7 @@ class Basis(StrEnum):
     CONFIRMATION = "confirmation"  # the closing confirmation's verdict, or what it keeps
     MEASURED = "measured values"  # a study without noise (``noiseless``): no model needed
     POSTERIOR = "posterior mean"  # the objective GP's, among the stable feasible trials
-    TRIAL_MEANS = "trial means"  # no model in this install and none stored for these trials
+    TRIAL_MEANS = "trial means"  # no model ranked these results (a reader found none stored)
 
 
 @dataclass(frozen=True)
