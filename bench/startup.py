@@ -10,7 +10,10 @@ rounds so that one burst of load on a shared machine does not fall on every samp
 command. The table gives per command the median over rounds, its 95 % interval (the
 distribution-free one from order statistics: ``median_interval``) and the range, and the
 goal where there is one (``GOALS``: ``tuner --help`` 0.3 s, ``tuner studies`` 0.5 s, on a
-quiet machine); its title gives the load average at the start and the end. Ours: ``tuner``
+quiet machine), and the median CPU seconds (user and system) each process used: on a
+machine whose CPUs others keep busy the wall time grows with the load, the CPU time far
+less, and it is about what the wall time is on a quiet machine. The title gives the load
+average at the start and the end. Ours: ``tuner``
 against a SQLite file (``--db``) and against a running ``tuner serve`` (``--server``, the
 way a worker on another machine asks); Optuna: the ``optuna`` CLI against a SQLite
 ``RDBStorage``. Commands:
@@ -38,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -75,12 +79,23 @@ GOALS = {"help": 0.3, "studies": 0.5}
 
 def timed(argv: list[str]) -> tuple[float, str]:
     """Seconds from start to exit, and stdout; a failure is an error."""
+    took, _, out = measured(argv)
+    return took, out
+
+
+def measured(argv: list[str]) -> tuple[float, float, str]:
+    """Seconds from start to exit, the CPU seconds the process used (user and system:
+    about what it takes from start to exit on a quiet machine, where nothing else waits
+    for the CPUs), and stdout; a failure is an error."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     begun = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
     took = time.perf_counter() - begun
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - used.ru_utime) + (after.ru_stime - used.ru_stime)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-500:]}")
-    return took, done.stdout
+    return took, cpu, done.stdout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = machine_info()
     tuner, optuna = str(BIN / "tuner"), str(BIN / "optuna")
     samples: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="tuner-startup-") as tmp:
         work = Path(tmp)
         db, study, storage = _prepare(work, tuner, args.db, args.study)
@@ -124,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                         if command is None:
                             continue
                         argv_ = command() if callable(command) else command
-                        took, _ = timed(argv_)
+                        took, cpu, _ = measured(argv_)
                         samples.setdefault((name, side), []).append(took)
+                        cpus.setdefault((name, side), []).append(cpu)
                 console.print(f"round {round_} of {args.rounds} done")
                 if round_ < args.rounds:
                     time.sleep(args.interval)
@@ -133,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             server.terminate()
             server.wait(timeout=30)
     rows = [
-        {"command": name, "side": side, "seconds": values}
+        {"command": name, "side": side, "seconds": values, "cpu_seconds": cpus[(name, side)]}
         for (name, side), values in samples.items()
     ]
     meta["load_note"] = load_note(meta["load_average"])
@@ -252,10 +269,12 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> Tab
         start, end = meta["load_average"][0], meta.get("load_average_end", ["?"])[0]
         load = f"; {meta['cpu_count']} CPUs, 1-min load average {start} at start, {end} at end"
     out = Table(title="Command start-up to exit, seconds: median over rounds [95 % interval of "
-                f"the median] (min-max){load}")  # fmt: skip
-    for column in ("command", "ours", "optuna", "ours / optuna", "goal"):
+                f"the median] (min-max), and the median CPU seconds it used{load}")  # fmt: skip
+    columns = ("command", "ours", "ours, CPU", "optuna", "optuna, CPU", "ours / optuna", "goal")
+    for column in columns:
         out.add_column(column, justify="left" if column == "command" else "right")
     by = {(r["command"], r["side"]): r["seconds"] for r in rows}
+    cpu = {(r["command"], r["side"]): r.get("cpu_seconds") for r in rows}
     for name in dict.fromkeys(r["command"] for r in rows):
         ours, theirs = by.get((name, "ours")), by.get((name, "optuna"))
         ratio = (
@@ -265,8 +284,13 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> Tab
         met = "" if goal is None or not ours else (
             f"{goal} s: {'met' if statistics.median(ours) <= goal else 'not met'}"
         )  # fmt: skip
-        out.add_row(name, _spread(ours), _spread(theirs), ratio, met)
+        out.add_row(name, _spread(ours), _median(cpu.get((name, "ours"))), _spread(theirs),
+                    _median(cpu.get((name, "optuna"))), ratio, met)  # fmt: skip
     return out
+
+
+def _median(values: list[float] | None) -> str:
+    return f"{statistics.median(values):.2f}" if values else "n/a"
 
 
 def _spread(values: list[float] | None) -> str:

@@ -37,6 +37,7 @@ from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
+    MeasurementKind,
     StepKind,
     Trial,
 )
@@ -72,7 +73,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             protocol = config.protocol
             result = run_session(api, target, spec, config.trials, on_trial, protocol)
             confirmation = None
-            if protocol.confirm and result.ranking:  # nothing to confirm without candidates
+            if protocol.confirm:
                 check = progress.add_task("confirming", total=None, best="")
 
                 def on_measure(done: int, total: int) -> None:
@@ -88,6 +89,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                         result.spec, result.measurements,
                         None if result.default is None else result.default.id,
                     ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
+                    max((m.round for m in result.measurements
+                         if m.kind is MeasurementKind.CONFIRM), default=0),
                 )  # fmt: skip
         trials = api.list_trials(spec.name)
         measurements = api.list_measurements(spec.name)

@@ -64,19 +64,23 @@ def headline(spec: StudySpec, best: Best, trials: Sequence[Trial]) -> tuple[str,
     if best.basis is Basis.CONFIRMATION and found is not None:
         return _confirmed(resolved, best, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
-    if trial is default and not any(is_feasible(resolved, t) for t in trials if t is not default):
+    is_default = default is not None and trial.id == default.id
+    others = [t for t in trials if t.id != trial.id and is_feasible(resolved, t)]
+    if is_default and not others:
         return f"keep the default: no other trial met {constraints_text(resolved)}", "doubt"
-    if trial is default:
+    under = constraints_text(resolved, none="")
+    under = f" under {under}" if under else ""  # the bounds the best was judged by
+    if is_default:
         return (
             f"keep the default: trial {trial.id}, the default configuration, is the best "
-            f"{_basis_words(best.basis)} ({_unconfirmed(best)})",
+            f"{_basis_words(best.basis)}{under} ({_unconfirmed(best)})",
             "doubt",
         )
     name = spec.objective.name
     ratio = improvement(resolved, default, trial)
     against = "" if ratio is None else f", {ratio:.2f}x the default ({_samples(trial, default)})"
     return (
-        f"best {_basis_words(best.basis)}: trial {trial.id}, {name} "
+        f"best {_basis_words(best.basis)}{under}: trial {trial.id}, {name} "
         f"{_value(trial, name)}{against}; {_unconfirmed(best)}",
         "plain" if best.basis is Basis.MEASURED else "doubt",
     )
@@ -126,6 +130,9 @@ def _confirmed(spec: StudySpec, best: Best, trials: Sequence[Trial]) -> tuple[st
     found, trial = best.confirmation, best.trial
     assert found is not None and trial is not None
     chosen, default, interval = found.best, found.default, found.interval
+    candidates = {m.trial.id for m in (*found.measured, *found.selection)} - {trial.id}
+    if chosen is None and default is not None and trial.id == default.trial.id and not candidates:
+        return f"keep the default: no other trial met {constraints_text(spec)}", "doubt"
     if chosen is None:
         kept = "keep the default" if default is not None and trial.id == default.trial.id else (
             f"kept trial {trial.id}, feasible in the most rounds"

@@ -51,8 +51,9 @@ def test_a_best_that_is_worse_than_the_default_is_not_called_an_improvement(
     )
     assert "improvement" not in text
     # the answer comes last: keep the default, which changes nothing
-    assert text.endswith("is the best by the model's posterior mean (unconfirmed: the study "
-                         "has no confirmation rounds) the default configuration"), text  # fmt: skip
+    assert text.endswith("is the best by the model's posterior mean under p95_ms <= 20 "
+                         "(unconfirmed: the study has no confirmation rounds) the default "
+                         "configuration"), text  # fmt: skip
     assert text.count("keep the default") == 1
 
 
@@ -101,6 +102,6 @@ def test_the_best_of_a_study_without_noise_is_its_best_measurement(
     assert best.trial is others[3] and best.basis.value == "measured values"
     verdict.print_verdict(SPEC, best, trials)
     text = " ".join(capsys.readouterr().out.split())
-    assert text.startswith("best measured value: trial 5, tps 140 (single sample), 1.40x the "
-                           "default (single samples); the study's repeated measurements agree "
-                           "exactly"), text  # fmt: skip
+    assert text.startswith("best measured value under p95_ms <= 20: trial 5, tps 140 (single "
+                           "sample), 1.40x the default (single samples); the study's repeated "
+                           "measurements agree exactly"), text  # fmt: skip
