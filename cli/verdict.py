@@ -140,11 +140,11 @@ def _confirmed(spec: StudySpec, best: Best, trials: Sequence[Trial]) -> tuple[st
         return f"not confirmed: no candidate was feasible and stable in every round; {kept}", "bad"
     rounds = f"{chosen.repeats} interleaved repeats each"
     if default is not None and not found.default_feasible:
-        broke = sum(not ok for ok in default.feasible)
+        met, total = found.default_rounds()
         ratio = "" if interval is None else f"; {spec.objective.name} {interval} the default's"
         return (
             f"confirmed: trial {trial.id} meets {constraints_text(spec)} in every round, the "
-            f"default in {default.repeats - broke} of {default.repeats}{ratio}",
+            f"default in {met} of {total}{ratio}",
             "good",
         )
     if interval is None:

@@ -164,6 +164,13 @@ class Confirmation:
         """The interval lies wholly above 1: the best beat the default beyond the noise."""
         return self.interval is not None and self.interval.low > 1.0
 
+    def default_rounds(self) -> tuple[int, int]:
+        """``(met, rounds)``: in how many of its rounds, over the selection and the
+        estimate, the default met the outcome constraints."""
+        runs = [m for m in (*self.selection[:1], *self.measured[:1])
+                if m.trial.step is StepKind.DEFAULT]  # fmt: skip
+        return sum(sum(m.feasible) for m in runs), sum(m.repeats for m in runs)
+
     @property
     def default(self) -> Remeasured | None:
         first = self.measured[0] if self.measured else None

@@ -93,3 +93,33 @@ def test_the_session_best_of_single_samples_is_labelled_as_such(
     assert main(["best", SPEC.name, "--db", str(db)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "the session's measurements (single samples)" in out
+
+
+def test_a_default_that_broke_a_bound_in_the_selection_is_counted_over_every_round(
+    tmp_path: Path,
+) -> None:
+    """The default broke p95_ms <= 10 in the one selection round, not in the three that
+    estimate: the verdict counts its rounds over both (3 of 4), not the estimate's alone."""
+    spec = StudySpec.from_dict({**SPEC.to_dict(), "outcome_constraints": ["p95_ms <= 10"]},
+                               knobs=SPEC.space.knobs)  # fmt: skip
+    with SQLiteStorage(tmp_path / "t.db") as storage:
+        service = TuningService(storage)
+        service.create_study(spec)
+        default, chosen, other = service.suggest_trials(spec.name, 3, "w")
+        for trial, tps in ((default, 100.0), (chosen, 150.0), (other, 140.0)):
+            service.complete_trial(spec.name, trial.id, {"tps": tps, "p95_ms": 5.0})
+        rows = {default.id: [(100.0, 50.0), (99.0, 5.0), (101.0, 5.0), (100.0, 5.0)],
+                chosen.id: [(150.0, 5.0), (149.0, 5.0), (152.0, 5.0), (151.0, 5.0)],
+                other.id: [(120.0, 5.0)]}  # fmt: skip
+        for trial_id, runs in rows.items():
+            service.add_measurements(spec.name, trial_id, [
+                Measurement({"tps": tps, "p95_ms": p95}, MeasurementKind.CONFIRM, 0.0, r + 1)
+                for r, (tps, p95) in enumerate(runs)
+            ])  # fmt: skip
+        best = service.best(spec.name)
+        trials = service.list_trials(spec.name)
+        service.close()
+    assert best.confirmation is not None and best.confirmation.default_rounds() == (3, 4)
+    text, _ = headline(spec, best, trials)
+    assert text.startswith(f"confirmed: trial {chosen.id} meets p95_ms <= 10 in every round, "
+                           "the default in 3 of 4; tps 1.51x (1.50–1.51)"), text  # fmt: skip
