@@ -11,14 +11,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from server.security import read_file, read_token
-from server.storage import open_storage, parse
 from tuner.errors import TunerError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 #: The width of tables written to a file or a pipe (unless COLUMNS says otherwise): as wide
 #: as their cells, not folded to rich's 80 columns (``show --all`` of 40 knobs would get
@@ -84,6 +84,7 @@ def connect(
     ``server.storage.open_storage``)."""
     if server:
         from server.client import TunerClient
+        from server.security import read_file, read_token  # gRPC: only to reach a server
 
         ca, token_file = SECURITY.get("tls_ca"), SECURITY.get("token_file")
         token = read_token(token_file, "--token-file") if token_file else None
@@ -96,6 +97,7 @@ def connect(
             yield client
         return
     from server.service import TuningService
+    from server.storage import open_storage, parse
 
     path = parse(db, "--db").path
     if path is not None and writable:
@@ -112,6 +114,8 @@ def connect(
 
 @contextmanager
 def progress_bar() -> Iterator[Progress]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -203,10 +203,12 @@ function renderSummary(study) {
                     `trials ${study.front.join(", ") || "-"}`));
   } else {
     const best = trialById(study, study.best);
-    cards.push(card("Best feasible", best ? fmt(best.metrics[name]) : "none yet",
-                    best ? `trial ${best.id} (${best.step}), ${name}` : "",
+    const v = study.verdict;
+    const how = v ? (v.confirmed ? "confirmed" : `by ${v.basis}, unconfirmed`) : "";
+    cards.push(card("Best", best ? fmt(best.metrics[name]) : "none yet",
+                    best ? `trial ${best.id} (${best.step}, ${how}), ${name} as measured` : "",
                     study.ratio ? `${study.ratio.toFixed(2)}x the default (session measurement)`
-                      : ""));
+                      : "", v ? v.text : ""));
   }
   cards.push(confirmationCard(study));
   $("summary").replaceChildren(...cards);
@@ -280,7 +282,7 @@ function drawConvergence(study) {
   if (c && c.value) {
     const x = Math.max(...study.trials.map((t) => t.id)) + 2;
     traces.push({ x: [x], y: [c.value.mean], mode: "markers", type: "scatter",
-                  name: `confirmed best (${Math.round(c.interval.level * 100)} % CI)`,
+                  name: `trial ${c.best_trial} confirmed (${Math.round(c.interval.level * 100)} % CI)`,
                   marker: { color: COLORS.best, symbol: "diamond", size: 11 },
                   error_y: { type: "data", symmetric: false, array: [c.value.high - c.value.mean],
                              arrayminus: [c.value.mean - c.value.low], color: COLORS.best } });

@@ -63,8 +63,9 @@ from cli.render import (
     default_config,
     default_trial,
 )
+from cli.verdict import headline, reported_best
 from server.security import ServerSecurity, check_exposure, is_loopback
-from tuner.confirmation import improvement, stored_confirmation
+from tuner.confirmation import Best, Confirmation, improvement
 from tuner.errors import NotFoundError, StateError, TunerError, ValidationError
 from tuner.extras import install_hint
 from tuner.study import StudySpec
@@ -73,7 +74,6 @@ from tuner.trial import (
     Trial,
     TrialStatus,
     best_so_far,
-    best_trial,
     is_feasible,
     pareto_front,
     with_resolved_constraints,
@@ -115,8 +115,9 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
     Keys: ``name``, ``objectives``, ``metrics``, ``constraints``, ``knobs`` (each knob's
     ``to_dict``), ``counts`` (trials by status), ``running`` (trials handed out or queued),
     ``updated`` (the latest change, epoch seconds), ``default`` (its trial id, or None),
-    ``best`` (the best feasible trial's id, one objective), ``front`` (ids on the Pareto
-    front), ``trials`` (id order; each with ``status``, ``step``, ``feasible``
+    ``best`` (the study's best trial's id, one objective: the one ``tuner best`` names,
+    ``cli.verdict``), ``verdict`` (its headline, ``tone`` and ``basis``), ``front`` (ids
+    on the Pareto front), ``trials`` (id order; each with ``status``, ``step``, ``feasible``
     (true/false/null), ``repeats``, ``metrics``, ``spread``, ``config``, ``changed`` (the
     knobs that differ from the default), ``reason``, ``best_so_far``), ``controls`` (the
     default re-measured between trials: ``after`` (the last trial finished before it),
@@ -129,7 +130,8 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
     resolved = with_resolved_constraints(spec, trials)
     reference = default_config(spec, trials)
     default = default_trial(trials, reference)
-    best = None if spec.multi_objective else best_trial(spec, trials)
+    found = None if spec.multi_objective else reported_best(api, name, spec, trials, measurements)
+    best = None if found is None else found.trial
     front = pareto_front(spec, trials) if spec.multi_objective else []
     so_far = best_so_far(spec, trials)
     finished = [t.updated_at for t in trials if t.updated_at]
@@ -146,10 +148,11 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
         "default": default.id if default else None,
         "best": best.id if best else None,
         "front": [t.id for t in front],
-        "ratio": improvement(spec, default, best),
+        "ratio": improvement(resolved, default, best),
+        "verdict": _verdict(spec, found, trials),
         "trials": [_trial(resolved, t, reference, b) for t, b in zip(trials, so_far, strict=True)],
         "controls": [{"after": _after(trials, m.at), "metrics": m.metrics} for m in controls],
-        "confirmation": _confirmation(spec, trials, measurements),
+        "confirmation": _confirmation(spec, None if found is None else found.confirmation),
     }
     return view
 
@@ -220,8 +223,16 @@ def _counts(trials: Sequence[Trial]) -> dict[str, int]:
     return counts
 
 
-def _confirmation(spec: StudySpec, trials: Sequence[Trial], measurements: Sequence[Any]) -> Any:
-    found = stored_confirmation(spec, trials, measurements)
+def _verdict(spec: StudySpec, found: Best | None, trials: Sequence[Trial]) -> Any:
+    """The headline ``tuner best`` and the session print, and how the best was chosen."""
+    if found is None:
+        return None
+    text, tone = headline(spec, found, trials)
+    return {"text": text, "tone": tone, "basis": found.basis.value,
+            "confirmed": not found.unconfirmed}  # fmt: skip
+
+
+def _confirmation(spec: StudySpec, found: Confirmation | None) -> Any:
     if found is None:
         return None
     in_units = confirmed(spec, found)

@@ -64,8 +64,8 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-import grpc
 from rich.markup import escape
 
 from cli.common import SECURITY, buffer_stdout, err
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TunerError as exc:
         fail(f"{type(exc).__name__}: {exc}")
         return 1
-    except grpc.RpcError as exc:
+    except _rpc_error() as exc:  # gRPC is imported only by the commands that talk to a server
         fail(f"server {args.server}: {exc.details()}")
         return 1
     except BrokenPipeError:
@@ -121,6 +121,14 @@ def fail(message: str) -> None:
     """``error: MESSAGE`` on stderr, the message as written (an install hint's
     ``'.[full]'`` or a value's brackets are not rich markup)."""
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+
+
+def _rpc_error() -> Any:
+    """``grpc.RpcError`` once a command loaded gRPC, else nothing to catch: a command that
+    never imported it cannot have raised it, and ``--help`` and the commands that read a
+    local file start without it (about 80 ms)."""
+    grpc = sys.modules.get("grpc")
+    return () if grpc is None else grpc.RpcError  # type: ignore[no-any-return]
 
 
 def _again(argv: Sequence[str] | None) -> str:

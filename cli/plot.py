@@ -5,8 +5,11 @@ configurations that broke the system (INFEASIBLE, TIMED_OUT) are marked on the b
 The line is the best feasible value so far, and the dashed line the default configuration.
 A trial measured several times shows its mean with a bar of plus or minus one standard
 deviation of its repeats; the default's controls (re-measured between trials) are grey
-diamonds, so a machine that drifted is visible; with a confirmation, its best candidate is
-drawn at the right: the default's confirmed mean times the ratio, with its 95 % interval.
+diamonds, so a machine that drifted is visible; the study's best (``cli.verdict``: the
+one ``tuner best`` names) is ringed and named in the legend, and with a confirmation its
+confirmed value is drawn at the right: the default's confirmed mean times the ratio, with
+its 95 % interval. ``tuner tune`` and ``tuner plot`` draw it with this one function from
+the stored trials and measurements, so they draw the same plot.
 
 A study with several objectives gets a trade-off plot instead: every measured trial at its
 first two objectives, coloured by trial id, with the Pareto front as a staircase and the
@@ -24,7 +27,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from cli.render import constraints_text
+from cli.render import confirmed, constraints_text
+from tuner.confirmation import Best
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
     Measurement,
@@ -44,13 +48,14 @@ def plot_convergence(
     trials: list[Trial],
     path: str | Path,
     measurements: Sequence[Measurement] = (),
-    confirmed: tuple[float, float, float] | None = None,
+    best: Best | None = None,
 ) -> Path:
     """Write the study's convergence plot to ``path`` (PNG) and return the path.
 
     Args:
         measurements: The study's stored measurements (the controls are drawn).
-        confirmed: The confirmation's best in metric units: (value, low, high).
+        best: The study's best (``cli.verdict.reported_best``), ringed; its confirmation,
+            when it has one, drawn with its interval.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,9 +67,9 @@ def plot_convergence(
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     try:
         _draw_points(ax, spec, trials, name)
-        best = best_so_far(spec, trials)
-        xs = [t.id for t, b in zip(trials, best, strict=True) if b is not None]
-        ys = [b for b in best if b is not None]
+        so_far = best_so_far(spec, trials)
+        xs = [t.id for t, b in zip(trials, so_far, strict=True) if b is not None]
+        ys = [b for b in so_far if b is not None]
         if xs:
             ax.step(xs, ys, where="post", color="tab:green", lw=2, label="best feasible so far")
         default = next(
@@ -73,11 +78,8 @@ def plot_convergence(
         if default is not None:
             ax.axhline(default.metrics[name], color="grey", ls="--", lw=1, label="default config")
         _draw_controls(ax, trials, measurements, name)
-        if confirmed is not None:
-            value, low, high = confirmed
-            x = max(t.id for t in trials) + 2
-            ax.errorbar([x], [value], yerr=[[value - low], [high - value]], fmt="D",
-                        color="tab:green", capsize=4, label="confirmed best (95 % CI)")  # fmt: skip
+        if best is not None:
+            _draw_best(ax, spec, trials, best, name)
         constraints = constraints_text(spec, none="none")
         ax.set_title(
             f"{spec.name}: {spec.objective.goal.value} {name} (constraints: {constraints})"
@@ -159,6 +161,24 @@ def plot_front(spec: StudySpec, trials: list[Trial], path: Path) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def _draw_best(ax: plt.Axes, spec: StudySpec, trials: list[Trial], best: Best, name: str) -> None:
+    """The study's best ringed at its trial, and its confirmed value and interval at the
+    right of the trials, when the confirmation has one."""
+    trial = best.trial
+    if trial is not None and name in trial.metrics:
+        how = "confirmed" if not best.unconfirmed else f"by {best.basis.value}, unconfirmed"
+        ax.scatter([trial.id], [trial.metrics[name]], s=140, facecolors="none",
+                   edgecolors="tab:green", linewidths=2, zorder=4,
+                   label=f"best: trial {trial.id} ({how})")  # fmt: skip
+    in_units = confirmed(spec, best.confirmation)
+    if in_units is not None and trial is not None:
+        value, low, high = in_units
+        x = max(t.id for t in trials) + 2
+        ax.errorbar([x], [value], yerr=[[value - low], [high - value]], fmt="D",
+                    color="tab:green", capsize=4,
+                    label=f"trial {trial.id} confirmed (95 % CI)")  # fmt: skip
 
 
 def _draw_controls(

@@ -29,8 +29,9 @@ if TYPE_CHECKING:  # the session's machinery is not needed to print its results
 
 
 def print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
-    """The confirmation's tables and its headline: the ratio with its 95 % interval."""
-    name = spec.objective.name
+    """The confirmation's rounds as tables: the selection's (when it ran), then the
+    estimate's, and, when the default broke a constraint in some round, each one's means.
+    The verdict is the session's last line (``cli.verdict.print_verdict``)."""
     default = confirmation.default
     if confirmation.selection:
         rounds = confirmation.selection[0].repeats
@@ -44,42 +45,19 @@ def print_confirmation(spec: StudySpec, confirmation: Confirmation) -> None:
             highlight=False,
         )
         out.print(confirmation_table(spec, confirmation, confirmation.selection, "selection"))
-    table = confirmation_table(spec, confirmation, confirmation.measured, "confirmed")
-    out.print(table)
+    out.print(confirmation_table(spec, confirmation, confirmation.measured, "confirmed"))
     best = confirmation.best
-    rounds = best.repeats if best else 0
-    if best is None:
-        out.print(
-            "[bold red]not confirmed: no candidate was feasible and stable in every round; "
-            "keep the default[/]"
-        )
-        return
-    if default is not None and not confirmation.default_feasible:
+    if best is not None and default is not None and not confirmation.default_feasible:
         under = constraints_text(spec)
-        broke = sum(not ok for ok in default.feasible)
+        met, rounds = confirmation.default_rounds()
         out.print(
-            f"[bold yellow]the default breaks {under} in {broke} of {default.repeats} rounds[/]; "
+            f"[bold yellow]the default breaks {under} in {rounds - met} of {rounds} rounds[/]; "
             f"trial {best.trial.id} meets it in every round",
             highlight=False,
         )
         for label, m in (("default", default), (f"trial {best.trial.id}", best)):
             values = ", ".join(f"{k} {fmt(m.metric_mean(k))}" for k in spec.metric_names)
             out.print(f"  {label}: {values} (means of {m.repeats} rounds)", highlight=False)
-        if confirmation.interval is not None:
-            out.print(f"  {name}: {confirmation.interval} the default's", highlight=False)
-        return
-    if confirmation.interval is None:
-        out.print(f"best by confirmed mean: trial {best.trial.id} (no default to compare with)")
-        return
-    headline = f"{confirmation.interval} the default, {rounds} interleaved repeats each"
-    if confirmation.significant:
-        out.print(f"[bold green]confirmed: trial {best.trial.id} is {headline}[/]", highlight=False)
-    else:
-        out.print(
-            f"[bold yellow]not confirmed: no configuration beat the default beyond noise "
-            f"(best: trial {best.trial.id}, {headline})[/]",
-            highlight=False,
-        )
 
 
 def confirmation_table(
@@ -218,7 +196,7 @@ def default_config(spec: StudySpec, trials: Sequence[Trial]) -> dict[str, Any]:
 
 def default_trial(trials: Sequence[Trial], reference: Mapping[str, Any]) -> Trial | None:
     """The trial that measured the default: the DEFAULT step's, else the first completed
-    one whose configuration is the knobs' declared defaults."""
+    one whose configuration is the knobs' declared defaults (an imported one, say)."""
     found = next((t for t in trials if t.step is StepKind.DEFAULT), None)
     if found is None and reference:
         found = next(
@@ -242,40 +220,25 @@ def changes(
     }
 
 
-def print_best(spec: StudySpec, best: Trial, trials: Sequence[Trial], title: str = "") -> None:
-    """The best trial as a difference from the default: the knobs it changes (default,
-    best, unit), how many it keeps, and its metrics beside the default's (``title``: the
-    heading, by default "best trial of STUDY")."""
-    reference = default_config(spec, trials)
-    default = default_trial(trials, reference)
-    changed = changes(best.config, reference, spec.space)
-    unused = sorted(spec.space.inactive(best.config))
-    units = {k.name: k.unit for k in spec.space.knobs}
-    heading = title or f"best trial of {spec.name}"
-    out.print(f"{heading}: trial {best.id} ({best.status.value})", style="bold",
-              highlight=False)  # fmt: skip
-    table = Table("knob", "default", "best", "unit")
-    for name, value in changed.items():
-        table.add_row(name, cell(reference.get(name)), cell(value), units.get(name, ""))
-    if changed:
-        out.print(table)
-    kept = len(best.config) - len(changed) - len(unused)
-    out.print(
-        f"{'the default configuration' if not changed else f'{kept} other knobs as in the default'}"
-        + ("" if reference else " (the study has no measured default or knob defaults)")
-        + (f"; unused in this configuration: {', '.join(unused)}" if unused else ""),
-        highlight=False,
-    )
-    metrics = Table("metric", "default", "best", "best / default",
-                    title=f"metrics (mean of {best.repeats} measurement(s))")  # fmt: skip
+def print_metrics(spec: StudySpec, trial: Trial, trials: Sequence[Trial]) -> None:
+    """``trial``'s metrics beside the default's, as the session measured them (labelled
+    single samples when each was measured once: the confirmation, when there is one, is
+    what to believe)."""
+    default = default_trial(trials, default_config(spec, trials))
+    counts = {trial.repeats, default.repeats if default is not None else 1}
+    kind = "single samples" if counts == {1} else "trial means"
+    column = "default" if default is None else f"default (trial {default.id})"
+    table = Table("metric", column, f"trial {trial.id}", f"trial {trial.id} / default",
+                  title=f"the session's measurements ({kind})")  # fmt: skip
     for name in spec.metric_names:
-        mine = best.metrics.get(name)
+        mine = trial.metrics.get(name)
         theirs = default.metrics.get(name) if default is not None else None
         ratio = f"{mine / theirs:.3g}x" if mine is not None and theirs else ""
-        metrics.add_row(name, fmt(theirs), mean_and_spread(best, name), ratio)
-    out.print(metrics)
-    if best.reason:
-        out.print(f"reason: {best.reason}", highlight=False, markup=False)
+        table.add_row(name, "-" if default is None else mean_and_spread(default, name),
+                      mean_and_spread(trial, name), ratio)  # fmt: skip
+    out.print(table)
+    if trial.reason:
+        out.print(f"reason: {trial.reason}", highlight=False, markup=False)
 
 
 def print_importance(
@@ -301,11 +264,11 @@ def print_importance(
 
 
 def print_result(result: SessionResult, confirming: bool = False) -> None:
-    """The session's default and best (by trial means), what the measurements say about
-    the machine, and the session's own ratio (labelled as unconfirmed when a confirmation
-    follows: that one is the headline)."""
+    """What the session measured: the default, what the measurements say about the
+    machine, and, when a confirmation follows (``confirming``), the best the session's own
+    measurements point to, labelled as such. The study's answer comes last, from
+    ``cli.verdict.print_verdict``."""
     spec = result.spec
-    name = spec.objective.name
     if result.default is not None:
         measured = ", ".join(
             f"{k}={mean_and_spread(result.default, k)}" for k in spec.metric_names
@@ -321,67 +284,58 @@ def print_result(result: SessionResult, confirming: bool = False) -> None:
         return
     print_noise(result)
     under = constraints_text(spec)  # as resolved: a bound relative to the default in numbers
+    default_ok = result.default is not None and is_feasible(spec, result.default)
     if result.best is None:
-        if result.default is not None and is_feasible(spec, result.default):
-            text = f"[yellow]only the default is feasible[/] under {under}: no other trial met it"
-            text += "; keep the default configuration"
-        else:
-            text = f"[bold red]no feasible configuration found[/] under {under}"
-        out.print(text, highlight=False)
+        if default_ok:
+            out.print(f"[yellow]only the default is feasible[/] under {under}: no other trial "
+                      "met it", highlight=False)  # fmt: skip
         return
-    behind = (
-        result.ratio is not None and result.ratio < 1 and result.default is not None
-        and is_feasible(spec, result.default)
-    )  # fmt: skip
-    if behind:  # the best of the others is worse than the default: say so first
-        out.print(
-            f"[yellow]no trial beat the default[/] ({name} by trial means); the best of the "
-            f"others is {result.ratio:.2f}x the default:",
-            highlight=False,
-        )
-    print_best(spec, result.best, result.trials,
-               title="best other trial" if behind else "best configuration")  # fmt: skip
-    unsafe = unsafe_settings(spec, result.best.config)
-    if unsafe:
-        out.print(
-            f"[yellow]the best configuration uses unsafe values: {', '.join(unsafe)}[/] "
-            "(study.allow_unsafe = true; see the knob catalog for what each risks)",
-            highlight=False,
-        )
-    if result.default is not None and not is_feasible(spec, result.default):
+    if result.default is not None and not default_ok:
         out.print(
             f"[yellow]the default configuration is not feasible under {under}[/]; "
             "the best is the best feasible configuration found",
             highlight=False,
         )
-    elif behind:
+    if confirming:
+        print_session_best(result)
+    then = result.relative.get(result.best.id)
+    if then and result.drift is not None and result.drift.changed():
+        then = then if spec.objective.goal.value == "maximize" else 1 / then
         out.print(
-            "keep the default configuration"
-            + ("" if confirming else " (unconfirmed: session.confirm = 0)"),
+            f"trial {result.best.id} against the default as the machine was then "
+            f"(interpolated between the nearest controls): {then:.2f}x",
             highlight=False,
         )
-    elif result.ratio is not None:
-        word = "higher" if spec.objective.goal.value == "maximize" else "lower"
-        if confirming:
-            out.print(
-                f"session estimate: {result.ratio:.2f}x ({name} {word} than the default's, by "
-                "trial means; the confirmation below re-measures it)",
-                highlight=False,
-            )
-        else:
-            out.print(
-                f"[bold green]improvement: {result.ratio:.2f}x[/] ({name} {word} than the "
-                f"default's, feasible under {under}; unconfirmed: session.confirm = 0)",
-                highlight=False,
-            )
-        then = result.relative.get(result.best.id)
-        if then and result.drift is not None and result.drift.changed():
-            then = then if spec.objective.goal.value == "maximize" else 1 / then
-            out.print(
-                f"against the default as the machine was then (interpolated between the "
-                f"nearest controls): {then:.2f}x",
-                highlight=False,
-            )
+
+
+def print_session_best(result: SessionResult) -> None:
+    """One line: the session's best other trial by the model, and its ratio to the default
+    on the session's own measurements (single samples or trial means, said so), before the
+    confirmation measures the candidates again."""
+    spec, best, default = result.spec, result.best, result.default
+    assert best is not None
+    name = spec.objective.name
+    samples = "single samples" if {best.repeats, default.repeats if default else 1} == {1} else (
+        "trial means"
+    )  # fmt: skip
+    ratio = result.ratio
+    if ratio is not None and ratio < 1 and default is not None and is_feasible(spec, default):
+        out.print(
+            f"[yellow]no trial beat the default[/] ({name} by {samples}); the best of the "
+            f"others, trial {best.id}, is {ratio:.2f}x the default; the confirmation below "
+            "measures the best candidates again",
+            highlight=False,
+        )
+        return
+    against = "" if ratio is None else f", {ratio:.2f}x the default's"
+    if ratio is None:
+        samples = "a single sample" if best.repeats == 1 else f"the mean of {best.repeats}"
+    out.print(
+        f"the session's best by the model: trial {best.id}, {name} "
+        f"{mean_and_spread(best, name)}{against} ({samples}, unconfirmed: the confirmation "
+        "below measures the best candidates again)",
+        highlight=False,
+    )
 
 
 def print_noise(result: SessionResult) -> None:

@@ -26,16 +26,16 @@ from cli.render import (
     default_config,
     fmt,
     mean_and_spread,
-    print_best,
     print_front,
+    print_metrics,
     short_reason,
     trial_dict,
 )
-from tuner.confirmation import stored_confirmation
+from cli.verdict import headline, print_verdict, reported_best
+from tuner.errors import NotFoundError
 from tuner.study import StudySpec
 from tuner.trial import (
     MeasurementKind,
-    StepKind,
     Trial,
     is_feasible,
     with_resolved_constraints,
@@ -215,42 +215,38 @@ def cmd_front(args: argparse.Namespace) -> int:
         out.print(f"study {args.study} has no feasible trial yet")
     else:
         print_front(spec, front)
+        if not spec.multi_objective:  # the front of one objective is its best measurement
+            out.print(
+                f"one objective: the front is the best measured trial; the study's best "
+                f"(confirmed, or by the model): tuner best {args.study}",
+                highlight=False,
+            )
     return 0
 
 
 def cmd_best(args: argparse.Namespace) -> int:
+    """The study's best as every command names it (``cli.verdict``): its metrics as the
+    session measured them, then the verdict and what it changes from the default."""
     with connect(args.server, args.db) as api:
-        trial = api.get_best_trial(args.study)
-        measurements = api.list_measurements(args.study)
         spec = api.get_study(args.study).spec
         trials = api.list_trials(args.study)
-        confirmation = None
-        if any(m.kind is MeasurementKind.CONFIRM for m in measurements):
-            confirmation = stored_confirmation(spec, trials, measurements)
+        measurements = api.list_measurements(args.study)
+        best = reported_best(api, args.study, spec, trials, measurements)
+    if best.trial is None:
+        raise NotFoundError(f"study {args.study!r} has no feasible completed trial yet")
     if output_format(args) == "csv":
-        write_csv(*trial_rows(spec, [trial]))
+        write_csv(*trial_rows(spec, [best.trial]))
         return 0
     if output_format(args) == "json":
-        found = trial_dict(trial)
-        if confirmation is not None:
-            found["confirmation"] = confirmation_headline(confirmation)
+        found = trial_dict(best.trial)
+        found["basis"] = best.basis.value
+        found["verdict"] = headline(spec, best, trials)[0]
+        if best.confirmation is not None:
+            found["confirmation"] = confirmation_headline(best.confirmation)
         print(json.dumps(found, indent=2))
         return 0
-    print_best(spec, trial, trials)
-    if confirmation is None:
-        out.print("(not confirmed: the study has no confirmation rounds)")
-    elif confirmation.best is None:
-        kept = "the default" if trial.step is StepKind.DEFAULT else "the one feasible most often"
-        out.print(
-            f"not confirmed: no candidate was feasible and stable in every round; kept {kept}"
-        )
-    elif confirmation.interval is not None:
-        verdict = "confirmed" if confirmation.significant else "not beyond noise"
-        out.print(
-            f"{verdict}: trial {confirmation.best.trial.id} is {confirmation.interval} the "
-            f"default, {confirmation.best.repeats} interleaved repeats each",
-            highlight=False,
-        )
+    print_metrics(spec, best.trial, trials)
+    print_verdict(spec, best, trials)
     return 0
 
 
@@ -315,11 +311,17 @@ def cmd_importance(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    """The plot the session wrote (``cli.plot.plot_convergence``, the one function both
+    call): trials, controls, the best and its confirmed interval, from what is stored."""
     with connect(args.server, args.db) as api:
         spec = api.get_study(args.study).spec
         trials = api.list_trials(args.study)
+        measurements = api.list_measurements(args.study)
+        best = None if spec.multi_objective else reported_best(
+            api, args.study, spec, trials, measurements
+        )  # fmt: skip
     from cli.plot import plot_convergence  # matplotlib: only for this command
 
-    path = plot_convergence(spec, trials, args.out or f"{args.study}.png")
+    path = plot_convergence(spec, trials, args.out or f"{args.study}.png", measurements, best)
     out.print(f"wrote {path}")
     return 0

@@ -17,14 +17,13 @@ from cli.plot import plot_convergence
 from cli.render import (
     cell,
     confirmation_dict,
-    confirmed,
-    print_best,
     print_confirmation,
     print_importance,
     print_result,
     report_trial,
     standing,
 )
+from cli.verdict import print_verdict, reported_best
 from runner.config import SessionConfig, load_config
 from runner.measurement import confirm
 from runner.session import run_phases, run_session, summarize
@@ -38,6 +37,8 @@ from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
+    MeasurementKind,
+    StepKind,
     Trial,
 )
 
@@ -89,26 +90,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
                         result.spec, result.measurements,
                         None if result.default is None else result.default.id,
                     ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
+                    max((m.round for m in result.measurements
+                         if m.kind is MeasurementKind.CONFIRM), default=0),
                 )  # fmt: skip
+        trials = api.list_trials(spec.name)
+        measurements = api.list_measurements(spec.name)
+        final = None if spec.multi_objective else reported_best(
+            api, spec.name, spec, trials, measurements
+        )  # fmt: skip
     print_result(result, confirming=confirmation is not None)
     print_importance(
         result.spec,
         result.trials,
         f" --server {args.server}" if args.server else f" --db {config.db}",
     )
-    if confirmation is not None:
-        print_confirmation(result.spec, confirmation)
-        best = confirmation.best
-        if best is not None and (result.best is None or best.trial.id != result.best.id):
-            print_best(result.spec, best.trial, result.trials, title="confirmed best configuration")
-    path = plot_convergence(
-        spec, result.trials, config.plot, result.measurements, confirmed(spec, confirmation)
+    out.print(
+        f"convergence plot: {plot_convergence(spec, trials, config.plot, measurements, final)}"
     )
-    out.print(f"convergence plot: {path}")
     if confirmation is not None:
         saved = config.plot.with_name(config.plot.stem + "-confirm.json")
         saved.write_text(json.dumps(confirmation_dict(confirmation), indent=2) + "\n")
         out.print(f"confirmation rounds: {saved}")
+        print_confirmation(result.spec, confirmation)
+    if final is not None:  # the last lines: the answer, and what it changes
+        print_verdict(result.spec, final, trials)
     return 0
 
 
@@ -145,13 +150,27 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
                              value)  # fmt: skip
 
             results = run_phases(api, target, spec, phases, on_trial, on_phase, config.protocol)
-    for index, phase in enumerate(results):
+        bests = [  # ranked and kept with each phase's study, as tuner best will name them
+            reported_best(api, r.result.spec.name, r.result.spec, r.result.trials,
+                          r.result.measurements)
+            for r in results
+        ]  # fmt: skip
+    for index, (phase, best) in enumerate(zip(results, bests, strict=True)):
         out.print(f"[bold]phase {index + 1}[/]", highlight=False)
-        print_result(phase.result)
+        found = phase.result
+        print_result(found)
         stem = config.plot.with_name(f"{config.plot.stem}-phase{index + 1}{config.plot.suffix}")
-        out.print(
-            f"convergence plot: {plot_convergence(phase.result.spec, phase.result.trials, stem)}"
-        )
+        path = plot_convergence(found.spec, found.trials, stem, found.measurements, best)
+        out.print(f"convergence plot: {path}")
+        print_verdict(found.spec, best, found.trials)
+        carried = phase.carried
+        if carried is not None and (best.trial is None or carried.id != best.trial.id):
+            why = (
+                "the default, which no other trial beat by trial means"
+                if carried.step is StepKind.DEFAULT
+                else "the best of the others, which beat the default by trial means"
+            )
+            out.print(f"phase {index + 1} hands on trial {carried.id}: {why}", highlight=False)
     final = results[-1].best_config
     if final is not None:
         out.print("[bold]best configuration over all phases[/]")
@@ -210,9 +229,16 @@ def cmd_ray(args: argparse.Namespace) -> int:
         )  # fmt: skip
         with connect(server, config.db) as api:
             trials = api.list_trials(config.spec.name)
-    result = summarize(config.spec, trials)
+            measurements = api.list_measurements(config.spec.name)
+            final = None if config.spec.multi_objective else reported_best(
+                api, config.spec.name, config.spec, trials, measurements
+            )  # fmt: skip
+    result = summarize(config.spec, trials, measurements)
     print_result(result)
-    out.print(f"convergence plot: {plot_convergence(config.spec, result.trials, config.plot)}")
+    path = plot_convergence(config.spec, result.trials, config.plot, measurements, final)
+    out.print(f"convergence plot: {path}")
+    if final is not None:
+        print_verdict(result.spec, final, trials)
     return 0
 
 

@@ -236,6 +236,7 @@ def confirm(
     select: int = 0,
     grow_to: int = 0,
     width: float = MeasurementProtocol.confirm_width,
+    first_round: int = 0,
 ) -> Confirmation:
     """Compare the first ``top`` of ``candidates`` (best first: ``tuner.confirmation.ranked``)
     with the default in rounds that alternate their order, by paired per-round ratios.
@@ -255,6 +256,9 @@ def confirm(
         select: Rounds that choose among the candidates before the estimate (0: none).
         grow_to: Rounds the estimate may grow to, one at a time, while the best's interval
             is wider than ``width`` (its high end over its low end); 0: exactly ``rounds``.
+        first_round: The last round the study already stored (a session resumed after its
+            confirmation): the rounds are numbered on from it, so that the stored rounds of
+            this confirmation are the study's latest, never mixed with the earlier ones'.
     """
     spec = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
@@ -262,7 +266,7 @@ def confirm(
     base = [default] if default is not None else []
     two = default is not None and select > 0 and len(ranked) > 1
     total = (select * (1 + len(ranked)) + rounds * 2) if two else rounds * (len(base) + len(ranked))
-    runner = _Rounds(target, spec, store, on_measure, total)
+    runner = _Rounds(target, spec, store, on_measure, total, first_round)
     if not two:
         return runner.estimate(base + ranked, rounds, grow_to, width, noise)
     selection = runner.run(base + ranked, select)
@@ -287,9 +291,10 @@ class _Rounds:
         store: Callable[[int, Measurement], None] | None,
         on_measure: Callable[[int, int], None] | None,
         total: int,
+        first_round: int = 0,
     ) -> None:
         self.target, self.spec, self.store, self.on_measure = target, spec, store, on_measure
-        self.total, self.done, self.round = total, 0, 0
+        self.total, self.done, self.round = total, 0, first_round
 
     def run(self, runs: Sequence[Trial], rounds: int) -> tuple[Remeasured, ...]:
         """``rounds`` rounds of ``runs``, in ABBA order: drift within rounds cancels."""

@@ -110,7 +110,8 @@ class SessionResult:
             trial's ratio to the default on the machine as it was then. The raw values stay
             in ``trials``.
         ranking: The feasible trials but the default and the unstable ones, best first by
-            posterior mean (``ranked``): the confirmation's candidates.
+            posterior mean, or by measured value without noise (``ranked``): the
+            confirmation's candidates.
     """
 
     spec: StudySpec
@@ -212,7 +213,9 @@ def run_session(
         if protocol.control_every and since_control >= protocol.control_every:
             since_control = 0
             _control(api, target, spec)
-    return summarize(spec, api.list_trials(spec.name), api.list_measurements(spec.name))
+    return summarize(
+        spec, api.list_trials(spec.name), api.list_measurements(spec.name), target.noiseless
+    )
 
 
 def _measure_trial(
@@ -342,6 +345,10 @@ class HeldKnobs(Target):
     def describe_metrics(self) -> dict[str, str]:
         return self.inner.describe_metrics()
 
+    @property
+    def noiseless(self) -> bool:
+        return self.inner.noiseless
+
     def apply(self, config: Config) -> None:
         self.inner.apply({**self.held, **config})
 
@@ -411,7 +418,10 @@ def run_phases(
 
 
 def summarize(
-    spec: StudySpec, trials: list[Trial], measurements: Sequence[Measurement] = ()
+    spec: StudySpec,
+    trials: list[Trial],
+    measurements: Sequence[Measurement] = (),
+    noiseless: bool = False,
 ) -> SessionResult:
     """The default trial, the best trial and the improvement ratio of a study's trials.
 
@@ -420,7 +430,9 @@ def summarize(
     stored ``measurements``: trials whose repeats disagree beyond the machine's noise are
     flagged and left out of the best, and the default's series (repeats and controls) gives
     the drift. The result's spec has its relative outcome constraints
-    resolved against the default."""
+    resolved against the default. ``noiseless``: the target declares that a configuration
+    always measures the same (``Target.noiseless``); the ranking, the confirmation's
+    candidates, is then by measured values (``ranked``)."""
     trials = sorted(trials, key=lambda t: t.id)
     spec = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
@@ -439,7 +451,7 @@ def summarize(
         and m.kind in (MeasurementKind.REPEAT, MeasurementKind.CONTROL) and m.metrics[name] > 0
     ]  # fmt: skip
     found = drift([m.at for m in series], [m.metrics[name] for m in series]) if series else None
-    ranking = tuple(ranked(spec, trials, skip=flagged))
+    ranking = tuple(ranked(spec, trials, flagged, measurements, noiseless))
     best = ranking[0] if ranking else None
     ratio = improvement(spec, default, best)
     relative = {}

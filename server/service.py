@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from server import limits
+from server.best import study_best
 from server.records import ImportedTrial, LeasePolicy, StudyInfo
 from server.storage import (
     FinishedTrial,
@@ -55,7 +56,7 @@ from server.storage import (
 )
 from server.suggest import Designer, InlineDesigner
 from tuner.config_key import config_key, key_text
-from tuner.confirmation import best_of, stored_confirmation
+from tuner.confirmation import Best
 from tuner.constraints import METRIC_NAME
 from tuner.errors import (
     AlreadyExistsError,
@@ -76,7 +77,6 @@ from tuner.trial import (
     MeasurementKind,
     Trial,
     TrialStatus,
-    best_trial,
     pareto_front,
     repeat_summary,
 )
@@ -188,7 +188,7 @@ class TuningService:
         stored = self.storage.get_study(_study_name(name))
         self._expire(stored.name)
         trials = self.storage.list_trials(stored.name)
-        best = None if stored.spec.multi_objective else self._quick_best(stored.spec, trials)
+        best = None if stored.spec.multi_objective else self._best(stored.spec, trials).trial
         counts = Counter(t.status.value for t in trials)
         return StudyInfo(stored.spec, stored.created_at, dict(counts), best.id if best else None)
 
@@ -648,10 +648,18 @@ class TuningService:
         return self.storage.get_trial(study, trial_id)
 
     def get_best_trial(self, study: str) -> Trial:
-        """The best feasible trial as a session reports it (``tuner.confirmation.best_of``:
-        the confirmed best, else the best posterior mean among stable trials);
-        NotFoundError while there is none, StateError when the study has several
-        objectives."""
+        """The best feasible trial as a session reports it (``best``); NotFoundError while
+        there is none, StateError when the study has several objectives."""
+        found = self.best(study).trial
+        if found is None:
+            raise NotFoundError(f"study {study!r} has no feasible completed trial yet")
+        return found
+
+    def best(self, study: str) -> Best:
+        """The study's best and how it was chosen (``server.best.study_best``: the
+        confirmed best, else the best posterior mean among stable trials, ranked once per
+        set of results and kept for readers without the model). StateError when the study
+        has several objectives."""
         spec = self._spec(_study_name(study))
         if spec.multi_objective:
             names = ", ".join(o.name for o in spec.objectives)
@@ -659,11 +667,8 @@ class TuningService:
                 f"study {study!r} has {len(spec.objectives)} objectives ({names}) and no single "
                 "best trial; ask for its Pareto front (GetParetoFront, `tuner front`)"
             )
-        trials = self.storage.list_trials(study)
-        best = best_of(spec, trials, self.storage.list_measurements(study))
-        if best is None:
-            raise NotFoundError(f"study {study!r} has no feasible completed trial yet")
-        return best
+        self._expire(spec.name)
+        return self._best(spec, self.storage.list_trials(spec.name))
 
     def get_pareto_front(self, study: str) -> list[Trial]:
         """Feasible trials no other feasible trial dominates (``tuner.trial.pareto_front``)."""
@@ -681,15 +686,10 @@ class TuningService:
         self.storage.close()
 
     # -- private ------------------------------------------------------------------------
-    def _quick_best(self, spec: StudySpec, trials: list[Trial]) -> Trial | None:
-        """``GetStudy``'s best without a model fit (listing many studies stays fast): the
-        confirmed best (or what an inconclusive confirmation keeps, ``Confirmation.kept``)
-        when the study was confirmed, else the best measured mean."""
-        found = stored_confirmation(spec, trials, self.storage.list_measurements(spec.name))
-        kept = None if found is None else found.kept(spec.objective.goal)
-        if kept is not None:
-            return next((t for t in trials if t.id == kept.id), kept)
-        return best_trial(spec, trials)
+    def _best(self, spec: StudySpec, trials: list[Trial]) -> Best:
+        """``best`` of ``trials``: the same for ``GetStudy`` (``tuner studies``) as for
+        ``GetBestTrial``; a model fit only when the results changed since the last one."""
+        return study_best(self.storage, spec, trials, self.storage.list_measurements(spec.name))
 
     def _replayed(self, study: str, request: Request) -> list[Trial]:
         """The earlier answer to a request whose record another call stored first."""

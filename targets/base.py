@@ -178,6 +178,16 @@ class Target(ABC):
         """
         return ()
 
+    @property
+    def noiseless(self) -> bool:
+        """Whether running a configuration again always measures the same numbers (a
+        replayed table with one run per configuration, a deterministic simulator); False
+        (the default) for a real system. A session on such a target ranks the
+        confirmation's candidates by their measured values: there a measurement is the
+        truth, and a model's smoothing of it can leave the best measured configuration
+        out of the confirmation (``tuner.confirmation.ranked``)."""
+        return False
+
     def default_config(self) -> Config | None:
         """The knobs' host defaults, or None when some knob has no default."""
         return SearchSpace(self.describe_knobs()).default_config()

@@ -118,6 +118,13 @@ class ReplayTarget(Target):
         self._cell: Cell | None = None
 
     @property
+    def noiseless(self) -> bool:
+        """True when no cell has two rows that differ (no repetitions of a measurement)."""
+        return all(
+            len({tuple(sorted(row.items())) for row in rows}) == 1 for rows in self._cells.values()
+        )
+
+    @property
     def cells(self) -> int:
         return len(self._cells)
 

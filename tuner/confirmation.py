@@ -9,15 +9,23 @@ the service answers ``GetBestTrial`` with them, and a session (``runner.session`
 * ``Confirmation``: the closing confirmation's rounds, judged (``judge``) by paired
   per-round ratios to the default; ``stored_confirmation`` rebuilds it from the stored
   CONFIRM measurements.
-* ``best_of``: the study's best as a session reports it; ``ranked``: the feasible trials,
-  best first by the objective GP's posterior mean; ``improvement``: best against default.
+* ``best_of``: the study's best as every command reports it (a ``Best``: the trial and how
+  it was chosen); ``ranked``: the feasible trials, best first by the objective GP's
+  posterior mean (by their measured values on a study without noise, ``noiseless``);
+  ``improvement``: best against default.
+
+Nothing here imports torch or SciPy: the quantiles are ``tuner.quantiles``'s, and the one
+step that needs the model (``model_ranking``) is passed in, so that a reader of the base
+install gets the confirmation's verdict exactly as the session judged it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from tuner.measurement_stats import RatioInterval, pooled_log_variance, ratio_interval, unstable
 from tuner.study import Goal, StudySpec
@@ -156,6 +164,13 @@ class Confirmation:
         """The interval lies wholly above 1: the best beat the default beyond the noise."""
         return self.interval is not None and self.interval.low > 1.0
 
+    def default_rounds(self) -> tuple[int, int]:
+        """``(met, rounds)``: in how many of its rounds, over the selection and the
+        estimate, the default met the outcome constraints."""
+        runs = [m for m in (*self.selection[:1], *self.measured[:1])
+                if m.trial.step is StepKind.DEFAULT]  # fmt: skip
+        return sum(sum(m.feasible) for m in runs), sum(m.repeats for m in runs)
+
     @property
     def default(self) -> Remeasured | None:
         first = self.measured[0] if self.measured else None
@@ -166,8 +181,13 @@ class Confirmation:
         when it met the constraints in every round (nothing beat it); else the candidate
         that met them in the largest share of its rounds over both phases (a stable one
         before an unstable one, then by its mean over those rounds); None when nothing met
-        them in any round. With ``best``, that."""
+        them in any round. With ``best``, that, unless it measured worse than a default
+        that met the constraints in every round, beyond noise (its interval below 1):
+        then the default."""
         if self.best is not None:
+            worse = self.interval is not None and self.interval.high < 1.0
+            if worse and self.default is not None and self.default_feasible:
+                return self.default.trial
             return self.best.trial
         if self.default is not None and self.default_feasible:
             return self.default.trial
@@ -332,42 +352,145 @@ def meets(spec: StudySpec, metrics: dict[str, float] | None) -> bool:
     return is_feasible(spec, Trial(0, {}, TrialStatus.COMPLETED, metrics))
 
 
+class Basis(StrEnum):
+    """How ``best_of`` chose a study's best (what the commands say beside it)."""
+
+    CONFIRMATION = "confirmation"  # the closing confirmation's verdict, or what it keeps
+    MEASURED = "measured values"  # a study without noise (``noiseless``): no model needed
+    POSTERIOR = "posterior mean"  # the objective GP's, among the stable feasible trials
+    TRIAL_MEANS = "trial means"  # no model ranked these results (a reader found none stored)
+
+
+@dataclass(frozen=True)
+class Best:
+    """A study's best trial and how it was chosen (``best_of``).
+
+    Attributes:
+        trial: The best trial; None when no trial is feasible.
+        basis: How it was chosen.
+        confirmation: The study's stored confirmation, when it has one.
+    """
+
+    trial: Trial | None
+    basis: Basis
+    confirmation: Confirmation | None = None
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Chosen from the session's own measurements, not by a confirmation."""
+        return self.basis is not Basis.CONFIRMATION
+
+
+#: Ranks ``among`` (best first) in a study's ``trials``; None when it cannot (no model).
+Ranker = Callable[[StudySpec, Sequence[Trial], Sequence[Trial]], "list[Trial] | None"]
+
+
+def model_available() -> bool:
+    """Whether this install has the model that ranks by posterior mean (torch, BoTorch),
+    found without importing it."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("torch", "botorch"))
+    except (ImportError, ValueError):  # a module blocked or half-imported
+        return False
+
+
+def model_ranking(
+    spec: StudySpec, trials: Sequence[Trial], among: Sequence[Trial]
+) -> list[Trial] | None:
+    """``among`` best first by the objective GP's posterior mean
+    (``tuner.designer.posterior_best``), or None where torch is not installed."""
+    if not model_available():
+        return None
+    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
+
+    return rank_by_posterior(spec, trials, among)
+
+
 def best_of(
-    spec: StudySpec, trials: Sequence[Trial], measurements: Sequence[Measurement]
-) -> Trial | None:
-    """The study's best, as the session reports it: when the study was confirmed
-    (``stored_confirmation``), the confirmation's best, or, when it confirmed none, what it
-    keeps (``Confirmation.kept``: the default when the default met the constraints in every
-    round); else the feasible trial with the best posterior mean (the default included)
-    among those whose repeats are stable; None when nothing is feasible. For one
+    spec: StudySpec,
+    trials: Sequence[Trial],
+    measurements: Sequence[Measurement],
+    rank: Ranker = model_ranking,
+) -> Best:
+    """The study's best, as the session, the server and every command report it.
+
+    In order: when the study was confirmed (``stored_confirmation``), the confirmation's
+    best, or, when it confirmed none, what it keeps (``Confirmation.kept``: the default
+    when the default met the constraints in every round). Else, among the feasible trials
+    (the default included) whose repeats are stable: on a study without noise
+    (``noiseless``) the best measured value; else the best by ``rank`` (the objective GP's
+    posterior mean); and where ``rank`` cannot (no model), the best trial mean. For one
     objective."""
     found = stored_confirmation(spec, trials, measurements)
     kept = None if found is None else found.kept(spec.objective.goal)
     if kept is not None:
-        return next(t for t in trials if t.id == kept.id)
-    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
-
+        return Best(next(t for t in trials if t.id == kept.id), Basis.CONFIRMATION, found)
     resolved = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
     among = [
         t for t in trials
         if is_feasible(resolved, t) and not unstable_trial(resolved, t, default, measurements)
     ]  # fmt: skip
-    ranking = rank_by_posterior(resolved, trials, among)
-    return ranking[0] if ranking else None
+    if noiseless(resolved, measurements):
+        return Best(next(iter(by_measured(resolved, among)), None), Basis.MEASURED, found)
+    ranking = rank(resolved, trials, among) if among else []
+    if ranking is None:
+        return Best(next(iter(by_measured(resolved, among)), None), Basis.TRIAL_MEANS, found)
+    return Best(ranking[0] if ranking else None, Basis.POSTERIOR, found)
 
 
-def ranked(spec: StudySpec, trials: Sequence[Trial], skip: Collection[int] = ()) -> list[Trial]:
-    """The feasible trials (by their measured means) but the default and ``skip``, best
-    first by the objective GP's posterior mean (``tuner.designer.posterior_best``)."""
-    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
-
+def ranked(
+    spec: StudySpec,
+    trials: Sequence[Trial],
+    skip: Collection[int] = (),
+    measurements: Sequence[Measurement] = (),
+    declared_noiseless: bool = False,
+) -> list[Trial]:
+    """The confirmation's candidates: the feasible trials (by their measured means) but
+    the default and ``skip``, best first by the objective GP's posterior mean
+    (``tuner.designer.posterior_best``). On a study without noise (the target declares it,
+    ``declared_noiseless``, or its ``measurements`` show it: ``noiseless``) by their
+    measured values instead: there a measurement is the truth, and a GP's smoothing can
+    rank the best measured trial below the candidates the confirmation looks at."""
     spec = with_resolved_constraints(spec, trials)
     among = [
         t for t in trials
         if is_feasible(spec, t) and t.id not in skip and t.step is not StepKind.DEFAULT
     ]  # fmt: skip
+    if declared_noiseless or noiseless(spec, measurements):
+        return by_measured(spec, among)
+    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
+
     return rank_by_posterior(spec, trials, among)
+
+
+def by_measured(spec: StudySpec, among: Sequence[Trial]) -> list[Trial]:
+    """``among`` best first by their measured objective means; ties keep the earlier."""
+    sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
+    name = spec.objective.name
+    return sorted(among, key=lambda t: (-sign * t.metrics[name], t.id))
+
+
+#: Repeated measurements (beyond each configuration's first) that must all agree exactly
+#: before a study counts as noiseless: two, so that one coincidence of a coarse metric is
+#: not enough.
+NOISELESS_EVIDENCE = 2
+
+
+def noiseless(spec: StudySpec, measurements: Sequence[Measurement]) -> bool:
+    """Whether the study's own measurements show no noise: every configuration measured
+    more than once (repeats, the default's controls, confirmation rounds) measured exactly
+    the same objective value each time, and at least ``NOISELESS_EVIDENCE`` such repeated
+    measurements exist (a replayed table or a deterministic simulator, not a real system)."""
+    name = spec.objective.name
+    values: dict[int, set[float]] = {}
+    count: dict[int, int] = {}
+    for m in measurements:
+        if name in m.metrics:
+            values.setdefault(m.trial_id, set()).add(m.metrics[name])
+            count[m.trial_id] = count.get(m.trial_id, 0) + 1
+    repeated = sum(n - 1 for n in count.values())
+    return repeated >= NOISELESS_EVIDENCE and all(len(v) == 1 for v in values.values())
 
 
 def unstable_trial(

@@ -42,11 +42,11 @@ EXTRAS: dict[str, Extra] = {
     "dashboard": Extra("the dashboard extra (Plotly.js, for the page)", frozenset({"plotly"})),
     "ray": Extra("the ray extra (Ray Tune)", frozenset({"ray"})),
     "full": Extra(
-        "the full install (the optimizer, the server, targets and plots; the base install "
-        "is the client and the commands that read results)",
+        "the full install (the optimizer, the server and the targets; the base install "
+        "is the client and the commands that read and plot results)",
         frozenset({
             "torch", "botorch", "gpytorch", "linear_operator", "scipy", "skopt", "psycopg",
-            "prometheus_client", "matplotlib", "pynvml",
+            "prometheus_client", "pynvml",
         }),
     ),
 }  # fmt: skip

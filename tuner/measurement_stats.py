@@ -30,22 +30,36 @@ finite (throughput- or latency-like numbers).
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
+from tuner.quantiles import f_ppf, t_ppf
 
 
-def _positive(values: Sequence[float], name: str) -> np.ndarray:
-    """``values`` as a float array; ValueError naming the first that is not positive and finite."""
-    array = np.asarray(values, dtype=float)
-    bad = ~(np.isfinite(array) & (array > 0))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{name}[{i}] must be positive and finite, got {values[i]!r}")
-    return array
+def _positive(values: Sequence[float], name: str) -> list[float]:
+    """``values`` as floats; ValueError naming the first that is not positive and finite.
+
+    Plain Python, not NumPy: the samples are a handful of values, and the commands that
+    read results (which rebuild confirmations with these functions) start faster without
+    it."""
+    out = [float(v) for v in values]
+    for i, v in enumerate(out):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name}[{i}] must be positive and finite, got {values[i]!r}")
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _variance(values: Sequence[float]) -> float:
+    """The sample variance (``n - 1`` in the denominator) of at least two values."""
+    center = _mean(values)
+    return math.fsum((v - center) ** 2 for v in values) / (len(values) - 1)
 
 
 def _check_level(level: float) -> None:
@@ -122,18 +136,18 @@ def ratio_interval(
         n = len(base)
         if n < 2:
             return None
-        d = sign * np.log(other / base)
-        center = float(d.mean())
-        se = float(d.std(ddof=1)) / math.sqrt(n)
+        d = [sign * math.log(c / b) for b, c in zip(base, other, strict=True)]
+        center = _mean(d)
+        se = math.sqrt(_variance(d)) / math.sqrt(n)
         df = n - 1.0
     else:
         n = min(len(base), len(other))
         if n < 2:
             return None
-        mean_base, mean_other = float(base.mean()), float(other.mean())
+        mean_base, mean_other = _mean(base), _mean(other)
         center = sign * math.log(mean_other / mean_base)
-        var_base = float(base.var(ddof=1)) / (len(base) * mean_base**2)
-        var_other = float(other.var(ddof=1)) / (len(other) * mean_other**2)
+        var_base = _variance(base) / (len(base) * mean_base**2)
+        var_other = _variance(other) / (len(other) * mean_other**2)
         se = math.sqrt(var_base + var_other)
         df = (
             (var_base + var_other) ** 2
@@ -141,9 +155,7 @@ def ratio_interval(
             if se > 0
             else 1.0  # no spread: the half-width is 0 whatever the quantile
         )
-    from scipy import stats  # on first use: a command that reads results starts faster
-
-    half = float(stats.t.ppf((1 + level) / 2, df)) * se
+    half = t_ppf((1 + level) / 2, df) * se if se > 0 else 0.0
     return RatioInterval(
         ratio=math.exp(center),
         low=math.exp(center - half),
@@ -171,9 +183,10 @@ def pooled_log_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] 
     """
     sum_squares, df = 0.0, 0
     for i, group in enumerate(groups):
-        logs = np.log(_positive(group, f"groups[{i}]"))
+        logs = [math.log(v) for v in _positive(group, f"groups[{i}]")]
         if len(logs) >= 2:
-            sum_squares += float(((logs - logs.mean()) ** 2).sum())
+            center = _mean(logs)
+            sum_squares += math.fsum((v - center) ** 2 for v in logs)
             df += len(logs) - 1
     return (sum_squares / df, df) if df else None
 
@@ -206,14 +219,12 @@ def unstable(
     Raises:
         ValueError: A value is not positive and finite.
     """
-    logs = np.log(_positive(values, "values"))
+    logs = [math.log(v) for v in _positive(values, "values")]
     if len(logs) < 2 or pooled is None:
         return False
     pooled_var, pooled_df = pooled
-    ratio = float(logs.var(ddof=1)) / max(pooled_var, math.log1p(floor_cov) ** 2)
-    from scipy import stats
-
-    return ratio > float(stats.f.ppf(1 - alpha, len(logs) - 1, pooled_df))
+    ratio = _variance(logs) / max(pooled_var, math.log1p(floor_cov) ** 2)
+    return ratio > f_ppf(1 - alpha, len(logs) - 1, pooled_df)
 
 
 @dataclass(frozen=True)
@@ -247,7 +258,14 @@ class Drift:
         """
         if not self.times:
             return 1.0
-        return float(np.interp(t, self.times, self.factors))
+        times, factors = self.times, self.factors
+        if t <= times[0]:
+            return factors[0]
+        if t >= times[-1]:
+            return factors[-1]
+        i = bisect.bisect_right(times, t)  # times[i - 1] <= t < times[i]
+        (t0, t1), (f0, f1) = times[i - 1 : i + 1], factors[i - 1 : i + 1]
+        return f0 + (f1 - f0) * (t - t0) / (t1 - t0) if t1 > t0 else f1
 
     def worst(self, maximize: bool) -> tuple[float, float]:
         """``(time, factor)`` of the control that deviates most from 1 in log terms.
@@ -297,9 +315,9 @@ def drift(times: Sequence[float], values: Sequence[float]) -> Drift:
     for i, t in enumerate(times):
         if not math.isfinite(t):
             raise ValueError(f"times[{i}] must be finite, got {t!r}")
-    order = np.argsort(np.asarray(times, dtype=float), kind="stable")
-    ordered = array[order]
-    reference = float(np.median(ordered[:3])) if len(ordered) else 1.0
+    order = sorted(range(len(times)), key=lambda i: float(times[i]))  # stable
+    ordered = [array[i] for i in order]
+    reference = float(statistics.median(ordered[:3])) if ordered else 1.0
     return Drift(
         times=tuple(float(times[i]) for i in order),
         values=tuple(float(v) for v in ordered),

@@ -462,6 +462,16 @@ class Storage(ABC):
             NotFoundError: Unknown study or trial.
         """
 
+    @abstractmethod
+    def last_event(self, study: str, event: str) -> TrialEvent | None:
+        """The study's latest event named ``event``, of any trial; None when there is none
+        (how a result computed with the model, such as the best by posterior mean, is kept
+        for readers without it: ``server.best``).
+
+        Raises:
+            NotFoundError: Unknown study.
+        """
+
     # -- housekeeping -------------------------------------------------------------------
     @abstractmethod
     def schema_version(self) -> int:

@@ -636,6 +636,17 @@ class SQLStorage(Storage):
             )
         return [TrialEvent(**row) for row in rows]
 
+    def last_event(self, study: str, event: str) -> TrialEvent | None:
+        check_text(event, "event", required=True)
+        with self._read(f"read the last {event!r} event of study {study!r}") as tx:
+            study_id = self._study_id(tx, study)
+            rows = tx.rows(
+                "SELECT trial_id, at, event, detail FROM trial_events "
+                "WHERE study_id = ? AND event = ? ORDER BY id DESC LIMIT 1",
+                [study_id, event],
+            )
+        return TrialEvent(**rows[0]) if rows else None
+
     def _probe(self, tx: Tx) -> None:
         """The write ``check`` makes: one row rewritten and committed."""
         tx.execute(

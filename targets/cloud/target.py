@@ -163,6 +163,11 @@ class CloudReplayTarget(CloudTarget):
     def describe_candidates(self) -> tuple[Config, ...]:
         return tuple(c for c in self.catalog.candidates() if _key(c) in self._measured)
 
+    @property
+    def noiseless(self) -> bool:
+        """True: every deployment answers with its one measured run."""
+        return True
+
     def measure(self) -> dict[str, float]:
         config, name = self._deployment()
         run = self._measured.get(_key(config))

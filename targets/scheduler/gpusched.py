@@ -333,6 +333,11 @@ class GpuSchedTarget(Target):
     def restore(self) -> None:
         self._policy = None
 
+    @property
+    def noiseless(self) -> bool:
+        """True: the simulator is deterministic; a policy on a trace schedules the same."""
+        return True
+
     @staticmethod
     def _run(trace: Trace, policy: Policy) -> dict[str, float]:
         return simulate(trace.jobs, trace.gpus, policy).summary()

@@ -238,6 +238,66 @@ def test_an_inconclusive_confirmation_keeps_the_default() -> None:
     assert kept is not None and kept.step is StepKind.DEFAULT
 
 
+def test_a_candidate_confirmed_worse_than_the_default_is_not_kept() -> None:
+    """Every candidate measured below the default in every round, beyond noise: the
+    default is what to keep, not the least bad of them."""
+    trials = study({0: 100.0, 1: 120.0, 2: 118.0})
+    target = Scripted({0: [(100.0, 5.0), (102.0, 5.0), (99.0, 5.0)],
+                       1: [(80.0, 5.0), (81.0, 5.0), (79.0, 5.0)],
+                       2: [(70.0, 5.0), (72.0, 5.0), (69.0, 5.0)]})  # fmt: skip
+    outcome = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=3)
+    assert outcome.best is not None and outcome.interval is not None
+    assert outcome.interval.high < 1.0
+    kept = outcome.kept(SPEC.objective.goal)
+    assert kept is not None and kept.step is StepKind.DEFAULT
+
+
+#: A replayed table, one run per cell: the best measured cell (x = 6) stands alone among
+#: wiggles that look like noise, beside a plateau the objective's GP ranks above it.
+NOISELESS = (100, 102, 99, 101, 98, 102, 106, 99, 101, 100, 104, 104.2, 104.1, 104, 103.8, 104.1)
+
+
+def test_on_a_target_without_noise_the_best_measured_trial_is_confirmed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table without repeated runs is noiseless (``ReplayTarget.noiseless``): the
+    confirmation's candidates are the best measured trials, so the session, ``tuner best``
+    and ``tuner studies`` name the best measured one, not the model's top three."""
+    table = tmp_path / "table.csv"
+    table.write_text("x,tps\n" + "".join(f"{x},{v}\n" for x, v in enumerate(NOISELESS)))
+    config = tmp_path / "replay.toml"
+    config.write_text(
+        '[study]\nname = "table"\nobjectives = [{ name = "tps", goal = "maximize" }]\n'
+        "[study.designer]\nseed = 0\ninitial_trials = 16\n"
+        f'[target]\nkind = "replay"\ntable = "{table}"\nmetrics = ["tps"]\n'
+        f'[session]\ntrials = 16\ndb = "{tmp_path / "t.db"}"\nplot = "{tmp_path / "p.png"}"\n'
+        "confirm = 2\nconfirm_select = 1\n",
+        encoding="utf-8",
+    )
+    assert main(["tune", str(config)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    from server.storage import SQLiteStorage
+    from tuner.designer.posterior_best import rank_by_posterior
+
+    with SQLiteStorage(tmp_path / "t.db", read_only=True) as storage:
+        trials = storage.list_trials("table")
+    spec = StudySpec.from_dict({"name": "table", "objectives": [{"name": "tps"}]},
+                               knobs=config_knobs(table))  # fmt: skip
+    best_measured = max(trials, key=lambda t: t.metrics["tps"])
+    assert best_measured.config == {"x": 6}
+    model_top = rank_by_posterior(spec, trials, trials)[:3]
+    assert best_measured not in model_top  # the model alone would not have confirmed it
+    assert f"confirmed: trial {best_measured.id} is 1.06x (1.06–1.06) the default" in out, out
+    assert main(["best", "table", "--db", str(tmp_path / "t.db"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == best_measured.id
+
+
+def config_knobs(table: Path) -> tuple[Any, ...]:
+    from targets.replay import ReplayTarget
+
+    return ReplayTarget(table=str(table), metrics=["tps"]).describe_knobs()
+
+
 def test_without_a_default_the_candidate_feasible_most_often_is_kept() -> None:
     """No default to fall back on and no candidate feasible in every round: the one that met
     the constraint in 3 of 4 rounds, over one that met it in 2 with a larger mean."""
@@ -288,7 +348,11 @@ def test_tuner_best_keeps_the_default_when_the_confirmation_failed_every_candida
     service.close()
     assert main(["best", spec.name, "--db", str(tmp_path / "t.db")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert f"best trial of {spec.name}" in out and "kept the default" in out
+    assert (
+        "not confirmed: no candidate was feasible and stable in every round; keep the default"
+        in out
+    )
+    assert out.endswith("the default configuration"), out
 
 
 CONFIG = """

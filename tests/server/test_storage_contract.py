@@ -360,6 +360,19 @@ def test_events_are_kept_in_order(storage: Storage) -> None:
     assert events[0].trial_id == trial_id and "w1" in events[0].detail
 
 
+def test_the_last_event_of_a_name_is_found_across_trials(storage: Storage) -> None:
+    storage.create_study(make_spec())
+    first, second = add_one(storage), add_one(storage)
+    assert storage.last_event("pg-oltp", "ranked_best") is None
+    storage.add_trial_event("pg-oltp", second, "ranked_best", "a")
+    storage.add_trial_event("pg-oltp", first, "ranked_best", "b")
+    storage.add_trial_event("pg-oltp", second, "reoffered", "c")
+    last = storage.last_event("pg-oltp", "ranked_best")
+    assert last is not None and (last.trial_id, last.detail) == (first, "b")
+    with pytest.raises(NotFoundError, match="nope"):
+        storage.last_event("nope", "ranked_best")
+
+
 def test_event_needs_a_name_and_a_known_trial(storage: Storage) -> None:
     storage.create_study(make_spec())
     trial_id = add_one(storage)
