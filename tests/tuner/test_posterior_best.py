@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tuner.designer.posterior_best import posterior_means, rank_by_posterior
+import math
+
+from tuner.designer.posterior_best import MAX_FITTED, fitted, posterior_means, rank_by_posterior
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
@@ -49,3 +51,22 @@ def test_too_few_trials_rank_by_their_measured_means() -> None:
     minimize = StudySpec.from_dict({**SPEC.to_dict(), "objectives": [
         {"name": "tps", "goal": "minimize"}]}, knobs=SPEC.space.knobs)  # fmt: skip
     assert [t.id for t in rank_by_posterior(minimize, trials, trials)] == [1, 3, 2]
+
+
+def test_a_long_study_is_ranked_by_a_gp_on_its_best_and_a_spread_of_the_rest() -> None:
+    """Beyond MAX_FITTED trials the fit takes the best half and an even spread of the
+    others; every measured trial is still ranked, and the best stays first."""
+    n = MAX_FITTED * 3
+    trials = [trial(i + 1, i / n, 100.0 + 30.0 * math.sin(7.0 * i / n)) for i in range(n)]
+    chosen = fitted(SPEC, trials)
+    assert len(chosen) == MAX_FITTED and len({t.id for t in chosen}) == MAX_FITTED
+    assert [t.id for t in chosen] == sorted(t.id for t in chosen)
+    by_value = sorted(trials, key=lambda t: -t.metrics["tps"])
+    assert {t.id for t in by_value[: MAX_FITTED // 2]} <= {t.id for t in chosen}
+    rest = [t.id for t in chosen if t.id not in {u.id for u in by_value[: MAX_FITTED // 2]}]
+    assert rest[0] < n // 10 and rest[-1] > n - n // 10  # spread over the whole study
+    assert fitted(SPEC, trials[:MAX_FITTED]) == tuple(trials[:MAX_FITTED])
+    means = posterior_means(SPEC, trials)
+    assert means is not None and len(means) == n
+    best = max(means, key=means.__getitem__)
+    assert abs(trials[best - 1].metrics["tps"] - by_value[0].metrics["tps"]) < 1.0
