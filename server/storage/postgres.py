@@ -225,13 +225,27 @@ class _Tx:
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         return self._conn.execute(_dialect(sql), params).fetchone()
 
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[dict[str, Any]]]:
+        cursor = self._conn.cursor(row_factory=dict_row)
+        cursor.execute(_dialect(sql), params)  # queued in the transaction's pipeline
+
+        def read() -> list[dict[str, Any]]:
+            with cursor:
+                return cursor.fetchall()
+
+        return read
+
 
 @contextlib.contextmanager
 def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[None]:
-    conn.execute(begin)
+    """``begin`` ... COMMIT in pipeline mode: a statement is sent without waiting for the
+    one before, and those sent since the last read are answered at the next (the BEGIN
+    with the first query, the last writes with the COMMIT); an error surfaces there."""
     try:
-        yield
-        conn.execute("COMMIT")
+        with conn.pipeline():
+            conn.execute(begin)
+            yield
+            conn.execute("COMMIT")
     except BaseException:
         # Keep the original error: a failed rollback (the server went away) must not mask it.
         with contextlib.suppress(psycopg.Error):

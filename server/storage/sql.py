@@ -14,7 +14,9 @@ A backend subclasses ``SQLStorage`` and supplies:
   write (``expire_leases``) or asked for.
 * ``Tx``: ``execute`` and ``executemany`` (no result), ``rows`` (dicts) and ``one`` (a
   tuple or None), taking SQL with ``?`` placeholders (the PostgreSQL backend rewrites them
-  for psycopg).
+  for psycopg); ``later`` sends a query whose rows are read afterwards, so that
+  PostgreSQL answers it together with the writes before it (``finish_trial``, the write
+  every worker makes after every measurement: three round trips).
 * Four fragments of dialect, as class attributes:
 
   ``LOCK_STUDY``
@@ -119,6 +121,12 @@ class Tx(Protocol):
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         """The first row of a query, or None."""
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[dict[str, Any]]]:
+        """Send a query and read its rows (as ``rows`` does) when the returned function is
+        called. PostgreSQL sends a transaction's statements in a pipeline: those sent
+        since the last read are answered together, in one round trip, at the next read
+        (``rows``, ``one``, or calling such a function) or at the commit."""
 
 
 class SQLStorage(Storage):
@@ -341,31 +349,25 @@ class SQLStorage(Storage):
         with self._write(f"finish trial {trial_id} of study {study!r}") as tx:
             # the trial's lock, not the study's: results for other trials are stored
             # meanwhile (nothing here numbers trials or reads other trials by state)
-            study_id = self._study_id(tx, study)
             row = tx.one(
-                "SELECT status, client_id, expired_at, reported_late, reoffered_as FROM trials "
-                f"WHERE study_id = ? AND trial_id = ?{self.LOCK_TRIALS}",
-                [study_id, trial_id],
+                "SELECT study_id, status, client_id, expired_at, reported_late, reoffered_as "
+                "FROM trials WHERE study_id = (SELECT id FROM studies WHERE name = ?) "
+                f"AND trial_id = ?{self.LOCK_TRIALS}",
+                [check_text(study, "study"), trial_id],
             )
             if row is None:
+                self._study_id(tx, study)  # NotFoundError naming the study if it is missing
                 raise NotFoundError(f"trial {trial_id} not found in study {study!r}")
-            old, handed_to, expired_at, reported_late, reoffered_as = row
+            study_id, old, handed_to, expired_at, reported_late, reoffered_as = row
             old = TrialStatus(old)
             late = expired_at is not None and not reported_late
             if not late:
                 old.check_transition(new, trial_id)
             check_holder(study, trial_id, handed_to, holder, "finish")
             now = self._clock()
-            tx.execute(
-                "UPDATE trials SET status = ?, reason = ?, updated_at = ?, lease_expires_at = "
-                "CASE WHEN expired_at IS NULL THEN NULL ELSE lease_expires_at END, "
-                "reported_late = ?, repeats = ?, spread_json = ? "
-                "WHERE study_id = ? AND trial_id = ?",
-                [
-                    new.value, reason, now, int(late or bool(reported_late)), max(1, len(repeats)),
-                    json.dumps(deviations), study_id, trial_id,
-                ],
-            )  # fmt: skip
+            detail = f"from {old.value}" + (" (late: after its lease expired)" if late else "")
+            detail += f": {reason}" if reason else ""
+            # sent together, answered in one round trip on PostgreSQL (``Tx.later``)
             _insert_measurements(tx, study_id, trial_id, now, repeats)
             if late and reoffered_as is not None:
                 _supersede(tx, study_id, int(reoffered_as), trial_id, now)
@@ -374,12 +376,31 @@ class SQLStorage(Storage):
                 "ON CONFLICT (study_id, trial_id, name) DO UPDATE SET value = excluded.value",
                 [(study_id, trial_id, k, v) for k, v in values.items()],
             )
-            detail = f"from {old.value}" + (" (late: after its lease expired)" if late else "")
-            detail += f": {reason}" if reason else ""
             _insert_events(tx, [(study_id, trial_id, now, f"status:{new.value}", detail)])
-            if request is not None:
-                self._remember(tx, study_id, replace(request, answer_ids=(trial_id,)), now)
-        return self._reread(study, study_id, "AND t.trial_id = ?", [trial_id])[0]
+            recorded = (
+                (lambda: True)
+                if request is None
+                else self._record_later(tx, study_id, replace(request, answer_ids=(trial_id,)), now)
+            )
+            stored = tx.later(
+                "UPDATE trials SET status = ?, reason = ?, updated_at = ?, lease_expires_at = "
+                "CASE WHEN expired_at IS NULL THEN NULL ELSE lease_expires_at END, "
+                "reported_late = ?, repeats = ?, spread_json = ? "
+                "WHERE study_id = ? AND trial_id = ? RETURNING *",
+                [
+                    new.value, reason, now, int(late or bool(reported_late)),
+                    max(1, len(repeats)), json.dumps(deviations), study_id, trial_id,
+                ],
+            )  # fmt: skip
+            where, args = "AND t.trial_id = ?", [study_id, trial_id]
+            configs = self._trial_values_later(tx, "parameters", "value_json", where, args)
+            measured = self._trial_values_later(tx, "metrics", "value", where, args)
+            if not recorded():  # the writes above roll back
+                raise AlreadyExistsError(
+                    f"request {request.request_id if request else ''!r} was answered "
+                    "meanwhile; nothing more was stored"
+                )
+            return _trials(stored(), _values(configs(), json.loads), _values(measured(), float))[0]
 
     def add_measurements(
         self,
@@ -470,16 +491,23 @@ class SQLStorage(Storage):
     def _record(self, tx: Tx, study_id: int, request: Request, now: float) -> bool:
         """Record ``request`` inside the caller's transaction unless a request with its id
         is recorded already (False: nothing was written); forget week-old ones."""
+        return self._record_later(tx, study_id, request, now)()
+
+    def _record_later(
+        self, tx: Tx, study_id: int, request: Request, now: float
+    ) -> Callable[[], bool]:
+        """``_record`` sent now (``Tx.later``): whether it wrote is known when the returned
+        function is called."""
         if now - self._forgotten_at > _FORGET_EVERY_S:
             tx.execute("DELETE FROM requests WHERE created_at < ?", [now - _REQUEST_RETENTION_S])
             self._forgotten_at = now
-        stored = tx.one(
+        stored = tx.later(
             "INSERT INTO requests (request_id, method, study_id, digest, trial_ids, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING 1",
             [request.request_id, request.method, study_id, request.digest,
              json.dumps(list(request.answer_ids)), now],
         )  # fmt: skip
-        return stored is not None
+        return lambda: bool(stored())
 
     def renew_lease(
         self, study: str, trial_id: int, expires_at: float, holder: str | None = None
@@ -689,24 +717,7 @@ class SQLStorage(Storage):
             return []
         configs = self._trial_values(tx, "parameters", "value_json", where, args, json.loads)
         metrics = self._trial_values(tx, "metrics", "value", where, args, float)
-        return [
-            Trial(
-                id=row["trial_id"],
-                config=configs.get(row["trial_id"], {}),
-                status=TrialStatus(row["status"]),
-                metrics=metrics.get(row["trial_id"], {}),
-                embedded=tuple(float(v) for v in json.loads(row["embedded_json"])),
-                lease_expires_at=row["lease_expires_at"],
-                expired_at=row["expired_at"],
-                reported_late=bool(row["reported_late"]),
-                reoffered_as=row["reoffered_as"],
-                step=_step(row["step"]),
-                repeats=int(row["repeats"]),
-                spread={k: float(v) for k, v in json.loads(row["spread_json"]).items()},
-                **{key: row[key] for key in _TRIAL_COLUMNS},
-            )
-            for row in rows
-        ]
+        return _trials(rows, configs, metrics)
 
     def _trial_values(
         self,
@@ -719,16 +730,18 @@ class SQLStorage(Storage):
     ) -> dict[int, dict[str, Any]]:
         """``trial_id -> {name: decode(column)}`` from ``table`` for the trials matching
         ``where``, in the order they were stored."""
-        rows = tx.rows(
+        return _values(self._trial_values_later(tx, table, column, where, args)(), decode)
+
+    def _trial_values_later(
+        self, tx: Tx, table: str, column: str, where: str, args: Sequence[Any]
+    ) -> Callable[[], list[dict[str, Any]]]:
+        """``_trial_values``' rows, sent now (``Tx.later``), for ``_values``."""
+        return tx.later(
             f"SELECT x.trial_id, x.name, x.{column} AS value FROM {table} x "
             "JOIN trials t ON t.study_id = x.study_id AND t.trial_id = x.trial_id "
             f"WHERE t.study_id = ? {where} ORDER BY x.{self.ORDER}",
             args,
         )
-        out: dict[int, dict[str, Any]] = {}
-        for row in rows:
-            out.setdefault(row["trial_id"], {})[row["name"]] = decode(row["value"])
-        return out
 
 
 def _stored_status(tx: Tx, study: str, study_id: int, trial_id: int) -> TrialStatus:
@@ -851,6 +864,42 @@ def _insert_trials(
     )
     _insert_events(tx, [(study_id, i, now, "created", detail) for i, (*_, detail) in numbered])
     return first
+
+
+def _values(
+    rows: Iterable[Mapping[str, Any]], decode: Callable[[Any], Any]
+) -> dict[int, dict[str, Any]]:
+    """``trial_id -> {name: decode(value)}`` from rows of ``trial_id, name, value``."""
+    out: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        out.setdefault(row["trial_id"], {})[row["name"]] = decode(row["value"])
+    return out
+
+
+def _trials(
+    rows: Iterable[Mapping[str, Any]],
+    configs: Mapping[int, dict[str, Any]],
+    metrics: Mapping[int, dict[str, float]],
+) -> list[Trial]:
+    """Trials from rows of the trials table and their parameters and metrics."""
+    return [
+        Trial(
+            id=row["trial_id"],
+            config=configs.get(row["trial_id"], {}),
+            status=TrialStatus(row["status"]),
+            metrics=metrics.get(row["trial_id"], {}),
+            embedded=tuple(float(v) for v in json.loads(row["embedded_json"])),
+            lease_expires_at=row["lease_expires_at"],
+            expired_at=row["expired_at"],
+            reported_late=bool(row["reported_late"]),
+            reoffered_as=row["reoffered_as"],
+            step=_step(row["step"]),
+            repeats=int(row["repeats"]),
+            spread={k: float(v) for k, v in json.loads(row["spread_json"]).items()},
+            **{key: row[key] for key in _TRIAL_COLUMNS},
+        )
+        for row in rows
+    ]
 
 
 def _insert_events(tx: Tx, events: Sequence[tuple[int, int, float, str, str]]) -> None:

@@ -235,6 +235,10 @@ class _Tx:
         row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
         return row
 
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Callable[[], list[dict[str, Any]]]:
+        rows = self.rows(sql, params)  # SQLite runs every statement at once
+        return lambda: rows
+
     def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._conn.execute(sql, params).fetchall()
 

@@ -569,6 +569,35 @@ def test_a_request_is_recorded_with_its_write_and_found_again(storage: Storage) 
     assert len(storage.list_measurements("pg-oltp", first)) == 2
 
 
+def test_a_result_returns_the_trial_as_stored_and_a_taken_request_stores_none_of_it(
+    storage: Storage,
+) -> None:
+    """``finish_trial`` sends its writes and the trial's read-back together (PostgreSQL: in
+    one round trip): what it returns is what a later read finds, and when its request id
+    turns out to be taken, none of its writes stays."""
+    storage.create_study(make_spec())
+    first, second = add_one(storage), add_one(storage)
+    done = storage.finish_trial(
+        "pg-oltp", first, TrialStatus.COMPLETED, {"tps": 3.5, "p95_ms": 2.0}, "ok",
+        request=Request("req-1", "CompleteTrial", "d1"), spread={"tps": 0.5},
+    )  # fmt: skip
+    assert done == storage.get_trial("pg-oltp", first)
+    assert done.config == CONFIG and done.metrics == {"tps": 3.5, "p95_ms": 2.0}
+    assert done.status is TrialStatus.COMPLETED and done.spread == {"tps": 0.5}
+    before = storage.get_trial("pg-oltp", second), storage.trial_events("pg-oltp", second)
+    with pytest.raises(AlreadyExistsError, match="req-1"):
+        storage.finish_trial(
+            "pg-oltp", second, TrialStatus.COMPLETED, {"tps": 9.0},
+            request=Request("req-1", "CompleteTrial", "d1"),
+        )  # fmt: skip
+    assert (storage.get_trial("pg-oltp", second), storage.trial_events("pg-oltp", second)) == before
+    assert before[0].status is TrialStatus.ACTIVE and before[0].metrics == {}
+    with pytest.raises(NotFoundError, match="'nowhere'"):
+        storage.finish_trial("nowhere", first, TrialStatus.COMPLETED, {"tps": 1.0})
+    with pytest.raises(NotFoundError, match="trial 99 not found"):
+        storage.finish_trial("pg-oltp", 99, TrialStatus.COMPLETED, {"tps": 1.0})
+
+
 def test_one_designer_runs_batches_are_stored_together_and_a_taken_request_stores_nothing(
     storage: Storage,
 ) -> None:
