@@ -202,7 +202,7 @@ def _trial(
     return {
         "id": trial.id,
         "status": trial.status.value,
-        "step": trial.step.value if trial.step else trial.source,
+        "step": trial.step.value,
         "feasible": is_feasible(spec, trial) if trial.status is TrialStatus.COMPLETED else None,
         "repeats": trial.repeats if trial.status.is_final else None,
         "metrics": trial.metrics,

@@ -414,7 +414,7 @@ def report_trial(spec: StudySpec, trial: Trial, finished: int, total: int, best:
     values = " ".join(f"{m}={fmt(trial.metrics[m])}" for m in spec.metric_names
                       if m in trial.metrics)  # fmt: skip
     why = f" ({short_reason(trial.reason, 100)})" if trial.reason else ""
-    step = trial.step.value if trial.step else trial.source
+    step = trial.step.value
     out.print(
         f"trial {trial.id} [{finished}/{total}] {trial.status.value} {step}: "
         f"{values or '-'}{why}; best {best}",

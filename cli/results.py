@@ -132,7 +132,7 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
         table.add_row(
             str(t.id),
             t.status.value,
-            t.step.value if t.step else escape(t.source),
+            t.step.value,
             feasibility(resolved, t),
             str(t.repeats) if t.status.is_final else "-",
             *[mean_and_spread(t, m) for m in metrics],
@@ -165,7 +165,7 @@ def trial_rows(spec: StudySpec, trials: Sequence[Trial]) -> tuple[list[str], lis
     header = ["id", "status", "step", "feasible", "repeats", *metrics,
               *[f"{m}_sd" for m in metrics], *spec.space.names, "reason", "warning"]  # fmt: skip
     rows = [
-        [t.id, t.status.value, t.step.value if t.step else t.source, feasibility(resolved, t),
+        [t.id, t.status.value, t.step.value, feasibility(resolved, t),
          t.repeats if t.status.is_final else None, *[t.metrics.get(m) for m in metrics],
          *[t.spread.get(m) for m in metrics], *[t.config.get(k) for k in spec.space.names],
          t.reason, t.warning]
