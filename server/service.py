@@ -47,6 +47,7 @@ from server.best import study_best
 from server.records import ImportedTrial, LeasePolicy, StudyInfo
 from server.storage import (
     FinishedTrial,
+    LeaseLapsed,
     NewBatch,
     NewTrial,
     Request,
@@ -437,11 +438,16 @@ class TuningService:
             metrics, spread = repeat_summary(repeats)
         _check_metrics(spec, metrics, status)
         limits.check_result(self.storage, study, metrics, spread, reason, repeats)
-        self._expire(study, arrived)
+        stored = (study, trial_id, status, metrics, reason, request, repeats, spread, holder)
         try:
-            trial = self.storage.finish_trial(
-                study, trial_id, status, metrics, reason, request, repeats, spread, holder
-            )
+            try:
+                # the trial's own lease is judged in the transaction that stores the result
+                # (the study's other leases, by the calls that hand out or read trials)
+                due = None if self.leases is None else arrived
+                trial = self.storage.finish_trial(*stored, due=due)
+            except LeaseLapsed:  # rare: the result came late, and nothing expired it yet
+                self._expire(study, arrived)
+                trial = self.storage.finish_trial(*stored)
         except (StateError, AlreadyExistsError):
             # a retry: this request was answered before (maybe by another server on a
             # shared database), so the trial is finished or the request id is taken.

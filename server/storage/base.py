@@ -46,6 +46,12 @@ CREATABLE_STATUSES = (TrialStatus.PENDING, TrialStatus.ACTIVE)
 ROW_CHARS = 16
 
 
+class LeaseLapsed(Exception):
+    """``finish_trial`` with ``due``: the trial is ACTIVE and its lease ran out before
+    ``due``, and nothing has expired it yet. Nothing was written; the caller expires the
+    study's leases (``expire_leases``) and finishes the trial again, as a late result."""
+
+
 @dataclass(frozen=True)
 class StoredStudy:
     """A study as stored: its number in the database, its spec and when it was created."""
@@ -335,6 +341,7 @@ class Storage(ABC):
         measurements: Sequence[Measurement] = (),
         spread: Mapping[str, float] | None = None,
         holder: str | None = None,
+        due: float | None = None,
     ) -> Trial:
         """Move a trial to ``status`` and record its metrics, reason and a ``status:`` event.
 
@@ -352,9 +359,14 @@ class Storage(ABC):
 
         A trial given up by ``expire_leases`` takes one late result: the transition from its
         expiry status is allowed once, ``reported_late`` is set, and a re-offer of it that
-        is still PENDING becomes ABANDONED (its configuration is measured now).
+        is still PENDING becomes ABANDONED (its configuration is measured now). With ``due``
+        (when the result arrived), a trial that ``expire_leases`` would give up at ``due``
+        but has not yet raises ``LeaseLapsed`` and nothing is written: the lease is judged
+        in the transaction that stores the result, without a look at the study's other
+        leases first.
 
         Raises:
+            LeaseLapsed: See ``due``.
             NotFoundError: Unknown study or trial.
             StateError: The transition is not allowed; the message names both statuses.
                 (Checked before ``holder``: a finished trial is a StateError for anyone.)

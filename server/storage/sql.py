@@ -58,6 +58,7 @@ from typing import Any, Protocol, cast
 from server.storage.base import (
     ROW_CHARS,
     FinishedTrial,
+    LeaseLapsed,
     NewBatch,
     NewTrial,
     Request,
@@ -339,6 +340,7 @@ class SQLStorage(Storage):
         measurements: Sequence[Measurement] = (),
         spread: Mapping[str, float] | None = None,
         holder: str | None = None,
+        due: float | None = None,
     ) -> Trial:
         trial_id = check_trial_id(trial_id)
         new = check_status(status)
@@ -350,16 +352,19 @@ class SQLStorage(Storage):
             # the trial's lock, not the study's: results for other trials are stored
             # meanwhile (nothing here numbers trials or reads other trials by state)
             row = tx.one(
-                "SELECT study_id, status, client_id, expired_at, reported_late, reoffered_as "
-                "FROM trials WHERE study_id = (SELECT id FROM studies WHERE name = ?) "
+                "SELECT study_id, status, client_id, expired_at, reported_late, reoffered_as, "
+                "lease_expires_at FROM trials "
+                "WHERE study_id = (SELECT id FROM studies WHERE name = ?) "
                 f"AND trial_id = ?{self.LOCK_TRIALS}",
                 [check_text(study, "study"), trial_id],
             )
             if row is None:
                 self._study_id(tx, study)  # NotFoundError naming the study if it is missing
                 raise NotFoundError(f"trial {trial_id} not found in study {study!r}")
-            study_id, old, handed_to, expired_at, reported_late, reoffered_as = row
+            study_id, old, handed_to, expired_at, reported_late, reoffered_as, lease = row
             old = TrialStatus(old)
+            if due is not None and old is TrialStatus.ACTIVE and lease is not None and lease < due:
+                raise LeaseLapsed(f"trial {trial_id}'s lease ran out before its result arrived")
             late = expired_at is not None and not reported_late
             if not late:
                 old.check_transition(new, trial_id)

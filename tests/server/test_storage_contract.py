@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from server.storage import (
     ROW_CHARS,
     FinishedTrial,
+    LeaseLapsed,
     NewBatch,
     NewTrial,
     Request,
@@ -465,6 +466,32 @@ def test_a_late_result_drops_its_untaken_re_offer_and_leaves_a_taken_one(
     events = [(e.event, e.detail) for e in storage.trial_events("pg-oltp", copy_2)]
     assert events[-1] == ("status:ABANDONED", f"from PENDING: {dropped.reason}")
     assert [e.event for e in storage.trial_events("pg-oltp", copy_1)].count("status:ABANDONED") == 0
+
+
+def test_a_result_after_its_unexpired_lease_ran_out_is_refused_with_nothing_written(
+    storage: Storage,
+) -> None:
+    storage.create_study(make_spec())
+    trial_id = add_one(storage, client_id="w1", lease_expires_at=100.0)
+    before = storage.trial_events("pg-oltp", trial_id)
+    with pytest.raises(LeaseLapsed):
+        storage.finish_trial(
+            "pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0}, holder="w1", due=100.5
+        )
+    kept = storage.get_trial("pg-oltp", trial_id)
+    assert kept.status is TrialStatus.ACTIVE and kept.metrics == {}
+    assert storage.trial_events("pg-oltp", trial_id) == before
+    # once expired, the same result is a late one; before its lease ends, an ordinary one
+    storage.expire_leases("pg-oltp", 100.5, TrialStatus.ABANDONED, reoffer=False)
+    late = storage.finish_trial(
+        "pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0}, holder="w1", due=100.5
+    )
+    assert late.reported_late and late.metrics == {"tps": 1.0}
+    timely = add_one(storage, client_id="w1", lease_expires_at=100.0)
+    done = storage.finish_trial(
+        "pg-oltp", timely, TrialStatus.COMPLETED, {"tps": 2.0}, holder="w1", due=99.0
+    )
+    assert done.status is TrialStatus.COMPLETED and not done.reported_late
 
 
 def test_measurements_are_kept_in_order_for_finished_trials_only(storage: Storage) -> None:
