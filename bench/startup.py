@@ -8,8 +8,9 @@ order from round to round, so that a drift of the machine touches both alike), e
 fresh process timed from ``subprocess`` start to exit, with ``--interval`` seconds between
 rounds so that one burst of load on a shared machine does not fall on every sample of a
 command. They run as from a user's shell, which caches compiled modules (``ENV``), after
-one untimed round that writes the cache. The table gives per command the median over rounds, its 95 % interval (the
-distribution-free one from order statistics: ``median_interval``) and the range, and the
+one untimed round that writes the cache. The table gives per command the median over
+rounds, its 95 % interval (the distribution-free one from order statistics:
+``median_interval``) and the range, and the
 goal where there is one (``GOALS``: ``tuner --help`` 0.3 s, ``tuner studies`` 0.5 s, on a
 quiet machine), and the median CPU seconds (user and system) each process used: on a
 machine whose CPUs others keep busy the wall time grows with the load, the CPU time far
