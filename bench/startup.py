@@ -5,20 +5,19 @@
 A shell ask/tell loop, or a script that lists studies, pays a command's start-up every
 time. Each round runs every command once, ours and Optuna's interleaved (in alternating
 order from round to round, so that a drift of the machine touches both alike), each a
-fresh process timed from ``subprocess`` start to exit, with ``--interval`` seconds between
-rounds so that one burst of load on a shared machine does not fall on every sample of a
-command. They run as from a user's shell, which caches compiled modules (``ENV``), after
-one untimed round that writes the cache. The table gives per command the median over
-rounds, its 95 % interval (the distribution-free one from order statistics:
-``median_interval``) and the range, and the
-goal where there is one (``GOALS``: ``tuner --help`` 0.3 s, ``tuner studies`` 0.5 s, on a
-quiet machine), and the median CPU seconds (user and system) each process used: on a
-machine whose CPUs others keep busy the wall time grows with the load, the CPU time far
-less, and it is about what the wall time is on a quiet machine. The title gives the load
-average at the start and the end. Ours: ``tuner``
-against a SQLite file (``--db``) and against a running ``tuner serve`` (``--server``, the
-way a worker on another machine asks); Optuna: the ``optuna`` CLI against a SQLite
-``RDBStorage``. Commands:
+fresh process timed from ``subprocess`` start to exit, with ``--interval`` seconds
+between rounds so that one burst of load on a shared machine does not fall on every
+sample of a command. They run as from a user's shell, which caches compiled modules
+(``ENV``), after one untimed round that writes the cache. The table gives per command the
+median over rounds, its 95 % interval (the distribution-free one from order statistics:
+``median_interval``) and the range, and the goal where there is one (``GOALS``: ``tuner
+--help`` 0.3 s, ``tuner studies`` 0.5 s, on a quiet machine), and the median CPU seconds
+(user and system) each process used: on a machine whose CPUs others keep busy the wall
+time grows with the load, the CPU time far less, and it is about what the wall time is on
+a quiet machine. The title gives the load average at the start and the end. Ours:
+``tuner`` against a SQLite file (``--db``) and against a running ``tuner serve``
+(``--server``, the way a worker on another machine asks); Optuna: the ``optuna`` CLI
+against a SQLite ``RDBStorage``. Commands:
 
 * ``help``: ``tuner --help`` / ``optuna --help``;
 * ``studies``: the study list (``tuner studies`` names each study's best);
