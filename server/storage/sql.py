@@ -130,6 +130,11 @@ class Tx(Protocol):
         (``rows``, ``one``, or calling such a function) or at the commit."""
 
 
+#: An ACTIVE trial (``t``) whose lease ran out before a time (parameters: the ACTIVE
+#: status, the time): what ``expire_leases`` gives up and ``finish_trial``'s ``due`` refuses.
+LAPSED = "t.status = ? AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < ?"
+
+
 class SQLStorage(Storage):
     """Every ``Storage`` method over ``Tx`` transactions; see the module's docstring for
     what a backend adds.
@@ -352,18 +357,19 @@ class SQLStorage(Storage):
             # the trial's lock, not the study's: results for other trials are stored
             # meanwhile (nothing here numbers trials or reads other trials by state)
             row = tx.one(
-                "SELECT study_id, status, client_id, expired_at, reported_late, reoffered_as, "
-                "lease_expires_at FROM trials "
-                "WHERE study_id = (SELECT id FROM studies WHERE name = ?) "
-                f"AND trial_id = ?{self.LOCK_TRIALS}",
-                [check_text(study, "study"), trial_id],
-            )
+                "SELECT t.study_id, t.status, t.client_id, t.expired_at, t.reported_late, "
+                f"t.reoffered_as, {LAPSED} FROM trials t "
+                "WHERE t.study_id = (SELECT id FROM studies WHERE name = ?) "
+                f"AND t.trial_id = ?{self.LOCK_TRIALS}",
+                [TrialStatus.ACTIVE.value, -math.inf if due is None else due,
+                 check_text(study, "study"), trial_id],
+            )  # fmt: skip
             if row is None:
                 self._study_id(tx, study)  # NotFoundError naming the study if it is missing
                 raise NotFoundError(f"trial {trial_id} not found in study {study!r}")
-            study_id, old, handed_to, expired_at, reported_late, reoffered_as, lease = row
+            study_id, old, handed_to, expired_at, reported_late, reoffered_as, lapsed = row
             old = TrialStatus(old)
-            if due is not None and old is TrialStatus.ACTIVE and lease is not None and lease < due:
+            if lapsed:  # never without ``due`` (nothing is before -inf)
                 raise LeaseLapsed(f"trial {trial_id}'s lease ran out before its result arrived")
             late = expired_at is not None and not reported_late
             if not late:
@@ -547,8 +553,7 @@ class SQLStorage(Storage):
             # the common case, nothing expired, without a write transaction or a lock; a
             # lease another call renews meanwhile is judged again under the lock below
             due = tx.one(
-                "SELECT EXISTS (SELECT 1 FROM trials t WHERE t.study_id = s.id AND t.status = ? "
-                "AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < ?) "
+                f"SELECT EXISTS (SELECT 1 FROM trials t WHERE t.study_id = s.id AND {LAPSED}) "
                 "FROM studies s WHERE s.name = ?",
                 [TrialStatus.ACTIVE.value, now, check_text(study, "study")],
             )
@@ -561,7 +566,7 @@ class SQLStorage(Storage):
             expired = self._load_trials(
                 tx,
                 study_id,
-                "AND t.status = ? AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < ?",
+                f"AND {LAPSED}",
                 [TrialStatus.ACTIVE.value, now],
                 lock=True,
             )
