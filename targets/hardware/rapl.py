@@ -98,7 +98,13 @@ class RaplMeter:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.poll_s):
-            self._sample()
+            try:
+                self._sample()
+            except (OSError, ValueError):
+                # One unreadable sample is skipped, not fatal: the next one adds the whole
+                # difference since the last good one. A zone that stays unreadable fails in
+                # ``stop``, whose final sample is not caught.
+                continue
 
     def _sample(self) -> None:
         with self._lock:

@@ -21,7 +21,9 @@ from tuner.trial import TrialStatus
 
 PY = sys.executable
 # The workload: reports the limits of policy0 it ran under, and adds $BURN_UJ to every
-# fake energy counter listed in $COUNTERS (wrapping at $WRAP), as a CPU would.
+# fake energy counter listed in $COUNTERS (wrapping at $WRAP), as a CPU would. A counter is
+# replaced whole (a sibling file, then a rename): a read of sysfs never sees a half-written
+# number, and the meter's poll thread reads while the workload writes.
 WORKLOAD = textwrap.dedent(
     """
     import json, os, sys
@@ -30,7 +32,8 @@ WORKLOAD = textwrap.dedent(
     high = int(open(os.path.join(policy, "scaling_max_freq")).read())
     for counter in filter(None, os.environ.get("COUNTERS", "").split("|")):
         value = int(open(counter).read()) + int(os.environ["BURN_UJ"])
-        open(counter, "w").write(str(value % (int(os.environ["WRAP"]) + 1)))
+        open(counter + ".new", "w").write(str(value % (int(os.environ["WRAP"]) + 1)))
+        os.replace(counter + ".new", counter)
     print(json.dumps({"low_khz": low, "high_khz": high, "ops": 10.0}))
     if os.environ.get("FAIL"):
         sys.exit(1)
@@ -159,11 +162,11 @@ def test_energy_is_the_timed_windows_when_the_workload_reports_one(tmp_path: Pat
     script.write_text(
         textwrap.dedent(
             f"""
-            import json, time
-            def burn(uj):
-                with open({str(counter)!r}, "r+") as f:
-                    value = int(f.read()) + uj
-                    f.seek(0); f.write(str(value)); f.truncate()
+            import json, os, time
+            def burn(uj):  # replaced whole, as in WORKLOAD
+                value = int(open({str(counter)!r}).read()) + uj
+                open({str(counter)!r} + ".new", "w").write(str(value))
+                os.replace({str(counter)!r} + ".new", {str(counter)!r})
             burn(5_000_000); time.sleep(0.3)       # start-up
             a = time.monotonic()
             for _ in range(10):
