@@ -29,6 +29,12 @@ What was read in them (this module checks the first two points when it loads a l
 * ``ycsb-100``: ``mysql197_ycsb_lhs.res``, 500 lines, the same 100 knobs; 314 failed
   (71 negative, 243 zero: 63 %); ``tps`` of the other 186 from 14,000 to 62,600. Metric
   ``tps``, maximize.
+* ``seats-100``, ``tatp-100``, ``voter-100``: ``mysql197_{seats,tatp,voter}.res``, BenchBase
+  SEATS (600 lines, 305 failed), TATP (433, 6 failed) and Voter (600, 9 failed) on the same
+  100 knobs; metric ``tps``, maximize. Added for issue 57's report half.
+* ``<set>-20`` (``RESTRICTIONS``): a 100-knob set with only its 20 most important knobs free
+  (``important_knobs``: the rule, fixed in the commit that made the split) and the other 80 at
+  the knob JSON's defaults; the surrogate is the 100-knob one.
 * ``pg-5``: ``PG_5knob_lhs.res``, 1,317 lines, 5 PostgreSQL knobs (``max_worker_processes``,
   ``shared_buffers``, ``wal_buffers``, ``checkpoint_completion_target`` (float),
   ``backend_flush_after``); the workload is JOB (KnobsTuningEA's
@@ -63,6 +69,7 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -123,6 +130,33 @@ RES_SETS = {
             16,
         ),
         ResSet(
+            "seats-100",
+            "mysql197_seats.res",
+            "SYSBENCH_shap_knobs.json",
+            "tps",
+            "tps",
+            "maximize",
+            16,
+        ),
+        ResSet(
+            "tatp-100",
+            "mysql197_tatp.res",
+            "SYSBENCH_shap_knobs.json",
+            "tps",
+            "tps",
+            "maximize",
+            16,
+        ),
+        ResSet(
+            "voter-100",
+            "mysql197_voter.res",
+            "SYSBENCH_shap_knobs.json",
+            "tps",
+            "tps",
+            "maximize",
+            16,
+        ),
+        ResSet(
             "pg-5",
             "PG_5knob_lhs.res",
             "PG_knobs_postgres_shap_1.json",
@@ -131,6 +165,29 @@ RES_SETS = {
             "minimize",
             4,
         ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """A 100-knob set with only its ``count`` most important knobs free (``important_knobs``),
+    the others held at the knob JSON's ``default`` (KnobsTuningEA's defaults: MySQL's,
+    except a few such as a 13 GB ``innodb_buffer_pool_size``)."""
+
+    name: str
+    base: str
+    count: int
+
+
+RESTRICTIONS = {
+    r.name: r
+    for r in (
+        Restriction("tpcc-20", "tpcc-100", 20),
+        Restriction("ycsb-20", "ycsb-100", 20),
+        Restriction("seats-20", "seats-100", 20),
+        Restriction("tatp-20", "tatp-100", 20),
+        Restriction("voter-20", "voter-100", 20),
     )
 }
 
@@ -254,6 +311,45 @@ def validate(samples: ResSamples, folds: int = 5, seed: int = 0) -> dict[str, fl
 def surrogate(data_dir: Path, name: str) -> ResSurrogate:
     """The fitted surrogate of a set (cached per process: fitting takes seconds)."""
     return fit(load_res(data_dir, name))
+
+
+def important_knobs(model: ResSurrogate, count: int) -> list[str]:
+    """The rule that picks a restriction's knobs, fixed before any run on them (issue 57):
+    the ``count`` knobs of the highest mean of the two forests' impurity importances (each
+    sums to 1 over the knobs; the classifier's is 0 on a set without failures), ties by
+    name. Both forests count: on these logs a few knobs decide whether MySQL runs at all
+    (TPC-C's ``completion_type``), others how fast."""
+    score = np.asarray(model.regressor.feature_importances_, dtype=float)
+    if len(model.classifier.classes_) > 1:
+        score = (score + np.asarray(model.classifier.feature_importances_, dtype=float)) / 2
+    names = [k["name"] for k in model.knobs]
+    order = sorted(range(len(names)), key=lambda i: (-score[i], names[i]))
+    return [names[i] for i in order[:count]]
+
+
+def restricted(
+    data_dir: Path, name: str
+) -> tuple[tuple[dict[str, Any], ...], dict[str, Any], Callable[[Config], float | None]]:
+    """A restriction's free knobs, the values of the held ones, and its predictor."""
+    spec = RESTRICTIONS[name]
+    base = RES_SETS[spec.base]
+    model = surrogate(data_dir, spec.base)
+    free = set(important_knobs(model, spec.count))
+    ranges = json.loads((data_dir / FOLDER / base.knobs_json).read_text())
+    held = {k["name"]: _default(k, ranges[k["name"]]) for k in model.knobs if k["name"] not in free}
+
+    def predict(config: Config) -> float | None:
+        return model.predict({**held, **config})
+
+    return tuple(k for k in model.knobs if k["name"] in free), held, predict
+
+
+def _default(knob: dict[str, Any], info: dict[str, Any]) -> Any:
+    """The JSON's default as a value of ``knob`` (an enum's choice is matched as text)."""
+    default = info["default"]
+    if knob["kind"] == "categorical":
+        return next(c for c in knob["choices"] if str(c) == str(default))
+    return default
 
 
 def _knob(name: str, info: dict[str, Any]) -> dict[str, Any]:

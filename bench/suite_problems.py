@@ -7,7 +7,8 @@ cannot be built here. Families:
 
 * ``db:<set>``: MySQL/PostgreSQL knob tuning on random-forest surrogates of KnobsTuningEA's
   measurements: ``sysbench-20``, ``job-5``, ``sysbench-5`` (``bench/dbsurrogate.py``: tps
-  max, latency min, tps max) and ``tpcc-100``, ``ycsb-100`` (tps max, 100 knobs), ``pg-5``
+  max, latency min, tps max), ``tpcc-100``, ``ycsb-100``, ``seats-100``, ``tatp-100``,
+  ``voter-100`` (tps max, 100 knobs) and their 20-knob restrictions ``<set>-20``, ``pg-5``
   (JOB latency min on PostgreSQL), whose logs hold failed runs: a configuration the failure
   classifier predicts to fail is ``infeasible`` (``bench/dbres.py``). LlamaTune embedding
   of 16 dimensions from 20 knobs up, 4 on the 5-knob sets (as ``bench/llamatune.py``).
@@ -208,19 +209,29 @@ def _db(base: str, half: str, budget: int, data_dir: Path) -> SuiteProblem:
     data_dir = data_dir.resolve()
     if base in dbsurrogate.SAMPLE_SETS:
         return _from_knob_problem("db", half, dbsurrogate.surrogate_problem(data_dir, base), budget)
-    spec, model = dbres.RES_SETS[base], dbres.surrogate(data_dir, base)
+    restriction = dbres.RESTRICTIONS.get(base)
+    spec = dbres.RES_SETS[restriction.base if restriction else base]
     source = (
         f"KnobsTuningEA {spec.log}, RandomForestClassifier (fails) + RandomForestRegressor("
         f"n_estimators={dbsurrogate.TREES}, random_state=0)"
     )
+    if restriction is None:
+        model = dbres.surrogate(data_dir, base)
+        knobs, predict = model.knobs, model.predict
+    else:
+        knobs, held, predict = dbres.restricted(data_dir, base)
+        source += (
+            f"; its {restriction.count} most important knobs free, the other {len(held)} at "
+            "the knob JSON's defaults (bench/dbres.py, important_knobs)"
+        )
     return _valued(
         f"db:{base}",
         half,
-        model.knobs,
+        knobs,
         spec.metric,
         spec.goal,
         budget,
-        model.predict,
+        predict,
         embed_dims=spec.embed_dims,
         source=source,
     )
