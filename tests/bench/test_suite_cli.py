@@ -101,7 +101,7 @@ def test_unknown_methods_and_empty_filters_stop_with_a_message(tmp_path: Path) -
     with pytest.raises(SystemExit, match="unknown method 'nope'"):
         suite.main(["--half", "develop", "--methods", "nope", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="matches no develop problem"):
-        suite.main(["--half", "develop", "--problems", "db:tpcc-100", "--out", str(tmp_path)])
+        suite.main(["--half", "develop", "--problems", "db:tpcc-20", "--out", str(tmp_path)])
 
 
 def test_also_takes_the_runs_logged_in_another_folder(tmp_path: Path) -> None:
