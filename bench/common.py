@@ -23,7 +23,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from tuner.designer.acquisition import OptimizerSettings
+from tuner.designer.acquisition.criteria import OptimizerSettings
 from tuner.space import Config
 from tuner.trial import Trial, TrialStatus
 

@@ -18,11 +18,12 @@ between a client reporting trial ``n`` and receiving trial ``n + 1``:
   hyperparameters fitted at ``n - 1`` (the server keeps one cache per process). On the box
   that is a warm-started GP fit + qLogNEI + multi-start L-BFGS-B; on the mixed space the GP
   has a categorical kernel and the acquisition is maximized by the local search over valid
-  configurations (``tuner/designer/local_search.py``). A study fits its GP again only every
-  ``refit_interval(n)`` observations (10 % of ``n``; ``tuner/designer/model.py``), so the
-  timed steps keep the hyperparameters; one more step is timed whose cache was fitted
-  ``refit_interval(n)`` observations before (a step that fits), and the table adds it
-  ("ours refit s") and the mean over a refit cycle ("ours mean s");
+  configurations (``tuner/designer/acquisition/local_search.py``). A study fits its GP
+  again only every ``refit_interval(n)`` observations (10 % of ``n``;
+  ``tuner/designer/models/model.py``), so the timed steps keep the hyperparameters; one
+  more step is timed whose cache was fitted ``refit_interval(n)`` observations before (a
+  step that fits), and the table adds it ("ours refit s") and the mean over a refit
+  cycle ("ours mean s");
 * **peers** (``bench/latency_peers.py``, one child process per peer and cell): scikit-optimize
   (``tell`` + ``ask``), Optuna's ``GPSampler`` (``ask``) and Ax's default generation strategy
   (``get_next_trials(1)``), each told the same points.
@@ -77,7 +78,7 @@ from bench.latency_report import (
     to_json,
 )
 from tuner.designer import Designer, FitCache, make_designer
-from tuner.designer.model import refit_interval
+from tuner.designer.models.model import refit_interval
 from tuner.trial import Trial
 
 CAP_S = 60.0  # default per-step limit of a peer

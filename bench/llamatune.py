@@ -25,8 +25,8 @@ Methods, every one evaluating the same ``KnobProblem.evaluate`` in this process,
   most 20 knobs).
 * ``ours-priors``: ours-full with ``"designer": {..., "expert_priors": true}``: the Sobol
   initial design and as many BO trials again inside the knobs' recommended region, then the
-  whole space (``tuner/designer/priors.py``; GPTuner's coarse-to-fine idea). Only on problems
-  of at most 20 knobs that have recommended knobs: the MySQL surrogates, whose priors and
+  whole space (``tuner/designer/sampling/priors.py``; GPTuner's coarse-to-fine idea). Only on
+  problems of at most 20 knobs that have recommended knobs: the MySQL surrogates, whose priors and
   their sources are listed in ``bench/dbsurrogate.py`` (``PRIORS``).
 * ``mlos``: mlos-core 0.6.2 ``LlamaTuneAdapter`` (same ``d``, 20 % special-value bias,
   10,000 buckets) + SMAC with ``n_random_init=10``, seed ``seed + 1`` (its wrapper turns 0

@@ -215,6 +215,7 @@ def _db(base: str, half: str, budget: int, data_dir: Path) -> SuiteProblem:
         f"KnobsTuningEA {spec.log}, RandomForestClassifier (fails) + RandomForestRegressor("
         f"n_estimators={dbsurrogate.TREES}, random_state=0)"
     )
+    predict: ValueOf
     if restriction is None:
         model = dbres.surrogate(data_dir, base)
         knobs, predict = model.knobs, model.predict

@@ -169,7 +169,7 @@ def importance_view(
     """
     spec = api.get_study(name).spec
     trials = api.list_trials(name) if trials is None else trials
-    from tuner.designer.importance import importance  # torch: only here
+    from tuner.designer.models.importance import importance  # torch: only here
 
     found = importance(spec, trials, metric, samples=512)
     return {

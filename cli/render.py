@@ -245,9 +245,9 @@ def print_importance(
     spec: StudySpec, trials: Sequence[Trial], where: str = "", top: int = 5
 ) -> None:
     """One line: the knobs that move the first objective most in the study's model
-    (``tuner.designer.importance``), and the command that lists all (``where``: its
+    (``tuner.designer.models.importance``), and the command that lists all (``where``: its
     ``--db``/``--server`` option); nothing when there are too few trials for it."""
-    from tuner.designer.importance import importance
+    from tuner.designer.models.importance import importance
     from tuner.errors import StateError
 
     try:

@@ -281,7 +281,7 @@ def cmd_importance(args: argparse.Namespace) -> int:
     with connect(args.server, args.db) as api:
         spec = api.get_study(args.study).spec
         trials = api.list_trials(args.study)
-    from tuner.designer.importance import importance  # torch: only for this command
+    from tuner.designer.models.importance import importance  # torch: only for this command
 
     found = importance(spec, trials, args.metric, samples=args.samples)
     metric = args.metric or spec.objective.name

@@ -34,7 +34,7 @@ from tuner.trial import Trial
 
 if TYPE_CHECKING:  # imported by the first suggestion: a server's import stays light
     from tuner.designer import FitCache, Suggestion
-    from tuner.designer.model import CacheEntries
+    from tuner.designer.models.model import CacheEntries
 
 log = logging.getLogger(__name__)
 

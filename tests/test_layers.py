@@ -112,25 +112,65 @@ def test_the_walker_sees_imports(tmp_path: Path) -> None:
     assert imported_top_levels(sample) == {"server", "targets"}
 
 
+#: ``tuner/designer``'s parts, lowest first: a module imports only from its own part and
+#: those before it. The contract (``base``), the numerical fast paths, the models, sampling
+#: without a model, the acquisition, the decision table, the steps that execute it, and the
+#: factory that picks a designer; the package's ``__init__`` only re-exports.
+DESIGNER_PARTS = [
+    "base",
+    "fast",
+    "models",
+    "sampling",
+    "acquisition",
+    "strategy",
+    "steps",
+    "factory",
+]
+DESIGNER = ROOT / "tuner" / "designer"
+
+
 def _designer_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith("tuner.designer."):
-                out.add(node.module.split(".")[2])
-            elif node.module == "tuner.designer":
-                out.add("__init__")
-    return out
+    """The ``tuner.designer`` modules ``path`` imports, dotted (``tuner.designer`` itself for
+    an import of the package)."""
+    return {
+        name
+        for name in imported_modules(path)
+        if name == "tuner.designer" or name.startswith("tuner.designer.")
+    }
+
+
+def _designer_module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _designer_part(module: str) -> str:
+    """``tuner.designer.models.model`` -> ``models``; ``tuner.designer`` -> ``__init__``."""
+    rest = module.split(".")[2:]
+    return rest[0] if rest else "__init__"
 
 
 def test_the_designer_package_depends_one_way() -> None:
-    """No import cycle among ``tuner/designer``'s modules (the package's ``__init__`` only
-    re-exports, and no module imports it)."""
-    folder = ROOT / "tuner" / "designer"
-    graph = {p.stem: _designer_imports(p) for p in folder.glob("*.py")}
-    assert all("__init__" not in deps for name, deps in graph.items() if name != "__init__")
-    graph.pop("__init__")
+    """Each part imports only from itself and the parts below it (``DESIGNER_PARTS``), no
+    module imports the package's ``__init__``, and no import cycle runs inside a part."""
+    files = sorted(DESIGNER.rglob("*.py"))
+    graph = {_designer_module(p): _designer_imports(p) for p in files}
+    parts = {_designer_part(m) for m in graph} - {"__init__"}
+    assert parts == set(DESIGNER_PARTS), f"a part not in DESIGNER_PARTS: {parts}"
+    upward = {}
+    for module, deps in graph.items():
+        part = _designer_part(module)
+        if part == "__init__":
+            continue
+        rank = DESIGNER_PARTS.index(part)
+        bad = sorted(
+            d
+            for d in deps
+            if _designer_part(d) == "__init__" or DESIGNER_PARTS.index(_designer_part(d)) > rank
+        )
+        if bad:
+            upward[module] = bad
+    assert not upward, f"designer modules importing a part above their own: {upward}"
     done: set[str] = set()
 
     def visit(name: str, path: tuple[str, ...]) -> None:
@@ -138,11 +178,21 @@ def test_the_designer_package_depends_one_way() -> None:
         if name in done or name not in graph:
             return
         for dep in sorted(graph[name]):
-            visit(dep, (*path, name))
+            if _designer_part(dep) == _designer_part(name):
+                visit(dep, (*path, name))
         done.add(name)
 
     for name in sorted(graph):
         visit(name, ())
+
+
+def test_the_designer_rule_sees_an_upward_import(tmp_path: Path) -> None:
+    sample = tmp_path / "tuner" / "designer" / "models" / "x.py"
+    sample.parent.mkdir(parents=True)
+    sample.write_text("def f():\n    from tuner.designer.steps.bo import BODesigner\n")
+    assert _designer_imports(sample) == {"tuner.designer.steps.bo"}
+    assert _designer_part("tuner.designer.steps.bo") == "steps"
+    assert DESIGNER_PARTS.index("steps") > DESIGNER_PARTS.index("models")
 
 
 # -- what a light command loads -----------------------------------------------------------

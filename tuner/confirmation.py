@@ -398,10 +398,10 @@ def model_ranking(
     spec: StudySpec, trials: Sequence[Trial], among: Sequence[Trial]
 ) -> list[Trial] | None:
     """``among`` best first by the objective GP's posterior mean
-    (``tuner.designer.posterior_best``), or None where torch is not installed."""
+    (``tuner.designer.models.posterior_best``), or None where torch is not installed."""
     if not model_available():
         return None
-    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
+    from tuner.designer.models.posterior_best import rank_by_posterior  # torch: only when ranking
 
     return rank_by_posterior(spec, trials, among)
 
@@ -448,7 +448,7 @@ def ranked(
 ) -> list[Trial]:
     """The confirmation's candidates: the feasible trials (by their measured means) but
     the default and ``skip``, best first by the objective GP's posterior mean
-    (``tuner.designer.posterior_best``). On a study without noise (the target declares it,
+    (``tuner.designer.models.posterior_best``). On a study without noise (the target declares it,
     ``declared_noiseless``, or its ``measurements`` show it: ``noiseless``) by their
     measured values instead: there a measurement is the truth, and a GP's smoothing can
     rank the best measured trial below the candidates the confirmation looks at."""
@@ -459,7 +459,7 @@ def ranked(
     ]  # fmt: skip
     if declared_noiseless or noiseless(spec, measurements):
         return by_measured(spec, among)
-    from tuner.designer.posterior_best import rank_by_posterior  # torch: only when ranking
+    from tuner.designer.models.posterior_best import rank_by_posterior  # torch: only when ranking
 
     return rank_by_posterior(spec, trials, among)
 

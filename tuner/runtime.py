@@ -1,6 +1,6 @@
 """Process-wide settings of the optimizer, made once at start-up.
 
-A suggestion reads no process-wide state and changes none (``tuner/designer/bo.py``), so the
+A suggestion reads no process-wide state and changes none (``tuner/designer/steps/bo.py``), so the
 few settings torch keeps per process are made here, by whoever starts the process (the
 ``tuner`` command, the server, a benchmark), and never during a suggestion:
 
@@ -18,7 +18,7 @@ few settings torch keeps per process are made here, by whoever starts the proces
   defaults), and a posterior computes the same alone and next to others.
 * strict mode (``strict=True``, or the environment variable ``TUNER_STRICT=1``): numerical
   errors in a model-based step propagate instead of falling back to quasi-random points
-  (``tuner/designer/bo.py``). The test suite runs strict.
+  (``tuner/designer/steps/bo.py``). The test suite runs strict.
 * BoTorch's fused C++ kernel for qLogNEHVI (several objectives). BoTorch 0.18 compiles it
   with the system's C++ compiler (``-O3 -march=native``) the first time a process builds
   such an acquisition, inside that suggestion: 45-100 s on this project's 2-core VM, again

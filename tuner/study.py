@@ -127,7 +127,7 @@ class DesignerSettings:
         start_with_default: Suggest the knobs' default configuration first.
         random_fraction: Share of model-based suggestions replaced by random ones.
         expert_priors: Search the knobs' recommended regions first (coarse-to-fine, see
-            ``tuner/designer/priors.py``); off by default.
+            ``tuner/designer/sampling/priors.py``); off by default.
         retry_failed: How many FAILED trials a configuration may have and still be suggested
             again (0: a configuration that failed once is never suggested again, and its
             failure steers the search away from it, as a configuration that broke the system

@@ -277,7 +277,7 @@ def test_on_a_target_without_noise_the_best_measured_trial_is_confirmed(
     assert main(["tune", str(config)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     from server.storage import SQLiteStorage
-    from tuner.designer.posterior_best import rank_by_posterior
+    from tuner.designer.models.posterior_best import rank_by_posterior
 
     with SQLiteStorage(tmp_path / "t.db", read_only=True) as storage:
         trials = storage.list_trials("table")

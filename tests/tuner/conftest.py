@@ -11,7 +11,7 @@ import pytest
 import torch
 from botorch.acquisition import AcquisitionFunction
 
-from tuner.designer.shared_rows import shared_rows
+from tuner.designer.fast.shared_rows import shared_rows
 
 ValueAndGradient = Callable[[AcquisitionFunction, torch.Tensor, bool], tuple[torch.Tensor, ...]]
 PathTaken = Callable[[ModuleType, str], list[bool]]

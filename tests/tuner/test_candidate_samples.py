@@ -1,5 +1,5 @@
-"""qLogNEI's samples at the candidates from the GP's caches (``candidate_samples.py``, with
-the moments of ``rbf_moments.py`` on box spaces) give BoTorch's acquisition values and
+"""qLogNEI's samples at the candidates from the GP's caches (``fast/candidate_samples.py``, with
+the moments of ``fast/rbf_moments.py`` on box spaces) give BoTorch's acquisition values and
 gradients.
 
 For every GP structure ``build_acquisition`` gives qLogNEI: one GP, a batched two-output GP
@@ -23,13 +23,13 @@ from botorch.acquisition.objective import GenericMCObjective
 from botorch.models import ModelListGP, SingleTaskGP
 from linear_operator.utils.errors import NotPSDError
 
-import tuner.designer.acquisition as acquisition_module
-import tuner.designer.candidate_samples as candidate_samples_module
-from tuner.designer.acquisition import build_acquisition
-from tuner.designer.candidate_samples import LogNEI
-from tuner.designer.model import fit_models, outcome_data
-from tuner.designer.rbf_moments import CandidateMoments
-from tuner.designer.sample_terms import Bound, Constant, LogNEITerms
+import tuner.designer.acquisition.criteria as acquisition_module
+import tuner.designer.fast.candidate_samples as candidate_samples_module
+from tuner.designer.acquisition.criteria import build_acquisition
+from tuner.designer.fast.candidate_samples import LogNEI
+from tuner.designer.fast.rbf_moments import CandidateMoments
+from tuner.designer.fast.sample_terms import Bound, Constant, LogNEITerms
+from tuner.designer.models.model import fit_models, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -188,7 +188,7 @@ def test_a_candidate_covariance_that_does_not_factor_leaves_it_to_botorch(
 def test_the_pick_of_a_suggestion_is_botorch_s(monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole L-BFGS-B maximization picks the same candidate either way (rounding can
     move the optimizer's path: 1e-6 in the unit box is far below a knob's resolution)."""
-    from tuner.designer.acquisition import OptimizerSettings, optimize_continuous
+    from tuner.designer.acquisition.criteria import OptimizerSettings, optimize_continuous
 
     picks = []
     for direct in (True, False):
@@ -232,7 +232,7 @@ def test_no_fixed_features_leave_the_optimization_unchanged(
     evaluations, so the same pick, to the last bit."""
     from botorch.generation.gen import gen_candidates_scipy
 
-    from tuner.designer.acquisition import OptimizerSettings, optimize_continuous
+    from tuner.designer.acquisition.criteria import OptimizerSettings, optimize_continuous
 
     picks = []
     for ours in (True, False):

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tuner.designer import make_designer
-from tuner.designer.acquisition import build_acquisition
-from tuner.designer.candidates import CandidatePool, FeatureEncoder
-from tuner.designer.model import fit_models, outcome_data
+from tuner.designer.acquisition.criteria import build_acquisition
+from tuner.designer.models.model import fit_models, outcome_data
+from tuner.designer.sampling.candidates import CandidatePool, FeatureEncoder
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError, ValidationError
 from tuner.study import StudySpec

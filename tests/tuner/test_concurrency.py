@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from tuner.designer import Suggestion, make_designer
-from tuner.designer.acquisition import OptimizerSettings
-from tuner.designer.bo import BODesigner
-from tuner.designer.embedded import EmbeddedDesigner
+from tuner.designer.acquisition.criteria import OptimizerSettings
+from tuner.designer.steps.bo import BODesigner
+from tuner.designer.steps.embedded import EmbeddedDesigner
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 

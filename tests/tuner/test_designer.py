@@ -1,4 +1,4 @@
-"""Tests for the BO designer (tuner.designer.bo): policy, constraints, dedup, fallback.
+"""Tests for the BO designer (tuner.designer.steps.bo): policy, constraints, dedup, fallback.
 
 BO suggestions cost seconds each on a busy two-core machine, so these tests use a small
 acquisition-optimizer budget and share one short study run (``run`` below) between tests.
@@ -17,7 +17,7 @@ import torch
 from botorch.exceptions.errors import ModelFittingError
 from linear_operator.utils.errors import NanError, NotPSDError
 
-import tuner.designer.bo as bo
+import tuner.designer.steps.bo as bo
 from tuner import runtime
 from tuner.designer import (
     BODesigner,
@@ -26,7 +26,7 @@ from tuner.designer import (
     Suggestion,
     make_designer,
 )
-from tuner.designer.acquisition import OptimizerSettings
+from tuner.designer.acquisition.criteria import OptimizerSettings
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError
 from tuner.space import Config
@@ -465,7 +465,7 @@ def test_probability_of_feasibility_until_a_trial_is_feasible(
     assert built == [
         "qLogProbabilityOfFeasibility",
         "LogNEI",
-    ]  # LogNEI: qLogNEI (candidate_samples.py)
+    ]  # LogNEI: qLogNEI (fast/candidate_samples.py)
 
 
 def _gramacy(config: dict[str, Any]) -> dict[str, float]:

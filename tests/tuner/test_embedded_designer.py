@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from tuner.designer import BODesigner, Suggestion, make_designer
-from tuner.designer.acquisition import OptimizerSettings
+from tuner.designer.acquisition.criteria import OptimizerSettings
 from tuner.designer.base import History
-from tuner.designer.bo import _box_region
-from tuner.designer.embedded import EmbeddedDesigner, grown_level
-from tuner.designer.model import FitCache
+from tuner.designer.models.model import FitCache
+from tuner.designer.steps.bo import _box_region
+from tuner.designer.steps.embedded import EmbeddedDesigner, grown_level
 from tuner.designer.strategy import (
     LOCAL,
     TREND,

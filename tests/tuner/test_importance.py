@@ -1,4 +1,5 @@
-"""Knob importance from the study's GP (``tuner.designer.importance``) and ``tuner importance``."""
+"""Knob importance from the study's GP (``tuner.designer.models.importance``) and
+``tuner importance``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from cli.main import main
 from server.records import ImportedTrial
 from server.service import TuningService
 from server.storage import SQLiteStorage
-from tuner.designer.importance import MIN_TRIALS, importance
+from tuner.designer.models.importance import MIN_TRIALS, importance
 from tuner.errors import StateError, ValidationError
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus

@@ -12,7 +12,7 @@ import pytest
 import torch
 from botorch.models.kernels.categorical import CategoricalKernel
 
-from tuner.designer.kernels import OneHotCategoricalKernel
+from tuner.designer.models.kernels import OneHotCategoricalKernel
 
 LEVELS = [[0.0, 0.5, 1.0], [0.0, 1.0], [0.125, 0.375, 0.625, 0.875], [0.0, 1.0 / 3, 2.0 / 3, 1.0]]
 TOLERANCE = 1e-12

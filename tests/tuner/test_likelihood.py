@@ -1,4 +1,4 @@
-"""The plain-torch fit objective (``likelihood.py``) is GPyTorch's marginal log likelihood.
+"""The plain-torch fit objective (``models/likelihood.py``) is GPyTorch's marginal log likelihood.
 
 For the GPs the designer builds (RBF on a box; RBF times the categorical kernel on a mixed
 space; with the trend's linear mean) the value and every gradient agree with BoTorch's own
@@ -16,8 +16,8 @@ from botorch.optim.closures import get_loss_closure_with_grads
 from botorch.optim.fit import fit_gpytorch_mll_scipy
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from tuner.designer.likelihood import fit_plain, loss_closure
-from tuner.designer.model import build_model, outcome_data
+from tuner.designer.models.likelihood import fit_plain, loss_closure
+from tuner.designer.models.model import build_model, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus

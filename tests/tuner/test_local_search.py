@@ -1,4 +1,4 @@
-"""Tests for tuner.designer.local_search, with a cheap stand-in acquisition function."""
+"""Tests for tuner.designer.acquisition.local_search, with a cheap stand-in acquisition function."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from tuner.designer.local_search import LocalSearch
+from tuner.designer.acquisition.local_search import LocalSearch
 from tuner.encoding import UnitBoxEncoder
 from tuner.space import (
     BoolKnob,

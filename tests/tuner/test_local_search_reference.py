@@ -22,10 +22,10 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from torch.quasirandom import SobolEngine
 
-from tuner.designer.acquisition import build_acquisition
-from tuner.designer.local_search import LocalSearch
-from tuner.designer.model import fit_models, outcome_data
-from tuner.designer.priors import PriorRegion
+from tuner.designer.acquisition.criteria import build_acquisition
+from tuner.designer.acquisition.local_search import LocalSearch
+from tuner.designer.models.model import fit_models, outcome_data
+from tuner.designer.sampling.priors import PriorRegion
 from tuner.encoding import CATEGORICAL, CONTINUOUS, ConfigKey, UnitBoxEncoder
 from tuner.space import Config
 from tuner.study import StudySpec

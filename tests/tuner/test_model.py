@@ -1,4 +1,5 @@
-"""Tests for tuner.designer.model and tuner.designer.acquisition (small, fast fits)."""
+"""Tests for tuner.designer.models.model and tuner.designer.acquisition.criteria (small, fast
+fits)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ from botorch.models.kernels.categorical import CategoricalKernel
 from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.means import LinearMean
 
-from tuner.designer import model as model_module
-from tuner.designer.acquisition import (
+from tuner.designer.models import model as model_module
+from tuner.designer.acquisition.criteria import (
     CONTENDERS_FROM,
     _contenders,
     build_acquisition,
     outcome_constraints,
     thompson_candidates,
 )
-from tuner.designer.model import (
+from tuner.designer.models.model import (
     FEASIBILITY,
     FitCache,
     OutcomeData,
@@ -43,7 +44,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:TypedStorage is deprecated:UserWarning"),
     pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning"),
     pytest.mark.filterwarnings("ignore:torch.sparse.SparseTensor:UserWarning"),
-    # Cholesky jitter on tiny data sets (the designer logs these; see bo.py)
+    # Cholesky jitter on tiny data sets (the designer logs these; see steps/bo.py)
     pytest.mark.filterwarnings("ignore::linear_operator.utils.warnings.NumericalWarning"),
 ]
 

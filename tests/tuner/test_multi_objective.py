@@ -13,8 +13,8 @@ import pytest
 
 from tuner.designer import make_designer
 from tuner.designer.base import Suggestion
-from tuner.designer.embedded import EmbeddedDesigner, grown_level
-from tuner.designer.model import FitCache
+from tuner.designer.models.model import FitCache
+from tuner.designer.steps.embedded import EmbeddedDesigner, grown_level
 from tuner.study import StudySpec
 from tuner.trial import (
     StepKind,
@@ -229,7 +229,7 @@ def test_growth_counts_trials_that_join_no_front() -> None:
 def test_objectives_of_a_pareto_study_are_modelled_in_metric_units() -> None:
     # f1 spans four orders of magnitude: one objective alone would be modelled in log space,
     # but a hypervolume in log units would chase values near zero without bound
-    from tuner.designer.model import outcome_data
+    from tuner.designer.models.model import outcome_data
     from tuner.encoding import UnitBoxEncoder
 
     spec = spec_of(MIN_MIN, constraints=("x_sum <= 5",))

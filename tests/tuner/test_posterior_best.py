@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import math
 
-from tuner.designer.posterior_best import MAX_FITTED, fitted, posterior_means, rank_by_posterior
+from tuner.designer.models.posterior_best import (
+    MAX_FITTED,
+    fitted,
+    posterior_means,
+    rank_by_posterior,
+)
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 

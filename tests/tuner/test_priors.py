@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tuner.designer import BODesigner, Designer, Suggestion
-from tuner.designer.acquisition import OptimizerSettings
-from tuner.designer.embedded import EmbeddedDesigner
-from tuner.designer.priors import PriorRegion
+from tuner.designer.acquisition.criteria import OptimizerSettings
+from tuner.designer.sampling.priors import PriorRegion
+from tuner.designer.steps.embedded import EmbeddedDesigner
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import StepKind, Trial, TrialStatus

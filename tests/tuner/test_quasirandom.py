@@ -1,4 +1,4 @@
-"""Tests for tuner.designer.quasirandom and the quasi-random designers (Sobol, random)."""
+"""Tests for tuner.designer.sampling.quasirandom and the quasi-random designers (Sobol, random)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tuner.designer import QuasiRandomDesigner, Suggestion, make_designer
-from tuner.designer.quasirandom import FeasibleSampler, unit_box_inequalities
+from tuner.designer.sampling.quasirandom import FeasibleSampler, unit_box_inequalities
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError
 from tuner.study import StudySpec
@@ -181,7 +181,7 @@ def test_no_default_when_not_asked_for_or_incomplete() -> None:
 
 def test_no_default_when_it_breaks_a_parameter_constraint(caplog: Any) -> None:
     spec = _spec(DEFAULTS, ("a + 2*b <= 4",))  # default: 2 + 3 = 5 > 4
-    with caplog.at_level(logging.WARNING, logger="tuner.designer.bo"):
+    with caplog.at_level(logging.WARNING, logger="tuner.designer.steps.bo"):
         suggestions = QuasiRandomDesigner(spec).suggest(3, [], [])
     assert all(s.step is StepKind.SOBOL for s in suggestions)
     assert all(spec.satisfies_parameter_constraints(s.config) for s in suggestions)

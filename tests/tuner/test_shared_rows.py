@@ -1,11 +1,11 @@
-"""The gathered posterior (``shared_rows.py``) gives the acquisition values of the plain call.
+"""The gathered posterior (``fast/shared_rows.py``) gives the acquisition values of the plain call.
 
 On a mixed space, for every acquisition ``build_acquisition`` returns there: qLogNEI on one
 GP, with an outcome constraint (a batched multi-output GP) and with a feasibility outcome as
 well (a ``ModelListGP``), qLogNEHVI with two objectives, and qLogPoF before any trial is
 feasible; each without and with pending points. The candidates are scored as the local
 search scores them: ``b x 1 x d`` batches. qLogNEI's own direct sampling at the candidates
-(``candidate_samples.py``, tested in ``test_candidate_samples.py``) is turned off here, so
+(``fast/candidate_samples.py``, tested in ``test_candidate_samples.py``) is turned off here, so
 that its batches reach the posterior this module gathers.
 """
 
@@ -18,11 +18,11 @@ import pytest
 import torch
 from botorch.models import ModelListGP, SingleTaskGP
 
-import tuner.designer.candidate_samples as candidate_samples_module
-import tuner.designer.shared_rows as shared_rows_module
-from tuner.designer.acquisition import build_acquisition
-from tuner.designer.model import fit_models, outcome_data
-from tuner.designer.shared_rows import SharedRowsModel, shared_rows, training_marginals
+import tuner.designer.fast.candidate_samples as candidate_samples_module
+import tuner.designer.fast.shared_rows as shared_rows_module
+from tuner.designer.acquisition.criteria import build_acquisition
+from tuner.designer.fast.shared_rows import SharedRowsModel, shared_rows, training_marginals
+from tuner.designer.models.model import fit_models, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus

@@ -10,10 +10,10 @@ from tuner import runtime
 runtime.apply_pending()
 
 from tuner.designer.base import Designer, History, Suggestion  # noqa: E402 (after the settings)
-from tuner.designer.bo import BODesigner  # noqa: E402 (after the settings)
 from tuner.designer.factory import make_designer  # noqa: E402 (after the settings)
-from tuner.designer.model import FitCache  # noqa: E402 (after the settings)
-from tuner.designer.quasirandom import QuasiRandomDesigner  # noqa: E402 (after the settings)
+from tuner.designer.models.model import FitCache  # noqa: E402 (after the settings)
+from tuner.designer.sampling.quasirandom import QuasiRandomDesigner  # noqa: E402 (after the settings)
+from tuner.designer.steps.bo import BODesigner  # noqa: E402 (after the settings)
 from tuner.trial import StepKind  # noqa: E402
 
 __all__ = [

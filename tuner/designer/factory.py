@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tuner.designer.base import Designer
-from tuner.designer.bo import BODesigner
-from tuner.designer.embedded import EmbeddedDesigner
-from tuner.designer.model import FitCache
-from tuner.designer.quasirandom import QuasiRandomDesigner
+from tuner.designer.models.model import FitCache
+from tuner.designer.sampling.quasirandom import QuasiRandomDesigner
+from tuner.designer.steps.bo import BODesigner
+from tuner.designer.steps.embedded import EmbeddedDesigner
 from tuner.study import StudySpec
 
 

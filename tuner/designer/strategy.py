@@ -25,7 +25,7 @@ Each step kind is a frozen dataclass; its constants are its fields, each with th
 the evidence for it. The table reads the history only through ``StepKind`` (stored with every
 trial) and measured values, so a restarted server makes the same choices. An embedded
 (LlamaTune) study runs the table twice: outside the embedding for the default and the prior
-seeds, inside it for everything else (``embedded.py``).
+seeds, inside it for everything else (``steps/embedded.py``).
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ class RandomStep:
 
 @dataclass(frozen=True)
 class PriorStep:
-    """Coarse-to-fine with expert priors (``priors.py``, GPTuner's idea): the acquisition is
-    maximized inside the recommended region until ``phase`` times the initial design has been
-    measured, then over the whole space. A wrong recommendation costs a bounded number of
-    trials.
+    """Coarse-to-fine with expert priors (``sampling/priors.py``, GPTuner's idea): the
+    acquisition is maximized inside the recommended region until ``phase`` times the initial
+    design has been measured, then over the whole space. A wrong recommendation costs a
+    bounded number of trials.
 
     Attributes:
         phase: The region's share, in initial designs (the design itself is the first).
@@ -84,7 +84,7 @@ class PriorStep:
 @dataclass(frozen=True)
 class GlobalStep:
     """qLogNEI over the whole space (qLogNEHVI with several objectives; qLogPoF until some
-    trial is feasible), pending trials as ``X_pending`` (``acquisition.py``).
+    trial is feasible), pending trials as ``X_pending`` (``acquisition/criteria.py``).
 
     Attributes:
         candidate_margin: On candidate lists, qLogNEI counts only improvements beyond this
@@ -124,7 +124,7 @@ class LocalStep:
 
 @dataclass(frozen=True)
 class TrendStep:
-    """Global qLogNEI on GPs with a linear prior mean (``model.py``, ``trend``), which carry
+    """Global qLogNEI on GPs with a linear prior mean (``models/model.py``, ``trend``), which carry
     the fitted slopes out to the faces of the box where a constant-mean GP falls back to the
     average. Only in embeddings of at most ``narrow`` knobs per coordinate (there a
     coordinate stands for one knob or two, so its slope is a knob's trend), and only while

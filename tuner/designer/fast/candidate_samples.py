@@ -72,9 +72,9 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from linear_operator.utils.errors import NanError, NotPSDError
 from torch import Tensor
 
-from tuner.designer.rbf_moments import CandidateMoments
-from tuner.designer.sample_terms import LogNEITerms
-from tuner.designer.shared_rows import SharedRowsModel, batched_posterior, model_moments
+from tuner.designer.fast.rbf_moments import CandidateMoments
+from tuner.designer.fast.sample_terms import LogNEITerms
+from tuner.designer.fast.shared_rows import SharedRowsModel, batched_posterior, model_moments
 
 # BoTorch's sample_cached_cholesky default: Cholesky tries with growing jitter
 _MAX_TRIES = 6

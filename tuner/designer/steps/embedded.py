@@ -40,13 +40,13 @@ Where the embedding holds at most ``TrendStep.narrow`` (2) knobs per coordinate 
 inner designer also runs the *trend probe* (``BODesigner(trend_probe=True)``): its first
 model-based steps are global steps on GPs with a linear prior mean, which carry the fitted
 slopes out to the faces of the box, and they go on only while the trials they produce beat,
-on average, at least 40 % of the earlier ones (``bo.py``). On wider embeddings (Branin and
+on average, at least 40 % of the earlier ones (``steps/bo.py``). On wider embeddings (Branin and
 Hartmann6 in D = 100 or 1000, 111 PostgreSQL knobs in 16) a coordinate is the signed sum of
 many knobs, its slope is no knob's trend, and a linear mean imposed there lost on Branin
 D = 100 (1.59 at 50 evaluations against 0.46): they keep the constant mean.
 
 With ``designer.expert_priors`` the initial design is drawn from the knobs' recommended
-region (``priors.py``) and mapped into the embedding.
+region (``sampling/priors.py``) and mapped into the embedding.
 
 Trials without a stored point (the default configuration, imported trials) count for the
 best trial and for duplicates but are not shown to the model, as in LlamaTune: the point the
@@ -61,11 +61,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from tuner.designer.acquisition import OptimizerSettings
+from tuner.designer.acquisition.criteria import OptimizerSettings
 from tuner.designer.base import Designer, History, Suggestion, checked, derive_seed
-from tuner.designer.bo import BODesigner
-from tuner.designer.model import FitCache
-from tuner.designer.quasirandom import QuasiRandomDesigner
+from tuner.designer.models.model import FitCache
+from tuner.designer.sampling.quasirandom import QuasiRandomDesigner
+from tuner.designer.steps.bo import BODesigner
 from tuner.designer.strategy import TREND
 from tuner.embedding import HeSBOEmbedding, low_point_is_valid
 from tuner.encoding import ConfigKey

@@ -38,7 +38,7 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from botorch.optim import optimize_acqf_discrete
 
-from tuner.designer.priors import PriorRegion
+from tuner.designer.sampling.priors import PriorRegion
 from tuner.encoding import CATEGORICAL, ConfigKey, UnitBoxEncoder
 from tuner.space import Config, _ChoiceKnob
 

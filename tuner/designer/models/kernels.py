@@ -3,7 +3,7 @@
 ``CategoricalKernel`` (BoTorch) computes ``exp(-mean_k [x1_k != x2_k] / l_k)`` by comparing
 every pair of points on every categorical knob: an ``... x n1 x n2 x c`` tensor of booleans
 and as many divisions. The local search scores 512 candidates at a time from one posterior
-over the candidates and the acquisition's baseline (``shared_rows.py``), which evaluates the
+over the candidates and the acquisition's baseline (``fast/shared_rows.py``), which evaluates the
 kernel between all those ``u`` rows: on the 100-knob MySQL-like space (54 categorical knobs)
 BoTorch's ``u x u x c`` comparison took 0.26 of that posterior's 0.29 s, the product below
 about 0.01 s (a suggestion: 33 s with BoTorch's kernel, 7 s with this one).

@@ -8,11 +8,11 @@ model's predictions for the same reason (``BestPointMixin`` with
 what its neighbours measured, and a configuration measured several times (whose mean has
 less noise: ``model.replicates``) counts for more.
 
-``rank_by_posterior`` fits the objective's GP (the designer's model, ``model.py``) on every
+``rank_by_posterior`` fits the objective's GP (the designer's model, ``models/model.py``) on every
 observed trial and ranks the given trials by its posterior mean at their configurations.
 Only the ranking uses the model: feasibility stays the trials' measured means against the
 outcome constraints (``tuner.trial.is_feasible``), and the values reported are the
-measurements. Numerical trouble in the fit (``bo.NUMERICAL_ERRORS``) falls back to the
+measurements. Numerical trouble in the fit (``model.NUMERICAL_ERRORS``) falls back to the
 measured means, with a warning.
 """
 
@@ -23,8 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tuner.designer.bo import NUMERICAL_ERRORS
-from tuner.designer.model import fit_models, outcome_data
+from tuner.designer.models.model import NUMERICAL_ERRORS, fit_models, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import Goal, StudySpec
 from tuner.trial import OBSERVED, Trial

@@ -4,7 +4,7 @@
   objective model, with each outcome constraint (and the feasibility classifier, if any
   configuration broke the system) entering as a smoothed indicator on posterior samples;
   its samples at the candidates are computed from the GP's prediction caches
-  (``candidate_samples.py``: the same numbers, without GPyTorch's distribution objects).
+  (``fast/candidate_samples.py``: the same numbers, without GPyTorch's distribution objects).
 * With several objectives, ``qLogNoisyExpectedHypervolumeImprovement`` (Daulton et al. 2021,
   with the log-smoothing of Ament et al.) instead: the expected growth of the hypervolume the
   Pareto front dominates above a reference point, under the same constraints.
@@ -19,7 +19,7 @@ Pending (ACTIVE) trials are ``X_pending``: the acquisition integrates over their
 outcomes, so parallel workers get different configurations. The acquisition is optimized
 with multi-start L-BFGS-B (``optimize_acqf``) when every knob is continuous, honouring linear
 parameter constraints as inequalities over the unit box; spaces with discrete knobs use the
-batched local search of ``local_search.py``.
+batched local search of ``acquisition/local_search.py``.
 
 Every random choice takes the call's seed: the QMC samplers, the pruning of the baseline, the
 starts of L-BFGS-B (the best of ``raw_samples`` scrambled-Sobol points) and the Thompson
@@ -57,11 +57,11 @@ from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.multi_objective.pareto import is_non_dominated
 from torch.quasirandom import SobolEngine
 
-from tuner.designer.candidate_samples import LogNEI
-from tuner.designer.model import FEASIBILITY, OutcomeData
-from tuner.designer.quasirandom import Inequality, polytope_samples
-from tuner.designer.sample_terms import Bound, Constant, SignedObjective
-from tuner.designer.shared_rows import shared_rows, training_marginals
+from tuner.designer.fast.candidate_samples import LogNEI
+from tuner.designer.fast.sample_terms import Bound, Constant, SignedObjective
+from tuner.designer.fast.shared_rows import shared_rows, training_marginals
+from tuner.designer.models.model import FEASIBILITY, OutcomeData
+from tuner.designer.sampling.quasirandom import Inequality, polytope_samples
 from tuner.study import Goal, StudySpec
 
 MC_SAMPLES = 128

@@ -2,18 +2,19 @@
 
 ``strategy.py`` chooses each suggestion's step (default, Sobol design, random, prior region,
 global, local, trend); this module carries the steps out. Space-filling steps come from the
-quasi-random designer it builds on (``quasirandom.py``). A model-based step fits one GP per
-outcome (``model.py``), builds the acquisition (``acquisition.py``: qLogNEI with outcome
-constraints, qLogNEHVI with several objectives, qLogPoF until a trial is feasible; pending
-trials as ``X_pending``) and maximizes it: multi-start L-BFGS-B on continuous spaces, a
-batched local search over valid configurations otherwise (``local_search.py``), the exact
-optimum over a candidate list (``candidates.py``), Thompson sampling in the trust region for
-a LOCAL step. A call's model-based slots of one kind are chosen jointly (sequential greedy,
-each pick pending for the next).
+quasi-random designer it builds on (``sampling/quasirandom.py``). A model-based step fits one
+GP per outcome (``models/model.py``), builds the acquisition (``acquisition/criteria.py``:
+qLogNEI with outcome constraints, qLogNEHVI with several objectives, qLogPoF until a trial is
+feasible; pending trials as ``X_pending``) and maximizes it: multi-start L-BFGS-B on
+continuous spaces, a batched local search over valid configurations otherwise
+(``acquisition/local_search.py``), the exact optimum over a candidate list
+(``sampling/candidates.py``), Thompson sampling in the trust region for a LOCAL step. A
+call's model-based slots of one kind are chosen jointly (sequential greedy, each pick
+pending for the next).
 
 Candidate-list studies differ in three ways, each measured on the cloud benchmark: the
 model sees the candidates' features when the study gives them (``FeatureEncoder``), the
-objective's GP counts failed trials as the worst value seen (``model.py``), and qLogNEI asks
+objective's GP counts failed trials as the worst value seen (``models/model.py``), and qLogNEI asks
 for an improvement of ``GlobalStep.candidate_margin`` standard deviations.
 
 Every suggestion is decoded to a valid configuration, checked against the linear parameter
@@ -44,24 +45,27 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
 import torch
 from botorch.acquisition import AcquisitionFunction
-from botorch.exceptions.errors import ModelFittingError, OptimizationGradientError
-from linear_operator.utils.errors import NanError, NotPSDError
 
 from tuner import runtime
-from tuner.designer.acquisition import (
+from tuner.designer.acquisition.criteria import (
     OptimizerSettings,
     build_acquisition,
     optimize_continuous,
     thompson_candidates,
 )
+from tuner.designer.acquisition.local_search import LocalSearch
 from tuner.designer.base import History, Suggestion, checked
-from tuner.designer.local_search import LocalSearch
-from tuner.designer.model import FitCache, distinct_rows, fit_models, outcome_data
-from tuner.designer.priors import PriorRegion
-from tuner.designer.quasirandom import QuasiRandomDesigner
+from tuner.designer.models.model import (
+    NUMERICAL_ERRORS,
+    FitCache,
+    distinct_rows,
+    fit_models,
+    outcome_data,
+)
+from tuner.designer.sampling.priors import PriorRegion
+from tuner.designer.sampling.quasirandom import QuasiRandomDesigner
 from tuner.designer.strategy import (
     GLOBAL,
     DefaultStep,
@@ -83,15 +87,6 @@ log = logging.getLogger(__name__)
 _WARNING_CHARS = 300
 #: Held while a model-based step computes (module doc).
 MODEL_LOCK = threading.Lock()
-#: Numerical trouble in a model-based step: the step falls back to quasi-random points.
-NUMERICAL_ERRORS: tuple[type[Exception], ...] = (
-    NotPSDError,
-    NanError,
-    ModelFittingError,
-    OptimizationGradientError,
-    np.linalg.LinAlgError,
-    torch.linalg.LinAlgError,
-)
 
 
 class BODesigner(QuasiRandomDesigner):
@@ -177,7 +172,8 @@ class BODesigner(QuasiRandomDesigner):
     ) -> list[Config]:
         """``q`` configurations of a model-based ``step`` (not yet de-duplicated)."""
         pool = self.sampler.pool
-        # a candidate list: what the model sees of each (``candidates.py``), failures imputed
+        # a candidate list: what the model sees of each (``sampling/candidates.py``), failures
+        # imputed
         encoder = pool.model_encoder if pool is not None else self.encoder
         data = outcome_data(self.spec, encoder, history.observed, impute_failures=pool is not None)
         pending = [t.config for t in history.pending] + [s.config for s in chosen]
@@ -222,7 +218,7 @@ class BODesigner(QuasiRandomDesigner):
 
         ``region``: only inside it (the prior region in the coarse phase of expert priors).
         Trust-region steps do not come here: they use ``thompson_candidates``.
-        With a candidate list: the best untaken candidates (``candidates.py``).
+        With a candidate list: the best untaken candidates (``sampling/candidates.py``).
         """
         taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
         if self.sampler.pool is not None:

@@ -3,7 +3,7 @@
 L-BFGS-B maximizes qLogNEI on a box space by evaluating it (and its gradient) at a few
 candidates at a time, some 30-40 times a suggestion. Each evaluation needs, per output, the
 posterior mean and variance at each candidate ``x`` and its posterior covariances with the
-acquisition's baseline ``B`` (``candidate_samples.py``). As GPyTorch's exact prediction
+acquisition's baseline ``B`` (``fast/candidate_samples.py``). As GPyTorch's exact prediction
 computes them (``shared_rows.model_moments``), with the training inputs ``T``, the prior
 mean ``m``, the GP's ``mean_cache`` ``a`` and ``covar_cache`` ``S`` (``S S^T = (K_TT +
 s^2 I)^-1``):
@@ -21,7 +21,7 @@ about 1,000 of them forward and backward for some 100 KB of numbers).
 
 ``CandidateMoments.samples`` goes on to the candidates' posterior samples (the solve
 against the baseline's factor and the product with the base samples that
-``candidate_samples.py`` describes), and ``backward`` and ``samples_backward`` write out
+``fast/candidate_samples.py`` describes), and ``backward`` and ``samples_backward`` write out
 their gradient: the chain rule through the steps above. It is all NumPy: on arrays this
 small an operation's cost is its call, and a NumPy call costs a fraction of a torch one
 (with autograd's graph, some 40 nodes forward and backward). ``candidate_samples.direct_values``
@@ -58,7 +58,7 @@ from gpytorch.means import ConstantMean, LinearMean, ZeroMean
 from scipy.linalg.lapack import get_lapack_funcs
 from torch import Tensor
 
-from tuner.designer.shared_rows import caches_settings, output_gps, prediction_caches
+from tuner.designer.fast.shared_rows import caches_settings, output_gps, prediction_caches
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ class CandidateMoments:
         self, x: np.ndarray, factor: np.ndarray, base: np.ndarray
     ) -> tuple[np.ndarray, _SampleState]:
         """``M x b x S`` posterior samples at the ``b x d`` candidates ``x``, jointly with the
-        baseline (``candidate_samples.py``): with ``factor`` (``M x n_b x n_b``) the lower
+        baseline (``fast/candidate_samples.py``): with ``factor`` (``M x n_b x n_b``) the lower
         Cholesky factor of the baseline's posterior covariance per output and ``base``
         (``M x (n_b + 1) x S``) the sampler's base samples, ``mean + [B F^-T, sqrt(C - |B
         F^-T|^2)] base``; NaN where a conditional variance is not positive (the caller then

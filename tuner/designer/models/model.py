@@ -35,12 +35,12 @@ keep qLogNEI from spending trial after trial on that edge (SMAC's "crash cost" i
 With ``trend`` every GP gets a linear prior mean (gpytorch's ``LinearMean``, its slopes fitted
 with the other hyperparameters) instead of a constant one: far from the data it carries the
 fitted slopes on to the faces of the box instead of reverting to the average.
-The BO designer's trend probe uses it (``bo.py``).
+The BO designer's trend probe uses it (``steps/bo.py``).
 
 Fitting is the main cost of a suggestion. ``FitCache`` keeps each outcome's last fitted
 hyperparameters so the next fit starts from them (a few L-BFGS steps instead of a fresh fit).
 The cache only saves time: without it the same model is fitted from the priors. The
-likelihood L-BFGS-B evaluates is computed in plain torch (``likelihood.py``: GPyTorch's
+likelihood L-BFGS-B evaluates is computed in plain torch (``models/likelihood.py``: GPyTorch's
 value to rounding, at under half the cost).
 
 Outcomes observed on the same trials (a constrained or multi-objective study) share one
@@ -75,6 +75,7 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from botorch.exceptions.errors import ModelFittingError, OptimizationGradientError
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.gpytorch import GPyTorchModel
 from botorch.models.model import Model
@@ -86,13 +87,25 @@ from gpytorch.constraints import Interval
 from gpytorch.kernels import Kernel
 from gpytorch.means import LinearMean, Mean
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from linear_operator.utils.errors import NanError, NotPSDError
 from torch.nn import Parameter
 
-from tuner.designer.kernels import OneHotCategoricalKernel
-from tuner.designer.likelihood import fit_plain
+from tuner.designer.models.kernels import OneHotCategoricalKernel
+from tuner.designer.models.likelihood import fit_plain
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
+
+#: Numerical trouble in a fit or an acquisition: a model-based step falls back to
+#: quasi-random points, a posterior ranking to the measured values.
+NUMERICAL_ERRORS: tuple[type[Exception], ...] = (
+    NotPSDError,
+    NanError,
+    ModelFittingError,
+    OptimizationGradientError,
+    np.linalg.LinAlgError,
+    torch.linalg.LinAlgError,
+)
 
 FEASIBILITY = "__feasibility__"
 _LOG_SPAN = 10.0  # model positive metrics in log space when max/min exceeds this
@@ -117,7 +130,7 @@ _KEEP_SHARE = 10
 
 class Encoder(Protocol):
     """What the model needs of an encoder: ``UnitBoxEncoder``, or a candidate study's
-    ``FeatureEncoder`` (``candidates.py``)."""
+    ``FeatureEncoder`` (``sampling/candidates.py``)."""
 
     @property
     def d(self) -> int: ...
@@ -412,7 +425,7 @@ class ZeroLinearMean(LinearMean):
     """GPyTorch's ``LinearMean`` with its slopes and intercept starting at zero (where a
     constant mean starts). ``LinearMean`` draws them with ``torch.randn`` from torch's global
     generator: a trend fit from the priors then depended on whatever else had drawn from
-    it, in this thread or another study's, and moved it for them (``bo.py``: a suggestion
+    it, in this thread or another study's, and moved it for them (``steps/bo.py``: a suggestion
     touches no process-wide state)."""
 
     def __init__(self, input_size: int, batch_shape: torch.Size) -> None:
@@ -437,14 +450,16 @@ def _kernel(
     shape = batch_shape or torch.Size([])
     if not cat_dims:
         return get_covar_module_with_dim_scaled_prior(ard_num_dims=len(other), batch_shape=shape)
-    categorical = OneHotCategoricalKernel(  # BoTorch's CategoricalKernel, faster (kernels.py)
-        levels,
-        batch_shape=shape,
-        ard_num_dims=len(cat_dims),
-        active_dims=cat_dims,
-        # bounded: without a bound an irrelevant category drives its lengthscale to infinity
-        # and the fit wanders for hundreds of L-BFGS steps on a flat likelihood
-        lengthscale_constraint=Interval(*_CAT_LENGTHSCALE),
+    categorical = (
+        OneHotCategoricalKernel(  # BoTorch's CategoricalKernel, faster (models/kernels.py)
+            levels,
+            batch_shape=shape,
+            ard_num_dims=len(cat_dims),
+            active_dims=cat_dims,
+            # bounded: without a bound an irrelevant category drives its lengthscale to infinity
+            # and the fit wanders for hundreds of L-BFGS steps on a flat likelihood
+            lengthscale_constraint=Interval(*_CAT_LENGTHSCALE),
+        )
     )
     if not other:
         return categorical

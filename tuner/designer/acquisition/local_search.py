@@ -31,7 +31,7 @@ For ``q > 1`` picks are greedy: each pick joins ``X_pending`` before the next on
 Every step is a batched posterior evaluation, so the cost is a few hundred acquisition
 batches instead of thousands of sequential L-BFGS iterations; each batch's posterior is
 computed once over its unique rows (the candidates, the baseline and the pending points)
-and gathered per candidate (``shared_rows.py``).
+and gathered per candidate (``fast/shared_rows.py``).
 
 References:
     Golovin et al., "Google Vizier", KDD 2017 (gradient-free acquisition search).
@@ -47,8 +47,8 @@ import torch
 from botorch.acquisition import AcquisitionFunction
 from torch.quasirandom import SobolEngine
 
-from tuner.designer.priors import PriorRegion
-from tuner.designer.shared_rows import shared_rows
+from tuner.designer.fast.shared_rows import shared_rows
+from tuner.designer.sampling.priors import PriorRegion
 from tuner.encoding import (
     CATEGORICAL,
     CONTINUOUS,
@@ -309,7 +309,7 @@ def _evaluate(acquisition: AcquisitionFunction, points: torch.Tensor) -> torch.T
 
     Every batch shares the acquisition's baseline and pending rows: the model's posterior
     is computed once over the unique rows of a chunk and gathered per batch
-    (``shared_rows.py``), the same values as the batched posterior up to rounding.
+    (``fast/shared_rows.py``), the same values as the batched posterior up to rounding.
     """
     with torch.no_grad(), shared_rows(acquisition):
         chunks = [acquisition(chunk.unsqueeze(-2)) for chunk in points.split(_BATCH)]

@@ -1,5 +1,5 @@
 """The GP fit's objective in plain torch: the exact marginal log likelihood of a single-output
-GP of ``model.py``, without GPyTorch's lazy operators.
+GP of ``models/model.py``, without GPyTorch's lazy operators.
 
 A warm-started fit is 25 L-BFGS-B iterations of about 30 likelihood evaluations; through
 GPyTorch each evaluation of a 100-point, 16-knob GP cost about 3.4 ms on one core (lazy
@@ -40,7 +40,7 @@ from gpytorch.priors import LogNormalPrior, Prior
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
-from tuner.designer.kernels import OneHotCategoricalKernel
+from tuner.designer.models.kernels import OneHotCategoricalKernel
 
 _LOG_2PI = math.log(2 * math.pi)
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -115,7 +115,7 @@ def loss_closure(mll: ExactMarginalLogLikelihood) -> Callable[[], Tensor] | None
 
 
 def _linear(mean: Any) -> bool:
-    """A ``LinearMean``, or a subclass that only initializes it otherwise (``model.py``)."""
+    """A ``LinearMean``, or a subclass that only initializes it otherwise (``models/model.py``)."""
     return isinstance(mean, LinearMean) and type(mean).forward is LinearMean.forward
 
 

@@ -1,6 +1,6 @@
 """Posteriors over batches that share rows, computed once and gathered per batch.
 
-The local search (``local_search.py``) scores thousands of candidates as ``b x 1 x d``
+The local search (``acquisition/local_search.py``) scores thousands of candidates as ``b x 1 x d``
 batches. BoTorch's qLogNEI (and qLogNEHVI) append the baseline to every batch
 (``X_full = [X_baseline, x_i]``) and X_pending after it, so ``model.posterior`` sees a
 ``b x k x d`` input whose ``k - 1`` other rows are the same in every batch. GPyTorch then
@@ -21,7 +21,7 @@ code itself is BoTorch's, unchanged. With one own row per batch (the local searc
 the candidate, with the baseline and pending points shared) only the covariance columns of
 the shared rows and the own rows' variances are read from the lazy posterior covariance;
 GPyTorch still evaluates the prior kernel between all ``u`` unique rows, which is why the
-categorical kernel is a matrix product (``kernels.py``). With that kernel a 512-candidate
+categorical kernel is a matrix product (``models/kernels.py``). With that kernel a 512-candidate
 batch of the space above takes about 0.03 s.
 
 The gathered path is taken only where that holds and pays, and the plain call is made

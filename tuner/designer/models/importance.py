@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch.quasirandom import SobolEngine
 
-from tuner.designer.model import fit_models, outcome_data
+from tuner.designer.models.model import fit_models, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError, ValidationError
 from tuner.study import StudySpec

@@ -27,8 +27,8 @@ from scipy.optimize import linprog, minimize
 from torch.quasirandom import SobolEngine
 
 from tuner.designer.base import Designer, History, Suggestion, checked, derive_seed
-from tuner.designer.candidates import CandidatePool
-from tuner.designer.priors import PriorRegion
+from tuner.designer.sampling.candidates import CandidatePool
+from tuner.designer.sampling.priors import PriorRegion
 from tuner.encoding import ConfigKey, UnitBoxEncoder
 from tuner.space import Config, FloatKnob, IntKnob
 from tuner.study import StudySpec
@@ -130,7 +130,7 @@ class FeasibleSampler:
         self.spec = spec
         self.encoder = encoder
         self.inequalities = unit_box_inequalities(spec, encoder)
-        # a study with a candidate list draws only from it (``candidates.py``)
+        # a study with a candidate list draws only from it (``sampling/candidates.py``)
         self.pool = (
             CandidatePool(spec.candidates, encoder, spec.candidate_features)
             if spec.candidates
