@@ -89,6 +89,7 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
             random_fraction=designer.random_fraction,
             expert_priors=designer.expert_priors,
             retry_failed=designer.retry_failed,
+            portfolio=designer.portfolio,
         ),
         allow_unsafe=spec.allow_unsafe,
         embedding=_embedding_to_proto(spec.embedding),
@@ -535,6 +536,7 @@ def _designer_from_proto(message: pb.DesignerSettings) -> dict[str, Any]:
         "random_fraction": message.random_fraction,
         "expert_priors": message.expert_priors,
         "retry_failed": message.retry_failed,
+        "portfolio": message.portfolio,
     }
     if message.algorithm:
         data["algorithm"] = message.algorithm

@@ -132,6 +132,10 @@ class DesignerSettings:
             again (0: a configuration that failed once is never suggested again, and its
             failure steers the search away from it, as a configuration that broke the system
             does). Raise it when failures are transient (a flaky network, a preempted VM).
+        portfolio: The self-correcting portfolio (``tuner/designer/strategy.py``,
+            ``PortfolioStep``): a random-forest generator beside the GP, chosen from the
+            gains each one's trials measured, and an exploring step when the search
+            stagnates; single objective on a box only, off by default.
     """
 
     algorithm: str = "bo"
@@ -141,6 +145,7 @@ class DesignerSettings:
     random_fraction: float = 0.0
     expert_priors: bool = False
     retry_failed: int = 0
+    portfolio: bool = False
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -167,6 +172,8 @@ class DesignerSettings:
             raise ValidationError("designer.start_with_default", "must be true or false")
         if not isinstance(self.expert_priors, bool):
             raise ValidationError("designer.expert_priors", "must be true or false")
+        if not isinstance(self.portfolio, bool):
+            raise ValidationError("designer.portfolio", "must be true or false")
         if (
             isinstance(self.random_fraction, bool)
             or not isinstance(self.random_fraction, int | float)
@@ -202,6 +209,8 @@ class DesignerSettings:
             out["expert_priors"] = True
         if self.retry_failed:  # the same
             out["retry_failed"] = self.retry_failed
+        if self.portfolio:  # the same
+            out["portfolio"] = True
         return out
 
 
@@ -664,6 +673,7 @@ def _designer(data: Any) -> DesignerSettings:
         "random_fraction",
         "expert_priors",
         "retry_failed",
+        "portfolio",
     )
     unknown = set(data) - set(allowed)
     if unknown:

@@ -48,6 +48,8 @@ class StepKind(StrEnum):
     FILL_IN = "fill-in"  # random, standing in for a model suggestion already taken
     FALLBACK = "fallback"  # quasi-random after numerical trouble in the model
     IMPORT = "import"  # not made by the designer: imported, or measured by the user
+    FOREST = "forest"  # the portfolio: expected improvement on a random forest (SMAC-style)
+    EXPLORE = "explore"  # the portfolio after stagnation: farthest from every configuration
 
     @property
     def model_based(self) -> bool:
@@ -55,7 +57,9 @@ class StepKind(StrEnum):
         return self in _MODEL_BASED
 
 
-_MODEL_BASED = frozenset({StepKind.PRIOR, StepKind.GLOBAL, StepKind.LOCAL, StepKind.TREND})
+_MODEL_BASED = frozenset(
+    {StepKind.PRIOR, StepKind.GLOBAL, StepKind.LOCAL, StepKind.TREND, StepKind.FOREST}
+)
 
 
 class TrialStatus(StrEnum):

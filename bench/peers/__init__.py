@@ -12,6 +12,7 @@ MethodRun`` (``bench.contract``). The peers:
 ``ax``                  Ax ``Client`` with its default generation strategy
 ``mlos``                mlos-core SMAC (LlamaTune adapter when the problem embeds), own venv
 ``ours``                our designer (``bench/peers/ours.py``), listed when that file exists
+``ours-portfolio``      ours with ``designer.portfolio = true`` (the forest, EXPLORE)
 ``ours-protocol``       ours through the session's measurement protocol (repeats, race,
                         posterior ranking, confirmation) on the same measurement budget
 ======================  =============================================================
@@ -35,6 +36,7 @@ _MODULES = {
     "ax": "ax",
     "mlos": "mlos",
     "ours": "ours",
+    "ours-portfolio": "ours_portfolio",
     "ours-protocol": "ours_protocol",
 }
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.common import Measured
@@ -40,14 +40,17 @@ def available() -> str | None:
     return None
 
 
-def study_spec(problem: SuiteProblem, seed: int) -> StudySpec:
-    """The problem as our study (module doc)."""
+def study_spec(
+    problem: SuiteProblem, seed: int, designer: Mapping[str, Any] | None = None
+) -> StudySpec:
+    """The problem as our study (module doc); ``designer``: settings on top of the defaults
+    (a variant's, e.g. ``ours-portfolio``)."""
     data: dict[str, Any] = {
         "name": re.sub(r"[^A-Za-z0-9_.-]", "_", problem.name),  # no ':' or '~' in study names
         "knobs": list(problem.knobs),
         "objectives": [{"name": problem.objective, "goal": problem.goal}],
         "outcome_constraints": list(problem.constraints),
-        "designer": {"algorithm": "bo", "seed": seed},
+        "designer": {"algorithm": "bo", "seed": seed, **(designer or {})},
     }
     if problem.candidates:
         data["candidates"] = list(problem.candidates)
@@ -58,10 +61,15 @@ def study_spec(problem: SuiteProblem, seed: int) -> StudySpec:
 
 
 def run(
-    problem: SuiteProblem, seed: int, budget: int, on_eval: Callable[[], None] | None = None
+    problem: SuiteProblem,
+    seed: int,
+    budget: int,
+    on_eval: Callable[[], None] | None = None,
+    designer: Mapping[str, Any] | None = None,
+    name: str = NAME,
 ) -> MethodRun:
-    """``budget`` trials of our designer (module doc)."""
-    spec = study_spec(problem, seed)
+    """``budget`` trials of our designer (module doc), named ``name`` in the logs."""
+    spec = study_spec(problem, seed, designer)
     rng = run_rng(problem.name, seed)
     measurements: list[Measurement] = []
 
@@ -87,7 +95,7 @@ def run(
     steps = Counter(t.step.value for t in trials)
     steps["warnings"] = sum(bool(t.warning) for t in trials)
     return MethodRun(
-        method=NAME,
+        method=name,
         problem=problem.name,
         seed=seed,
         configs=[dict(t.config) for t in trials],

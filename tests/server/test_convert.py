@@ -68,6 +68,7 @@ def make_spec(**changes: object) -> StudySpec:
             seed=42,
             start_with_default=False,
             random_fraction=0.125,
+            portfolio=True,
         ),
         "allow_unsafe": True,
     }

@@ -9,8 +9,11 @@ import pytest
 from tuner.designer.base import History
 from tuner.designer.strategy import (
     DEFAULT,
+    EXPLORE,
+    FOREST,
     GLOBAL,
     LOCAL,
+    PORTFOLIO,
     PRIOR,
     RANDOM,
     SOBOL,
@@ -20,7 +23,9 @@ from tuner.designer.strategy import (
     Step,
     next_step,
     plan,
+    portfolio_pick,
     random_draw,
+    read_situation,
 )
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
@@ -68,6 +73,25 @@ ROWS: list[tuple[str, dict[str, object], Step]] = [
     ),
     ("trend probe closed, even step", {"trend_probe": True, "trust_region": True}, GLOBAL),
     ("a random draw wins over the trend", {**TREND_OPEN, "random_draw": True}, RANDOM),
+    ("the portfolio picks the forest", {"portfolio_pick": FOREST}, FOREST),
+    ("the portfolio explores after stagnation", {"portfolio_pick": EXPLORE}, EXPLORE),
+    (
+        "the portfolio wins over the trust region and the trend",
+        {**TREND_OPEN, "trust_region": True, "designed": 6, "portfolio_pick": FOREST},
+        FOREST,
+    ),
+    ("the portfolio waits for the design", {"designed": 4, "portfolio_pick": FOREST}, SOBOL),
+    (
+        "a random draw wins over the portfolio",
+        {"random_draw": True, "portfolio_pick": EXPLORE},
+        RANDOM,
+    ),
+    ("priors win over the portfolio", {"prior_region": True, "portfolio_pick": FOREST}, PRIOR),
+    (
+        "several objectives: no portfolio",
+        {"single_incumbent": False, "portfolio_pick": FOREST},
+        GLOBAL,
+    ),
 ]
 
 
@@ -115,6 +139,71 @@ def test_constants_live_on_their_steps() -> None:
     assert (LOCAL.length, LOCAL.halvings, LOCAL.patience) == (0.8, 5, 3)
     assert (TREND.narrow, TREND.probe, TREND.keep) == (2.0, 6, 0.4)
     assert PRIOR.phase == 2 and GLOBAL.candidate_margin == 0.5
-    assert {s.kind for s in (DEFAULT, SOBOL, RANDOM, PRIOR, GLOBAL, LOCAL, TREND)} == {
+    assert PORTFOLIO.improvement == LOCAL.improvement
+    steps = (DEFAULT, SOBOL, RANDOM, PRIOR, GLOBAL, LOCAL, TREND, FOREST, EXPLORE)
+    assert {s.kind for s in steps} == {
         k for k in StepKind if k not in (StepKind.FILL_IN, StepKind.FALLBACK, StepKind.IMPORT)
     }
+
+
+# -- the portfolio's choice, from the study's own trials ------------------------------------
+
+
+def _done(
+    i: int, y: float | None, step: StepKind, status: TrialStatus = TrialStatus.COMPLETED
+) -> Trial:
+    metrics = {} if y is None else {"y": y}
+    return Trial(i, {"x": i / 100}, status, metrics, step=step)
+
+
+def _design(n: int = 3) -> list[Trial]:
+    return [_done(i, 10.0 - i, StepKind.SOBOL) for i in range(1, n + 1)]  # minimize: 9, 8, 7
+
+
+def test_the_portfolio_tries_the_gp_then_the_forest_then_follows_their_gains() -> None:
+    spec = _spec(portfolio=True)
+    trials = _design()
+    assert portfolio_pick(spec, trials, 3) is None  # untried both: the GP first
+    trials.append(_done(4, 6.0, StepKind.GLOBAL))  # a new best: score 1
+    assert portfolio_pick(spec, trials, 3) == FOREST  # the forest untried
+    trials.append(_done(5, 9.5, StepKind.FOREST))  # beat none of 5: score 0
+    # UCB1 with N = 2: GP 1 + sqrt(2 ln 2) against forest 0 + sqrt(2 ln 2): the GP
+    assert portfolio_pick(spec, trials, 3) is None
+    trials += [_done(6, 5.0, StepKind.FOREST), _done(7, 4.0, StepKind.FOREST)]
+    trials += [_done(8, 9.9, StepKind.GLOBAL), _done(9, 9.8, StepKind.LOCAL)]
+    # forest 0, 1, 1 (mean 2/3), GP 1, 0, 0.125 (mean 0.375), both tried 3 times
+    assert portfolio_pick(spec, trials, 3) == FOREST
+
+
+def test_stagnation_is_answered_by_one_explore_step_and_then_counted_again() -> None:
+    spec = _spec(portfolio=True)
+    trials = _design()  # best 7
+    trials += [_done(4 + k, 8.0, StepKind.GLOBAL if k % 2 else StepKind.FOREST) for k in range(3)]
+    assert portfolio_pick(spec, trials, 3) == EXPLORE  # 3 model steps without a new best
+    assert portfolio_pick(spec, trials, 4) != EXPLORE  # a longer design waits longer
+    pending = replace(_done(7, None, StepKind.EXPLORE), status=TrialStatus.ACTIVE)
+    assert portfolio_pick(spec, [*trials, pending], 3) != EXPLORE  # one at a time
+    explored = [*trials, _done(7, 8.5, StepKind.EXPLORE)]
+    assert portfolio_pick(spec, explored, 3) != EXPLORE
+    explored += [_done(8 + k, 8.0, StepKind.GLOBAL) for k in range(3)]
+    assert portfolio_pick(spec, explored, 3) == EXPLORE  # stalled again
+    improved = [*trials[:-1], _done(6, 6.9, StepKind.FOREST)]  # a new best resets the count
+    assert portfolio_pick(spec, improved, 3) != EXPLORE
+
+
+def test_broken_trials_score_zero_and_nothing_feasible_leaves_it_to_the_gp() -> None:
+    spec = _spec(portfolio=True)
+    broken = [_done(i, None, StepKind.SOBOL, TrialStatus.INFEASIBLE) for i in range(1, 4)]
+    assert portfolio_pick(spec, broken, 3) is None  # no feasible value: qLogPoF's search
+    trials = [*_design(), _done(4, 1.0, StepKind.GLOBAL)]
+    trials.append(_done(5, None, StepKind.FOREST, TrialStatus.INFEASIBLE))  # score 0
+    trials += [_done(6, 0.5, StepKind.GLOBAL), _done(7, 0.4, StepKind.GLOBAL)]
+    assert portfolio_pick(spec, trials, 10) is None  # GP 1, 1, 1 against forest 0
+
+
+def test_the_situation_carries_the_pick_only_with_the_setting_on_one_objective_on_a_box() -> None:
+    trials = [*_design(), _done(4, 6.0, StepKind.GLOBAL)]
+    for portfolio, expected in ((True, FOREST), (False, None)):
+        spec = _spec(portfolio=portfolio)
+        history = History.build(UnitBoxEncoder(spec.space), trials, [])
+        assert read_situation(spec, history).portfolio_pick == expected

@@ -10,6 +10,8 @@ decision table, in order (the first row that applies wins)::
     this slot's draw of designer.random_fraction        -> RANDOM
     expert priors, fewer than 2 x initial designed      -> PRIOR   (BO inside the region)
     several objectives, or a candidate list             -> GLOBAL
+    the portfolio (designer.portfolio) picks another
+      generator than the GP from this study's evidence  -> its pick (EXPLORE, FOREST)
     trend probe open (narrow embedding), unless a
       fill-in exists and the model step is odd          -> TREND
     trust region (inner designer of an embedding),
@@ -145,7 +147,63 @@ class TrendStep:
     keep: float = 0.4
 
 
-Step = DefaultStep | SobolStep | RandomStep | PriorStep | GlobalStep | LocalStep | TrendStep
+@dataclass(frozen=True)
+class ForestStep:
+    """Expected improvement on a random forest, SMAC's model for step-like surfaces (Hutter,
+    Hoos, Leyton-Brown, LION 2011; ``models/forest.py``): the GP smooths over the thresholds
+    of buffer and cache sizes, a forest's leaves follow them. Maximized over scrambled-Sobol
+    points and one-exchange neighbours of the best trials (SMAC's local search), as SMAC3
+    does; trials that broke the system or a constraint count as the worst value measured.
+    A generator of the portfolio (``PortfolioStep``)."""
+
+    kind: ClassVar[StepKind] = StepKind.FOREST
+
+
+@dataclass(frozen=True)
+class ExploreStep:
+    """The configuration farthest from every one measured or pending (maximin over
+    scrambled-Sobol points of the box): the portfolio's answer when the search stagnates,
+    so that a stalled study leaves its basin instead of refining it further."""
+
+    kind: ClassVar[StepKind] = StepKind.EXPLORE
+
+
+@dataclass(frozen=True)
+class PortfolioStep:
+    """Which generator makes a model step, chosen from this study's own measured evidence
+    (``portfolio_pick``), never from the problem's shape or name.
+
+    * Each model step of the past is scored by the share of the earlier feasible trials it
+      beat (0 when it broke the system or a constraint), as the trend probe scores its
+      steps. The generators are the GP (GLOBAL, LOCAL, TREND, PRIOR) and the forest
+      (FOREST); the next model step takes the one of the higher upper confidence bound on
+      its mean score, UCB1 (Auer, Cesa-Bianchi, Fischer, Machine Learning 2002: mean +
+      sqrt(2 ln N / n), no constant to choose); an untried generator goes first, the GP
+      breaks ties. The GP's pick falls through to the table's rows below (trend, trust
+      region, global).
+    * Stagnation: when as many model steps as the initial design had points (the scale the
+      study already uses for "enough points to learn from") ran in a row since the last
+      new best (by more than ``improvement x |best|``) and since the last EXPLORE, the next
+      step is EXPLORE.
+
+    Attributes:
+        improvement: What counts as a new best, relative (TuRBO's, as ``LocalStep``).
+    """
+
+    improvement: float = 1e-3
+
+
+Step = (
+    DefaultStep
+    | SobolStep
+    | RandomStep
+    | PriorStep
+    | GlobalStep
+    | LocalStep
+    | TrendStep
+    | ForestStep
+    | ExploreStep
+)
 
 DEFAULT = DefaultStep()
 SOBOL = SobolStep()
@@ -154,6 +212,9 @@ PRIOR = PriorStep()
 GLOBAL = GlobalStep()
 LOCAL = LocalStep()
 TREND = TrendStep()
+FOREST = ForestStep()
+EXPLORE = ExploreStep()
+PORTFOLIO = PortfolioStep()
 
 
 @dataclass(frozen=True)
@@ -173,6 +234,8 @@ class Situation:
         trend_probe: The trend probe is on for this designer (a narrow embedding).
         trend_open: Replayed over the history, the probe still goes on.
         plateau: Some trial is a fill-in: suggestions met plateaus of choice knobs.
+        portfolio_pick: The portfolio's generator when it is not the GP (FOREST, EXPLORE),
+            else None (``portfolio_pick``).
     """
 
     default_due: bool = False
@@ -186,6 +249,7 @@ class Situation:
     trend_probe: bool = False
     trend_open: bool = False
     plateau: bool = False
+    portfolio_pick: ForestStep | ExploreStep | None = None
 
 
 def next_step(s: Situation) -> Step:
@@ -200,6 +264,8 @@ def next_step(s: Situation) -> Step:
         return PRIOR
     if not s.single_incumbent:
         return GLOBAL
+    if s.portfolio_pick is not None:
+        return s.portfolio_pick
     odd = (s.designed - s.initial) % 2 == 1  # every second model step
     if s.trend_probe and s.trend_open:
         return LocalStep(trend_mean=True) if s.plateau and odd else TREND
@@ -219,9 +285,13 @@ def read_situation(
     """The situation of the first suggestion of a call (``plan`` advances it per slot)."""
     single = not spec.multi_objective and not spec.candidates
     probe = trend_probe and single
+    initial = spec.designer.initial_size(len(spec.space))
+    pick = None
+    if single and spec.designer.portfolio:
+        pick = portfolio_pick(spec, (*history.observed, *history.pending), initial)
     return Situation(
         designed=history.designed,
-        initial=spec.designer.initial_size(len(spec.space)),
+        initial=initial,
         learned=history.learned,
         prior_region=prior_region,
         single_incumbent=single,
@@ -229,6 +299,7 @@ def read_situation(
         trend_probe=probe,
         trend_open=probe and trend_probe_open(spec, history.observed),
         plateau=any(t.step is StepKind.FILL_IN for t in (*history.observed, *history.pending)),
+        portfolio_pick=pick,
     )
 
 
@@ -305,3 +376,50 @@ def trend_probe_open(spec: StudySpec, observed: Sequence[Trial], step: TrendStep
         if ok:
             earlier.append(y)
     return True
+
+
+_GP_KINDS = frozenset({StepKind.GLOBAL, StepKind.LOCAL, StepKind.TREND, StepKind.PRIOR})
+
+
+def portfolio_pick(
+    spec: StudySpec, trials: Sequence[Trial], initial: int, step: PortfolioStep = PORTFOLIO
+) -> ForestStep | ExploreStep | None:
+    """The portfolio's generator for the next model step after ``trials`` (observed and
+    pending, replayed in id order; ``PortfolioStep``): EXPLORE after stagnation, FOREST when
+    its upper confidence bound is the higher, None for the GP."""
+    name = spec.objective.name
+    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
+    earlier: list[float] = []  # signed feasible values so far (lower wins)
+    scores: dict[bool, list[float]] = {False: [], True: []}  # forest? -> scores
+    best: float | None = None
+    stalled = 0  # model steps since the last new best or EXPLORE
+    for trial in sorted((t for t in trials if t.id >= 0), key=lambda t: t.id):
+        if trial.step is StepKind.EXPLORE:
+            stalled = 0
+        value = trial.metrics.get(name)
+        ok = value is not None and math.isfinite(value) and is_feasible(spec, trial)
+        y = sign * value if ok and value is not None else math.inf
+        if not trial.status.is_final:
+            stalled += trial.step.model_based  # pending: no result yet, no new best
+            continue
+        if trial.step.model_based and earlier:
+            scores[trial.step is StepKind.FOREST].append(sum(e > y for e in earlier) / len(earlier))
+        if ok and (best is None or y < best - step.improvement * abs(best)):
+            best, stalled = y, 0
+        elif trial.step.model_based:
+            stalled += 1
+        if ok:
+            earlier.append(y)
+    if best is None:
+        return None  # nothing feasible yet: the GP's feasibility search (qLogPoF) leads
+    if stalled >= initial:
+        return EXPLORE
+    return FOREST if _ucb(scores[True], scores) > _ucb(scores[False], scores) else None
+
+
+def _ucb(own: list[float], scores: dict[bool, list[float]]) -> float:
+    """UCB1's index of one generator: its mean score plus sqrt(2 ln N / n); inf untried."""
+    if not own:
+        return math.inf
+    total = sum(len(v) for v in scores.values())
+    return sum(own) / len(own) + math.sqrt(2.0 * math.log(total) / len(own))

@@ -41,6 +41,8 @@ class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_KIND_FILL_IN: _ClassVar[StepKind]
     STEP_KIND_FALLBACK: _ClassVar[StepKind]
     STEP_KIND_IMPORT: _ClassVar[StepKind]
+    STEP_KIND_FOREST: _ClassVar[StepKind]
+    STEP_KIND_EXPLORE: _ClassVar[StepKind]
 
 class MeasurementKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -79,6 +81,8 @@ STEP_KIND_RANDOM: StepKind
 STEP_KIND_FILL_IN: StepKind
 STEP_KIND_FALLBACK: StepKind
 STEP_KIND_IMPORT: StepKind
+STEP_KIND_FOREST: StepKind
+STEP_KIND_EXPLORE: StepKind
 MEASUREMENT_KIND_UNSPECIFIED: MeasurementKind
 MEASUREMENT_KIND_REPEAT: MeasurementKind
 MEASUREMENT_KIND_CONTROL: MeasurementKind
@@ -177,7 +181,7 @@ class Objective(_message.Message):
     def __init__(self, name: _Optional[str] = ..., goal: _Optional[_Union[Goal, str]] = ..., reference: _Optional[float] = ...) -> None: ...
 
 class DesignerSettings(_message.Message):
-    __slots__ = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction", "expert_priors", "retry_failed")
+    __slots__ = ("algorithm", "initial_trials", "seed", "start_with_default", "random_fraction", "expert_priors", "retry_failed", "portfolio")
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     INITIAL_TRIALS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +189,7 @@ class DesignerSettings(_message.Message):
     RANDOM_FRACTION_FIELD_NUMBER: _ClassVar[int]
     EXPERT_PRIORS_FIELD_NUMBER: _ClassVar[int]
     RETRY_FAILED_FIELD_NUMBER: _ClassVar[int]
+    PORTFOLIO_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     initial_trials: int
     seed: int
@@ -192,7 +197,8 @@ class DesignerSettings(_message.Message):
     random_fraction: float
     expert_priors: bool
     retry_failed: int
-    def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ..., expert_priors: _Optional[bool] = ..., retry_failed: _Optional[int] = ...) -> None: ...
+    portfolio: bool
+    def __init__(self, algorithm: _Optional[str] = ..., initial_trials: _Optional[int] = ..., seed: _Optional[int] = ..., start_with_default: _Optional[bool] = ..., random_fraction: _Optional[float] = ..., expert_priors: _Optional[bool] = ..., retry_failed: _Optional[int] = ..., portfolio: _Optional[bool] = ...) -> None: ...
 
 class Embedding(_message.Message):
     __slots__ = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")

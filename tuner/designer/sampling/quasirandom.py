@@ -42,6 +42,8 @@ _MAX_REPAIR_DIMS = 6
 #: A salted Sobol call skips 1 to this many times its count of untaken points: two writers
 #: that both lost a race for the same points and ask again rarely skip alike.
 SALTED_SKIPS = 8
+#: Scrambled-Sobol points an EXPLORE step chooses the farthest from.
+EXPLORE_POOL = 1024
 
 # BoTorch's form of a linear inequality: sum(coefficients * x[indices]) >= rhs
 Inequality = tuple[torch.Tensor, torch.Tensor, float]
@@ -101,7 +103,8 @@ class QuasiRandomDesigner(Designer):
     ) -> list[Suggestion]:
         """``count`` new configurations of a space-filling ``kind``: SOBOL (the study's
         sequence, inside the prior region if any), FALLBACK (a fresh scrambled sequence per
-        history size) or RANDOM / FILL_IN (uniform).
+        history size), EXPLORE (of a fresh scrambled sequence, the points farthest from every
+        configuration tried) or RANDOM / FILL_IN (uniform).
 
         With a salt (``History.salt``: another writer took the points this history gives)
         SOBOL skips a salted number of the sequence's next untaken points, which later
@@ -117,10 +120,33 @@ class QuasiRandomDesigner(Designer):
         elif kind is StepKind.FALLBACK:
             seed = history.seed(derive_seed(self.spec.designer.seed, "fallback"), history.size)
             configs = self.sampler.sobol(seed, count, taken)
+        elif kind is StepKind.EXPLORE:
+            seed = history.seed(self.spec.designer.seed, "explore", history.size, len(chosen))
+            pool = self.sampler.sobol(seed, EXPLORE_POOL, taken)
+            tried = [t.config for t in (*history.observed, *history.pending)]
+            configs = self._farthest(pool, [*tried, *(s.config for s in chosen)], count)
         else:  # RANDOM and FILL_IN share one stream
             seed = history.seed(self.spec.designer.seed, "random", history.size, len(chosen))
             configs = self.sampler.random(seed, count, taken)
         return [Suggestion(c, kind, warning) for c in configs]
+
+    def _farthest(self, pool: list[Config], tried: list[Config], count: int) -> list[Config]:
+        """``count`` of ``pool``, each the farthest (Euclidean, on the unit box) from every
+        configuration tried and every one picked before it (greedy maximin)."""
+        if not pool:
+            return []
+        points = self.encoder.encode_many(pool)
+        if tried:
+            gaps = torch.cdist(points, self.encoder.encode_many(tried)).min(dim=1).values
+        else:
+            gaps = torch.full((len(pool),), math.inf, dtype=torch.float64)
+        out: list[Config] = []
+        for _ in range(min(count, len(pool))):
+            index = int(gaps.argmax())
+            out.append(pool[index])
+            gaps = torch.minimum(gaps, torch.cdist(points, points[index : index + 1])[:, 0])
+            gaps[index] = -1.0
+        return out
 
 
 class FeasibleSampler:

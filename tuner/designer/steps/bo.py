@@ -57,6 +57,7 @@ from tuner.designer.acquisition.criteria import (
 )
 from tuner.designer.acquisition.local_search import LocalSearch
 from tuner.designer.base import History, Suggestion, checked
+from tuner.designer.models import forest
 from tuner.designer.models.model import (
     NUMERICAL_ERRORS,
     FitCache,
@@ -69,6 +70,8 @@ from tuner.designer.sampling.quasirandom import QuasiRandomDesigner
 from tuner.designer.strategy import (
     GLOBAL,
     DefaultStep,
+    ExploreStep,
+    ForestStep,
     LocalStep,
     PriorStep,
     RandomStep,
@@ -122,6 +125,8 @@ class BODesigner(QuasiRandomDesigner):
         out += self._model_based(history, out, model_steps)
         n_random = sum(isinstance(s, RandomStep) for s in steps)
         out += self.space_filling(history, out, n_random, StepKind.RANDOM)
+        n_explore = sum(isinstance(s, ExploreStep) for s in steps)
+        out += self.space_filling(history, out, n_explore, StepKind.EXPLORE)
         return checked(out, count, self.spec)
 
     def plan(self, history: History, count: int) -> list[Step]:
@@ -171,6 +176,9 @@ class BODesigner(QuasiRandomDesigner):
         self, step: Step, q: int, history: History, chosen: list[Suggestion], seed: int
     ) -> list[Config]:
         """``q`` configurations of a model-based ``step`` (not yet de-duplicated)."""
+        if isinstance(step, ForestStep):  # no GP: the forest alone (``models/forest.py``)
+            rows = forest.propose(self.spec, self.encoder, history.observed, q, seed)
+            return [self.encoder.decode(row) for row in rows]
         pool = self.sampler.pool
         # a candidate list: what the model sees of each (``sampling/candidates.py``), failures
         # imputed
