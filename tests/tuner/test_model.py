@@ -16,7 +16,6 @@ from botorch.models.kernels.categorical import CategoricalKernel
 from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.means import LinearMean
 
-from tuner.designer.models import model as model_module
 from tuner.designer.acquisition.criteria import (
     CONTENDERS_FROM,
     _contenders,
@@ -24,6 +23,7 @@ from tuner.designer.acquisition.criteria import (
     outcome_constraints,
     thompson_candidates,
 )
+from tuner.designer.models import model as model_module
 from tuner.designer.models.model import (
     FEASIBILITY,
     FitCache,
