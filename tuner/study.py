@@ -133,9 +133,9 @@ class DesignerSettings:
             failure steers the search away from it, as a configuration that broke the system
             does). Raise it when failures are transient (a flaky network, a preempted VM).
         portfolio: The self-correcting portfolio (``tuner/designer/strategy.py``,
-            ``PortfolioStep``): a random-forest generator beside the GP, chosen from the
-            gains each one's trials measured, and an exploring step when the search
-            stagnates; single objective on a box only, off by default.
+            ``PortfolioStep``): an exploring step when the search stagnates, and from
+            then on a random-forest generator beside the GP, chosen from the gains each
+            one's trials measured; single objective on a box only, off by default.
     """
 
     algorithm: str = "bo"

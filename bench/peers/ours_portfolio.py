@@ -1,5 +1,5 @@
-"""Ours with the self-correcting portfolio on (``designer.portfolio = true``): the forest
-beside the GP, chosen by the gains their trials measured, and EXPLORE after stagnation
+"""Ours with the self-correcting portfolio on (``designer.portfolio = true``): EXPLORE after
+stagnation, then the forest beside the GP, chosen by the gains their trials measured
 (``tuner/designer/strategy.py``, ``PortfolioStep``). A variant for choosing on the develop
 half whether the portfolio becomes the default; otherwise exactly ``ours``.
 """

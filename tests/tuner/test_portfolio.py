@@ -116,7 +116,8 @@ def test_a_study_with_the_portfolio_runs_every_generator_and_stores_it() -> None
     spec = _spec()
     trials = run_trials(spec, lambda c: Outcome(TrialStatus.COMPLETED, {"y": _threshold(c)}), 30)
     kinds = [t.step for t in trials]
-    assert {StepKind.GLOBAL, StepKind.FOREST} <= set(kinds)
+    assert {StepKind.GLOBAL, StepKind.EXPLORE, StepKind.FOREST} <= set(kinds)
+    assert kinds.index(StepKind.EXPLORE) < kinds.index(StepKind.FOREST)  # after a stall
     assert set(kinds) <= {
         StepKind.SOBOL, StepKind.GLOBAL, StepKind.FOREST, StepKind.EXPLORE, StepKind.FILL_IN,
     }  # fmt: skip

@@ -160,18 +160,18 @@ def _design(n: int = 3) -> list[Trial]:
     return [_done(i, 10.0 - i, StepKind.SOBOL) for i in range(1, n + 1)]  # minimize: 9, 8, 7
 
 
-def test_the_portfolio_tries_the_gp_then_the_forest_then_follows_their_gains() -> None:
+def test_the_forest_competes_only_after_the_search_stalled_then_by_its_gains() -> None:
     spec = _spec(portfolio=True)
-    trials = _design()
-    assert portfolio_pick(spec, trials, 3) is None  # untried both: the GP first
-    trials.append(_done(4, 6.0, StepKind.GLOBAL))  # a new best: score 1
-    assert portfolio_pick(spec, trials, 3) == FOREST  # the forest untried
-    trials.append(_done(5, 9.5, StepKind.FOREST))  # beat none of 5: score 0
+    trials = [*_design(), _done(4, 6.0, StepKind.GLOBAL)]  # a new best: score 1
+    assert portfolio_pick(spec, trials, 3) is None  # the GP leads until it stalls
+    trials.append(_done(5, 8.5, StepKind.EXPLORE))  # the search stalled once
+    assert portfolio_pick(spec, trials, 3) == FOREST  # the forest untried: UCB1 tries it
+    trials.append(_done(6, 9.5, StepKind.FOREST))  # beat none of 5: score 0
     # UCB1 with N = 2: GP 1 + sqrt(2 ln 2) against forest 0 + sqrt(2 ln 2): the GP
     assert portfolio_pick(spec, trials, 3) is None
-    trials += [_done(6, 5.0, StepKind.FOREST), _done(7, 4.0, StepKind.FOREST)]
-    trials += [_done(8, 9.9, StepKind.GLOBAL), _done(9, 9.8, StepKind.LOCAL)]
-    # forest 0, 1, 1 (mean 2/3), GP 1, 0, 0.125 (mean 0.375), both tried 3 times
+    trials += [_done(7, 5.0, StepKind.FOREST), _done(8, 4.0, StepKind.FOREST)]
+    trials += [_done(9, 9.9, StepKind.GLOBAL), _done(10, 9.8, StepKind.LOCAL)]
+    # forest 0, 1, 1 (mean 2/3), GP 1, 0, 1/9 (mean 0.37), both tried 3 times
     assert portfolio_pick(spec, trials, 3) == FOREST
 
 
@@ -195,14 +195,14 @@ def test_broken_trials_score_zero_and_nothing_feasible_leaves_it_to_the_gp() -> 
     spec = _spec(portfolio=True)
     broken = [_done(i, None, StepKind.SOBOL, TrialStatus.INFEASIBLE) for i in range(1, 4)]
     assert portfolio_pick(spec, broken, 3) is None  # no feasible value: qLogPoF's search
-    trials = [*_design(), _done(4, 1.0, StepKind.GLOBAL)]
-    trials.append(_done(5, None, StepKind.FOREST, TrialStatus.INFEASIBLE))  # score 0
-    trials += [_done(6, 0.5, StepKind.GLOBAL), _done(7, 0.4, StepKind.GLOBAL)]
+    trials = [*_design(), _done(4, 1.0, StepKind.GLOBAL), _done(5, 9.0, StepKind.EXPLORE)]
+    trials.append(_done(6, None, StepKind.FOREST, TrialStatus.INFEASIBLE))  # score 0
+    trials += [_done(7, 0.5, StepKind.GLOBAL), _done(8, 0.4, StepKind.GLOBAL)]
     assert portfolio_pick(spec, trials, 10) is None  # GP 1, 1, 1 against forest 0
 
 
 def test_the_situation_carries_the_pick_only_with_the_setting_on_one_objective_on_a_box() -> None:
-    trials = [*_design(), _done(4, 6.0, StepKind.GLOBAL)]
+    trials = [*_design(), _done(4, 6.0, StepKind.GLOBAL), _done(5, 8.5, StepKind.EXPLORE)]
     for portfolio, expected in ((True, FOREST), (False, None)):
         spec = _spec(portfolio=portfolio)
         history = History.build(UnitBoxEncoder(spec.space), trials, [])

@@ -173,18 +173,23 @@ class PortfolioStep:
     """Which generator makes a model step, chosen from this study's own measured evidence
     (``portfolio_pick``), never from the problem's shape or name.
 
-    * Each model step of the past is scored by the share of the earlier feasible trials it
-      beat (0 when it broke the system or a constraint), as the trend probe scores its
-      steps. The generators are the GP (GLOBAL, LOCAL, TREND, PRIOR) and the forest
-      (FOREST); the next model step takes the one of the higher upper confidence bound on
-      its mean score, UCB1 (Auer, Cesa-Bianchi, Fischer, Machine Learning 2002: mean +
-      sqrt(2 ln N / n), no constant to choose); an untried generator goes first, the GP
-      breaks ties. The GP's pick falls through to the table's rows below (trend, trust
-      region, global).
     * Stagnation: when as many model steps as the initial design had points (the scale the
       study already uses for "enough points to learn from") ran in a row since the last
       new best (by more than ``improvement x |best|``) and since the last EXPLORE, the next
       step is EXPLORE.
+    * The GP (GLOBAL, LOCAL, TREND, PRIOR: the table's rows below) leads until the search
+      stalls once (an EXPLORE in the history). From then on the forest (FOREST) competes:
+      each model step of the past is scored by the share of the earlier feasible trials it
+      beat (0 when it broke the system or a constraint), as the trend probe scores its
+      steps, and the next model step takes the generator of the higher upper confidence
+      bound on its mean score, UCB1 (Auer, Cesa-Bianchi, Fischer, Machine Learning 2002:
+      mean + sqrt(2 ln N / n), no constant to choose); an untried generator goes first, the
+      GP breaks ties.
+
+    Why the forest waits for a stall (``bench/NOTES.md``, "The portfolio"): with both
+    competing from the first model step, UCB1 spent about a third of the steps on the forest
+    where the GP was right (smooth problems, the scheduler), and choosing by cross-validated
+    ranking instead let the forest lead almost nowhere.
 
     Attributes:
         improvement: What counts as a new best, relative (TuRBO's, as ``LocalStep``).
@@ -386,16 +391,18 @@ def portfolio_pick(
 ) -> ForestStep | ExploreStep | None:
     """The portfolio's generator for the next model step after ``trials`` (observed and
     pending, replayed in id order; ``PortfolioStep``): EXPLORE after stagnation, FOREST when
-    its upper confidence bound is the higher, None for the GP."""
+    the search has stagnated once and the forest's upper confidence bound is the higher,
+    None for the GP."""
     name = spec.objective.name
     sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
     earlier: list[float] = []  # signed feasible values so far (lower wins)
     scores: dict[bool, list[float]] = {False: [], True: []}  # forest? -> scores
     best: float | None = None
     stalled = 0  # model steps since the last new best or EXPLORE
+    explored = False  # the search stagnated once: the forest may compete from then on
     for trial in sorted((t for t in trials if t.id >= 0), key=lambda t: t.id):
         if trial.step is StepKind.EXPLORE:
-            stalled = 0
+            stalled, explored = 0, True
         value = trial.metrics.get(name)
         ok = value is not None and math.isfinite(value) and is_feasible(spec, trial)
         y = sign * value if ok and value is not None else math.inf
@@ -414,6 +421,8 @@ def portfolio_pick(
         return None  # nothing feasible yet: the GP's feasibility search (qLogPoF) leads
     if stalled >= initial:
         return EXPLORE
+    if not explored:
+        return None  # the GP leads until it stalls
     return FOREST if _ucb(scores[True], scores) > _ucb(scores[False], scores) else None
 
 
