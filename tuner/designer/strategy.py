@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -366,21 +366,35 @@ def trend_probe_open(spec: StudySpec, observed: Sequence[Trial], step: TrendStep
     feasible trials it beat (0 when it has no feasible objective value); the probe stays
     open for ``probe`` scored steps and then while their mean score is at least ``keep``.
     """
+    scores: list[float] = []
+    for _, _, score in _replay(spec, observed):
+        if score is not None:
+            scores.append(score)
+            if len(scores) >= step.probe and sum(scores) / len(scores) < step.keep:
+                return False
+    return True
+
+
+def _replay(
+    spec: StudySpec, trials: Sequence[Trial]
+) -> Iterator[tuple[Trial, float, float | None]]:
+    """The trials in id order (a caller's pseudo-observations, negative ids, left out), each
+    with its signed feasible objective (lower wins; inf without one) and, for a finished
+    model step after some feasible trial, its score: the share of the earlier feasible
+    trials it beat (0 when it broke the system or a constraint)."""
     name = spec.objective.name
     sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
-    earlier: list[float] = []  # signed feasible values so far (lower wins)
-    scores: list[float] = []
-    for trial in sorted((t for t in observed if t.id >= 0), key=lambda t: t.id):
+    earlier: list[float] = []  # signed feasible values so far
+    for trial in sorted((t for t in trials if t.id >= 0), key=lambda t: t.id):
         value = trial.metrics.get(name)
         ok = value is not None and math.isfinite(value) and is_feasible(spec, trial)
         y = sign * value if ok and value is not None else math.inf
-        if trial.step.model_based and earlier:
-            scores.append(sum(e > y for e in earlier) / len(earlier))
-            if len(scores) >= step.probe and sum(scores) / len(scores) < step.keep:
-                return False
+        score = None
+        if trial.status.is_final and trial.step.model_based and earlier:
+            score = sum(e > y for e in earlier) / len(earlier)
+        yield trial, y, score
         if ok:
             earlier.append(y)
-    return True
 
 
 _GP_KINDS = frozenset({StepKind.GLOBAL, StepKind.LOCAL, StepKind.TREND, StepKind.PRIOR})
@@ -393,30 +407,22 @@ def portfolio_pick(
     pending, replayed in id order; ``PortfolioStep``): EXPLORE after stagnation, FOREST when
     the search has stagnated once and the forest's upper confidence bound is the higher,
     None for the GP."""
-    name = spec.objective.name
-    sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
-    earlier: list[float] = []  # signed feasible values so far (lower wins)
     scores: dict[bool, list[float]] = {False: [], True: []}  # forest? -> scores
     best: float | None = None
     stalled = 0  # model steps since the last new best or EXPLORE
     explored = False  # the search stagnated once: the forest may compete from then on
-    for trial in sorted((t for t in trials if t.id >= 0), key=lambda t: t.id):
+    for trial, y, score in _replay(spec, trials):
         if trial.step is StepKind.EXPLORE:
             stalled, explored = 0, True
-        value = trial.metrics.get(name)
-        ok = value is not None and math.isfinite(value) and is_feasible(spec, trial)
-        y = sign * value if ok and value is not None else math.inf
         if not trial.status.is_final:
             stalled += trial.step.model_based  # pending: no result yet, no new best
             continue
-        if trial.step.model_based and earlier:
-            scores[trial.step is StepKind.FOREST].append(sum(e > y for e in earlier) / len(earlier))
-        if ok and (best is None or y < best - step.improvement * abs(best)):
+        if score is not None:
+            scores[trial.step is StepKind.FOREST].append(score)
+        if y < math.inf and (best is None or y < best - step.improvement * abs(best)):
             best, stalled = y, 0
         elif trial.step.model_based:
             stalled += 1
-        if ok:
-            earlier.append(y)
     if best is None:
         return None  # nothing feasible yet: the GP's feasibility search (qLogPoF) leads
     if stalled >= initial:
