@@ -397,9 +397,6 @@ def _replay(
             earlier.append(y)
 
 
-_GP_KINDS = frozenset({StepKind.GLOBAL, StepKind.LOCAL, StepKind.TREND, StepKind.PRIOR})
-
-
 def portfolio_pick(
     spec: StudySpec, trials: Sequence[Trial], initial: int, step: PortfolioStep = PORTFOLIO
 ) -> ForestStep | ExploreStep | None:

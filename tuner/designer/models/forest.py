@@ -9,7 +9,7 @@ point is the trees' mean and its uncertainty their spread, as in SMAC.
 
 The training set is the study's observed trials on the unit box (``UnitBoxEncoder``), the
 objective signed so that lower is better, in log space when it is positive and spans more
-than ``LOG_SPAN`` (the GP's rule, ``model.py``). A trial that broke the system (INFEASIBLE,
+than ``model.LOG_SPAN`` (the GP's rule). A trial that broke the system (INFEASIBLE,
 TIMED_OUT, FAILED) or a constraint counts as the worst value measured, as SMAC imputes a
 crashed run's cost: the forest learns where not to go without a second model.
 
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch.quasirandom import SobolEngine
 
+from tuner.designer.models.model import LOG_SPAN
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, is_feasible
@@ -37,7 +38,6 @@ TREES = 10
 RATIO_FEATURES = 5 / 6
 MIN_SPLIT = 3
 MIN_LEAF = 3
-LOG_SPAN = 10.0
 SOBOL_POINTS = 1024
 STARTS = 10  # local-search starts: the best Sobol points and best trials, half each
 ITERATIONS = 10
@@ -123,12 +123,13 @@ def propose(
     order = np.argsort(-pool_scores, kind="stable")
     leaders = X[np.argsort(y, kind="stable")[: STARTS - STARTS // 2]]
     starts = np.vstack([points[order[: STARTS // 2]], leaders])
-    found = [points, starts]
     current, current_scores = starts, score(starts)
+    found, found_scores = [points, starts], [pool_scores, current_scores]
     for _ in range(ITERATIONS):
         neighbours = np.vstack([_one_exchange(row, levels, rng, 4) for row in current])
         neighbour_scores = score(neighbours).reshape(len(current), 4)
         found.append(neighbours)
+        found_scores.append(neighbour_scores.reshape(-1))
         pick = neighbour_scores.argmax(axis=1)
         better = neighbour_scores[np.arange(len(current)), pick] > current_scores
         if not better.any():
@@ -138,8 +139,8 @@ def propose(
         current_scores = np.where(
             better, neighbour_scores[np.arange(len(current)), pick], current_scores
         )
-    candidates = np.vstack(found)
-    ranked = candidates[np.argsort(-score(candidates), kind="stable")]
+    candidates = np.vstack(found)  # each scored once, as it was found
+    ranked = candidates[np.argsort(-np.concatenate(found_scores), kind="stable")]
     out: list[list[float]] = []
     seen: set[tuple[float, ...]] = set()
     for row in ranked:

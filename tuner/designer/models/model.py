@@ -108,7 +108,7 @@ NUMERICAL_ERRORS: tuple[type[Exception], ...] = (
 )
 
 FEASIBILITY = "__feasibility__"
-_LOG_SPAN = 10.0  # model positive metrics in log space when max/min exceeds this
+LOG_SPAN = 10.0  # model positive metrics in log space when max/min exceeds this
 _WARM_KEYS = ("covar_module", "likelihood", "mean_module")
 _CAT_LENGTHSCALE = (0.01, 20.0)
 _FIT_MAXITER = 200  # L-BFGS-B steps of a fit from the priors
@@ -236,7 +236,7 @@ def outcome_data(
         values = torch.tensor([[v] for _, vs in found for v in vs], dtype=torch.float64)
         use_log = (
             bool((values > 0).all())
-            and float(values.max() / values.min()) > _LOG_SPAN
+            and float(values.max() / values.min()) > LOG_SPAN
             and name not in linear
         )
         Y = values.log() if use_log else values
