@@ -108,54 +108,19 @@ class ResSet:
     embed_dims: int
 
 
+def _mysql_tps(name: str, log: str) -> ResSet:
+    """A KnobsTuningEA MySQL 5.7 log over the 100 SYSBENCH SHAP knobs, throughput maximized."""
+    return ResSet(name, log, "SYSBENCH_shap_knobs.json", "tps", "tps", "maximize", 16)
+
+
 RES_SETS = {
     s.name: s
     for s in (
-        ResSet(
-            "tpcc-100",
-            "mysql197_tpcc.res",
-            "SYSBENCH_shap_knobs.json",
-            "tps",
-            "tps",
-            "maximize",
-            16,
-        ),
-        ResSet(
-            "ycsb-100",
-            "mysql197_ycsb_lhs.res",
-            "SYSBENCH_shap_knobs.json",
-            "tps",
-            "tps",
-            "maximize",
-            16,
-        ),
-        ResSet(
-            "seats-100",
-            "mysql197_seats.res",
-            "SYSBENCH_shap_knobs.json",
-            "tps",
-            "tps",
-            "maximize",
-            16,
-        ),
-        ResSet(
-            "tatp-100",
-            "mysql197_tatp.res",
-            "SYSBENCH_shap_knobs.json",
-            "tps",
-            "tps",
-            "maximize",
-            16,
-        ),
-        ResSet(
-            "voter-100",
-            "mysql197_voter.res",
-            "SYSBENCH_shap_knobs.json",
-            "tps",
-            "tps",
-            "maximize",
-            16,
-        ),
+        _mysql_tps("tpcc-100", "mysql197_tpcc.res"),
+        _mysql_tps("ycsb-100", "mysql197_ycsb_lhs.res"),
+        _mysql_tps("seats-100", "mysql197_seats.res"),
+        _mysql_tps("tatp-100", "mysql197_tatp.res"),
+        _mysql_tps("voter-100", "mysql197_voter.res"),
         ResSet(
             "pg-5",
             "PG_5knob_lhs.res",
