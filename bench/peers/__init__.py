@@ -13,6 +13,7 @@ MethodRun`` (``bench.contract``). The peers:
 ``mlos``                mlos-core SMAC (LlamaTune adapter when the problem embeds), own venv
 ``ours``                our designer (``bench/peers/ours.py``), listed when that file exists
 ``ours-portfolio``      ours with ``designer.portfolio = true`` (the forest, EXPLORE)
+``ours-full``           ours without the LlamaTune embedding (the product's default)
 ``ours-protocol``       ours through the session's measurement protocol (repeats, race,
                         posterior ranking, confirmation) on the same measurement budget
 ======================  =============================================================
@@ -37,6 +38,7 @@ _MODULES = {
     "mlos": "mlos",
     "ours": "ours",
     "ours-portfolio": "ours_portfolio",
+    "ours-full": "ours_full",
     "ours-protocol": "ours_protocol",
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -293,3 +294,14 @@ def test_ours_protocol_spends_the_budget_and_reports_the_confirmed_best() -> Non
     assert final is not None
     last = run.configs[-3 * notes["confirm_rounds"] :]
     assert sum(config_key(c) == config_key(final) for c in last) >= notes["confirm_rounds"]
+
+
+def test_ours_full_is_ours_without_the_embedding() -> None:
+    """``ours-full`` on an embedded problem makes exactly ``ours``'s choices on the same
+    problem without ``embed_dims``, and not those of the embedded run."""
+    embedded_problem = replace(MIXED, embed_dims=2)
+    full = RUNNERS["ours-full"].run(embedded_problem, 0, MODEL_BUDGET)
+    _check(full, embedded_problem, "ours-full", 0, MODEL_BUDGET)
+    plain = RUNNERS["ours"].run(MIXED, 0, MODEL_BUDGET)
+    embedded = RUNNERS["ours"].run(embedded_problem, 0, MODEL_BUDGET)
+    assert full.configs == plain.configs != embedded.configs
