@@ -173,7 +173,7 @@ def _confirmed(spec: StudySpec, best: Best, trials: Sequence[Trial]) -> tuple[st
 def _basis_words(basis: Basis) -> str:
     return {
         Basis.MEASURED: "measured value",
-        Basis.POSTERIOR: "by the model's posterior mean",
+        Basis.SCREENED: "by measured value, the model's outliers set aside",
         Basis.TRIAL_MEANS: "by trial means",
         Basis.CONFIRMATION: "confirmed",
     }[basis]
@@ -185,7 +185,7 @@ def _unconfirmed(best: Best) -> str:
     if best.basis is Basis.TRIAL_MEANS:
         return (
             "unconfirmed: the study has no confirmation rounds, and no model ranked its latest "
-            "results (a session or a server ranks them by the model's posterior mean when "
+            "results (a session or a server sets the model's outliers aside when "
             "it stores them)"
         )
     return "unconfirmed: the study has no confirmation rounds"

@@ -30,7 +30,14 @@ from typing import Protocol
 
 from runner.measurement import Measured, MeasurementProtocol, could_win, measure
 from targets.base import Target
-from tuner.confirmation import improvement, pooled_noise, ranked, unstable_trial
+from tuner.confirmation import (
+    improvement,
+    model_ranking,
+    pooled_noise,
+    ranked,
+    unstable_trial,
+)
+from tuner.confirmation import noiseless as measured_noiseless
 from tuner.errors import StateError, TargetError, ValidationError
 from tuner.measurement_stats import Drift, drift
 from tuner.space import Config, Knob, Scalar
@@ -425,8 +432,10 @@ def summarize(
 ) -> SessionResult:
     """The default trial, the best trial and the improvement ratio of a study's trials.
 
-    The best is the feasible trial (by its measured means) with the best posterior mean of
-    the objective's GP (``ranked``), not the one with the luckiest measurement. With the
+    The best is the one ``tuner best`` names for the study before a confirmation
+    (``tuner.confirmation.best_of``): the best measured of the ranking's trials, those the
+    objective GP calls outliers set aside, not the luckiest measurement. The ranking (the
+    confirmation's candidates) is by the GP's posterior mean (``ranked``). With the
     stored ``measurements``: trials whose repeats disagree beyond the machine's noise are
     flagged and left out of the best, and the default's series (repeats and controls) gives
     the drift. The result's spec has its relative outcome constraints
@@ -452,7 +461,9 @@ def summarize(
     ]  # fmt: skip
     found = drift([m.at for m in series], [m.metrics[name] for m in series]) if series else None
     ranking = tuple(ranked(spec, trials, flagged, measurements, noiseless))
-    best = ranking[0] if ranking else None
+    noisy = not noiseless and not measured_noiseless(spec, measurements)
+    screened = model_ranking(spec, trials, ranking) if ranking and noisy else None
+    best = screened[0] if screened else ranking[0] if ranking else None
     ratio = improvement(spec, default, best)
     relative = {}
     if found is not None and found.values:

@@ -2,7 +2,8 @@
 
 ``tuner.confirmation.best_of`` decides the best from the stored trials and measurements:
 the confirmation's verdict when the study has one (plain Python, any install); else the
-objective GP's posterior mean, which needs torch. What needs the model is computed where
+best measured value among the trials the objective GP does not call outliers, which
+needs torch. What needs the model is computed where
 the model is, once, and stored: ``study_best`` ranks with it when this process has it,
 and appends a ``ranked_best`` event (``RANKED``) to the trial it chose, with a digest of
 the evidence the ranking saw (every trial's id, status, update time and repeat count, and
@@ -25,7 +26,7 @@ import logging
 from collections.abc import Sequence
 
 from server.storage import Storage
-from tuner.confirmation import Best, best_of, model_ranking
+from tuner.confirmation import Basis, Best, best_of, model_ranking
 from tuner.errors import TunerError
 from tuner.study import StudySpec
 from tuner.trial import Measurement, Trial
@@ -42,7 +43,7 @@ def study_best(
     trials: Sequence[Trial],
     measurements: Sequence[Measurement],
 ) -> Best:
-    """``best_of`` the study, ranking by the posterior mean stored for this evidence, else
+    """``best_of`` the study, ranking by the model stored for this evidence, else
     by the model where this process has it (and storing its choice where it may write)."""
     evidence = digest(trials, measurements)
     by_id = {t.id: t for t in trials}
@@ -89,8 +90,8 @@ def _stored(storage: Storage, study: str, evidence: str) -> int | None:
 
 
 def _store(storage: Storage, study: str, trial_id: int, evidence: str) -> None:
-    detail = json.dumps({"basis": "posterior mean", "evidence": evidence})
+    detail = json.dumps({"basis": Basis.SCREENED.value, "evidence": evidence})
     try:
         storage.add_trial_event(study, trial_id, RANKED, detail)
     except TunerError as exc:  # a full disk or a read-only file: the answer still stands
-        log.warning("study %s: could not store the best by posterior mean (%s)", study, exc)
+        log.warning("study %s: could not store the model's choice of the best (%s)", study, exc)

@@ -663,7 +663,8 @@ class TuningService:
 
     def best(self, study: str) -> Best:
         """The study's best and how it was chosen (``server.best.study_best``: the
-        confirmed best, else the best posterior mean among stable trials, ranked once per
+        confirmed best, else the best measured of the stable trials the model does not call
+        outliers, ranked once per
         set of results and kept for readers without the model). StateError when the study
         has several objectives."""
         spec = self._spec(_study_name(study))

@@ -10,8 +10,9 @@ the service answers ``GetBestTrial`` with them, and a session (``runner.session`
   per-round ratios to the default; ``stored_confirmation`` rebuilds it from the stored
   CONFIRM measurements.
 * ``best_of``: the study's best as every command reports it (a ``Best``: the trial and how
-  it was chosen); ``ranked``: the feasible trials, best first by the objective GP's
-  posterior mean (by their measured values on a study without noise, ``noiseless``);
+  it was chosen: without a confirmation, the best measured value among the trials the
+  objective GP does not call outliers); ``ranked``: the feasible trials, best first by the
+  objective GP's posterior mean (by their measured values on a study without noise, ``noiseless``);
   ``improvement``: best against default.
 
 Nothing here imports torch or SciPy: the quantiles are ``tuner.quantiles``'s, and the one
@@ -357,7 +358,7 @@ class Basis(StrEnum):
 
     CONFIRMATION = "confirmation"  # the closing confirmation's verdict, or what it keeps
     MEASURED = "measured values"  # a study without noise (``noiseless``): no model needed
-    POSTERIOR = "posterior mean"  # the objective GP's, among the stable feasible trials
+    SCREENED = "measured, outliers set aside"  # by the objective GP, among the stable feasible
     TRIAL_MEANS = "trial means"  # no model ranked these results (a reader found none stored)
 
 
@@ -386,7 +387,7 @@ Ranker = Callable[[StudySpec, Sequence[Trial], Sequence[Trial]], "list[Trial] | 
 
 
 def model_available() -> bool:
-    """Whether this install has the model that ranks by posterior mean (torch, BoTorch),
+    """Whether this install has the model that ranks a study's trials (torch, BoTorch),
     found without importing it."""
     try:
         return all(importlib.util.find_spec(name) is not None for name in ("torch", "botorch"))
@@ -397,13 +398,14 @@ def model_available() -> bool:
 def model_ranking(
     spec: StudySpec, trials: Sequence[Trial], among: Sequence[Trial]
 ) -> list[Trial] | None:
-    """``among`` best first by the objective GP's posterior mean
-    (``tuner.designer.models.posterior_best``), or None where torch is not installed."""
+    """``among`` best first by their measured values, the objective GP's outliers last
+    (``tuner.designer.models.posterior_best.rank_screened``), or None where torch is not
+    installed."""
     if not model_available():
         return None
-    from tuner.designer.models.posterior_best import rank_by_posterior  # torch: only when ranking
+    from tuner.designer.models.posterior_best import rank_screened  # torch: only when ranking
 
-    return rank_by_posterior(spec, trials, among)
+    return rank_screened(spec, trials, among)
 
 
 def best_of(
@@ -418,9 +420,9 @@ def best_of(
     best, or, when it confirmed none, what it keeps (``Confirmation.kept``: the default
     when the default met the constraints in every round). Else, among the feasible trials
     (the default included) whose repeats are stable: on a study without noise
-    (``noiseless``) the best measured value; else the best by ``rank`` (the objective GP's
-    posterior mean); and where ``rank`` cannot (no model), the best trial mean. For one
-    objective."""
+    (``noiseless``) the best measured value; else the best by ``rank`` (the best measured
+    value among those the objective GP does not call outliers); and where ``rank`` cannot
+    (no model), the best trial mean. For one objective."""
     found = stored_confirmation(spec, trials, measurements)
     kept = None if found is None else found.kept(spec.objective.goal)
     if kept is not None:
@@ -436,7 +438,7 @@ def best_of(
     ranking = rank(resolved, trials, among) if among else []
     if ranking is None:
         return Best(next(iter(by_measured(resolved, among)), None), Basis.TRIAL_MEANS, found)
-    return Best(ranking[0] if ranking else None, Basis.POSTERIOR, found)
+    return Best(ranking[0] if ranking else None, Basis.SCREENED, found)
 
 
 def ranked(

@@ -237,7 +237,7 @@ NUMERIC = SuiteProblem(
         {"name": "ratio", "kind": "float", "low": 0.0, "high": 1.0},
         {"name": "size", "kind": "int", "low": 16, "high": 1_000_000, "log": True},
         {"name": "mode", "kind": "categorical", "choices": ["a", "b", "c"]},
-        {"name": "huge", "kind": "int", "low": 4096, "high": 2**64 - 1},
+        {"name": "huge", "kind": "int", "low": 4096, "high": 2**63 - 1},
         {"name": "buffers", "kind": "int", "low": -1, "high": 4096, "special_values": [-1]},
     ),
     objective="f",
@@ -254,11 +254,12 @@ NUMERIC = SuiteProblem(
 def test_mlos_registers_suggestions_of_an_all_numeric_embedded_space() -> None:
     """mlos-core's LlamaTune adapter hands out a float Series for a space of numbers only
     (categorical knobs go as value indices) and then refused to register it; an int knob up
-    to 2**64 - 1 does not fit ConfigSpace's Integer (``bench/mlos_peer.py``)."""
+    to 2**63 - 1 (the most a knob may hold: the wire format's sint64) does not fit
+    ConfigSpace's Integer (``bench/mlos_peer.py``)."""
     module = _runner("mlos")
     run = module.run(NUMERIC, 0, MODEL_BUDGET)
     _check(run, NUMERIC, "mlos", 0, MODEL_BUDGET)
-    assert all(isinstance(c["huge"], int) and 4096 <= c["huge"] < 2**64 for c in run.configs)
+    assert all(isinstance(c["huge"], int) and 4096 <= c["huge"] < 2**63 for c in run.configs)
 
 
 def _noisy_measure(config: Config, rng: random.Random) -> Measurement:

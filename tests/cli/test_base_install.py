@@ -172,11 +172,13 @@ def test_the_base_install_names_the_best_the_full_install_names(
     results: Path, server: str, study: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The same trial and verdict, whichever install reads, from the file or the server;
-    the unconfirmed study's by the posterior mean the session ranked at its end."""
+    the unconfirmed study's by the ranking the session stored at its end (the best measured,
+    the model's outliers set aside)."""
     capsys.readouterr()
     assert main(["best", study, "--db", str(results), "--json"]) == 0
     full = json.loads(capsys.readouterr().out)
-    assert full["basis"] == ("confirmation" if study == "confirmed" else "posterior mean")
+    unconfirmed = "measured, outliers set aside"
+    assert full["basis"] == ("confirmation" if study == "confirmed" else unconfirmed)
     for option in (["--db", str(results)], ["--server", server]):
         done = without_full(["best", study, "--json", *option])
         assert done.returncode == 0, done.stderr

@@ -51,7 +51,8 @@ def test_a_best_that_is_worse_than_the_default_is_not_called_an_improvement(
     )
     assert "improvement" not in text
     # the answer comes last: keep the default, which changes nothing
-    assert text.endswith("is the best by the model's posterior mean under p95_ms <= 20 "
+    assert text.endswith("is the best by measured value, the model's outliers set aside "
+                         "under p95_ms <= 20 "
                          "(unconfirmed: the study has no confirmation rounds) the default "
                          "configuration"), text  # fmt: skip
     assert text.count("keep the default") == 1

@@ -45,7 +45,7 @@ def test_a_writer_ranks_once_and_a_reader_takes_the_stored_ranking(
     with SQLiteStorage(db) as storage:
         service = TuningService(storage)
         ranked = service.best(SPEC.name)
-        assert ranked.basis is Basis.POSTERIOR and ranked.trial is not None
+        assert ranked.basis is Basis.SCREENED and ranked.trial is not None
         event = storage.last_event(SPEC.name, RANKED)
         assert event is not None and event.trial_id == ranked.trial.id
         again = service.best(SPEC.name)  # the same results: stored, not ranked again
@@ -61,7 +61,7 @@ def test_a_writer_ranks_once_and_a_reader_takes_the_stored_ranking(
     with SQLiteStorage(db, read_only=True) as storage:
         trials, measurements = storage.list_trials(SPEC.name), storage.list_measurements(SPEC.name)
         read = study_best(storage, SPEC, trials, measurements)
-    assert (read.trial, read.basis) == (ranked.trial, Basis.POSTERIOR)
+    assert (read.trial, read.basis) == (ranked.trial, Basis.SCREENED)
 
 
 def test_a_reader_of_changed_results_ranks_by_trial_means_and_says_so(tmp_path: Path) -> None:

@@ -78,7 +78,8 @@ def write_config(
 VERDICT = re.compile(
     r"^(confirmed: trial \d+ (is|meets)|not beyond noise: trial \d+ is|not confirmed: |"
     r"keep the default: |best by confirmed mean: trial \d+|"
-    r"best (by the model's posterior mean|measured value|by trial means)[^:]*: trial \d+)"
+    r"best (by measured value, the model's outliers set aside|measured value|by trial means)"
+    r"[^:]*: trial \d+)"
 )
 
 

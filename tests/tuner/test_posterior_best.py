@@ -1,4 +1,4 @@
-"""Ranking measured configurations by the objective GP's posterior mean."""
+"""Ranking measured configurations by the objective GP: its posterior mean, its outlier test."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import math
 from tuner.designer.models.posterior_best import (
     MAX_FITTED,
     fitted,
+    outliers,
     posterior_means,
     rank_by_posterior,
+    rank_screened,
 )
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -75,3 +77,32 @@ def test_a_long_study_is_ranked_by_a_gp_on_its_best_and_a_spread_of_the_rest() -
     assert means is not None and len(means) == n
     best = max(means, key=means.__getitem__)
     assert abs(trials[best - 1].metrics["tps"] - by_value[0].metrics["tps"]) < 1.0
+
+
+def test_a_lone_lucky_sample_is_set_aside_and_the_rest_keep_their_measured_order() -> None:
+    """The spike at x = 0.5 (140 among neighbours at 100) is an outlier; the steady rise to
+    x = 0.8, measured three times, is never one; the best left is the best measured."""
+    trials = history()
+    lucky, steady = trials[-2], trials[-1]
+    assert outliers(SPEC, trials) == {lucky.id}
+    ranking = rank_screened(SPEC, trials, trials)
+    assert ranking[0] is steady and ranking[-1] is lucky
+    rest = [t.metrics["tps"] for t in ranking[:-1]]
+    assert rest == sorted(rest, reverse=True)
+    minimize = StudySpec.from_dict({**SPEC.to_dict(), "objectives": [
+        {"name": "tps", "goal": "minimize"}]}, knobs=SPEC.space.knobs)  # fmt: skip
+    assert lucky.id not in outliers(minimize, trials)  # too high is not lucky when minimizing
+
+
+def test_a_smooth_surface_without_noise_has_no_outliers() -> None:
+    """On a deterministic smooth surface the best measurement stays the best."""
+    trials = [trial(i + 1, i / 19, 100.0 + 30.0 * math.sin(3.0 * i / 19)) for i in range(20)]
+    assert outliers(SPEC, trials) == set()
+    best = max(trials, key=lambda t: t.metrics["tps"])
+    assert rank_screened(SPEC, trials, trials)[0] is best
+
+
+def test_too_few_trials_have_no_outlier_test() -> None:
+    trials = [trial(1, 0.1, 100.0), trial(2, 0.5, 140.0), trial(3, 0.8, 120.0)]
+    assert outliers(SPEC, trials) == set()
+    assert [t.id for t in rank_screened(SPEC, trials, trials)] == [2, 3, 1]

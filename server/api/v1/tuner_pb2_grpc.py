@@ -193,9 +193,9 @@ class TunerServiceServicer:
 
     def GetBestTrial(self, request, context):
         """Returns the best feasible COMPLETED trial as a session reports it: the closing
-        confirmation's best when the study stored one (its CONFIRM measurements), else the trial
-        with the best posterior mean of the objective's model among those whose repeats are
-        stable (by measured means below 4 observed trials; earliest wins ties); NOT_FOUND while
+        confirmation's best when the study stored one (its CONFIRM measurements), else the best
+        measured of the trials whose repeats are stable, those the objective's model calls
+        outliers set aside (none below 4 observed trials; earliest wins ties); NOT_FOUND while
         no trial is feasible yet; FAILED_PRECONDITION for a study with several objectives, which
         has a Pareto front instead (GetParetoFront).
         """
