@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.quasirandom import SobolEngine
 
-from tuner.designer.models.model import LOG_SPAN
+from tuner.designer.models.model import LOG_SPAN, finite
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, is_feasible
@@ -51,7 +51,7 @@ def training_set(
     failures at the worst value, and the best feasible value; None when none is feasible."""
     name = spec.objective.name
     sign = -1.0 if spec.objective.goal.value == "maximize" else 1.0
-    measured = [t for t in observed if _finite(t.metrics.get(name))]
+    measured = [t for t in observed if finite(t.metrics.get(name))]
     if not measured:
         return None
     raw = np.array([float(t.metrics[name]) for t in measured])
@@ -176,7 +176,3 @@ def _snap(points: np.ndarray, levels: dict[int, list[float]]) -> np.ndarray:
         grid = np.asarray(values, dtype=float)
         out[:, i] = grid[np.abs(out[:, i][:, None] - grid[None, :]).argmin(axis=1)]
     return out
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

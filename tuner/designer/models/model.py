@@ -229,7 +229,7 @@ def outcome_data(
     linear = {o.name for o in spec.objectives} if spec.multi_objective else set()
     out: list[OutcomeData] = []
     for name in spec.metric_names:
-        found = [(t, replicates(t, name)) for t in observed if _finite(t.metrics.get(name))]
+        found = [(t, replicates(t, name)) for t in observed if finite(t.metrics.get(name))]
         if not found:
             continue
         rows = [t for t, values in found for _ in values]
@@ -245,7 +245,7 @@ def outcome_data(
             broken = [
                 t
                 for t in observed
-                if t.status is not TrialStatus.COMPLETED and not _finite(t.metrics.get(name))
+                if t.status is not TrialStatus.COMPLETED and not finite(t.metrics.get(name))
             ]
             if broken:
                 worst = Y.max() if spec.objective.goal.value == "minimize" else Y.min()
@@ -487,5 +487,6 @@ def _hyperparameters(model: GPyTorchModel) -> dict[str, torch.Tensor]:
     }
 
 
-def _finite(value: float | None) -> bool:
+def finite(value: float | None) -> bool:
+    """Whether a metric value is present and finite (a training row)."""
     return value is not None and math.isfinite(value)

@@ -33,14 +33,19 @@ repeats decide.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from statistics import NormalDist
 
 import torch
 from botorch.models import SingleTaskGP
 
-from tuner.designer.models.model import NUMERICAL_ERRORS, fit_models, outcome_data, replicates
+from tuner.designer.models.model import (
+    NUMERICAL_ERRORS,
+    finite,
+    fit_models,
+    outcome_data,
+    replicates,
+)
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import Goal, StudySpec
 from tuner.trial import OBSERVED, Trial
@@ -117,53 +122,38 @@ def rank_by_posterior(
 
 def outliers(spec: StudySpec, trials: Sequence[Trial]) -> set[int]:
     """Ids of the single-measurement trials whose objective is better than the objective GP
-    predicts there from all the other trials, beyond its fitted noise (``gp_outliers`` on
-    the GP fitted to every observed trial). Empty with fewer than ``MIN_TRIALS`` trials or
-    after numerical trouble."""
+    predicts there from all the other trials, beyond its fitted noise: the GP fitted to every
+    observed trial (``fitted``), its leave-one-out residual (Rasmussen & Williams 2006,
+    eq. 5.12, the fitted hyperparameters) divided by its leave-one-out standard deviation,
+    above the normal quantile at ``OUTLIER_LEVEL / (2 n)`` for ``n`` training rows, on the
+    better side. A trial measured several times has a mean, not a sample, and is never set
+    aside. Empty with fewer than ``MIN_TRIALS`` rows or after numerical trouble."""
     name = spec.objective.name
     observed = fitted(spec, tuple(t for t in trials if t.status in OBSERVED))
     encoder = UnitBoxEncoder(spec.space)
     data = [d for d in outcome_data(spec, encoder, observed) if d.name == name]
     if not data or data[0].X.shape[0] < MIN_TRIALS:
         return set()
+    # outcome_data's rows: each trial with a finite objective, once per replicate, in order
+    rows = [t for t in observed if finite(t.metrics.get(name)) for _ in replicates(t, name)]
     try:
-        return gp_outliers(spec, fit_models(data, encoder), observed)
+        model = fit_models(data, encoder)
+        assert isinstance(model, SingleTaskGP) and model.num_outputs == 1  # one outcome
+        with torch.no_grad():
+            X: torch.Tensor = model.train_inputs[0]
+            y: torch.Tensor = model.train_targets
+            covariance = model.covar_module(X).to_dense()
+            noise = model.likelihood.noise.reshape(-1)[0]
+            K = covariance + noise * torch.eye(len(y), dtype=X.dtype)
+            inverse = torch.cholesky_inverse(torch.linalg.cholesky(K))
+            z = (inverse @ (y - model.mean_module(X))) / torch.sqrt(torch.diagonal(inverse))
     except NUMERICAL_ERRORS as err:
         log.warning("no outlier test: the objective's GP failed (%s)", err)
         return set()
-
-
-def gp_outliers(spec: StudySpec, model: object, observed: Sequence[Trial]) -> set[int]:
-    """The ``outliers`` of a fitted objective GP (a single-output ``SingleTaskGP`` trained on
-    ``observed``'s objective rows, ``models/model.py``'s ``outcome_data`` order): the
-    leave-one-out residual (Rasmussen & Williams 2006, eq. 5.12, the fitted hyperparameters)
-    divided by its leave-one-out standard deviation, above the normal quantile at
-    ``OUTLIER_LEVEL / (2 n)`` for ``n`` rows, on the better side. A trial measured several
-    times has a mean, not a sample, and is never set aside. Empty for another model."""
-    name = spec.objective.name
-    rows = [t for t in observed if _measured(t, name) for _ in replicates(t, name)]
-    if not isinstance(model, SingleTaskGP) or model.num_outputs != 1:
-        return set()
-    with torch.no_grad():
-        X: torch.Tensor = model.train_inputs[0]
-        y: torch.Tensor = model.train_targets
-        if len(rows) != len(y) or len(y) < MIN_TRIALS:
-            return set()
-        covariance = model.covar_module(X).to_dense()
-        noise = model.likelihood.noise.reshape(-1)[0]
-        K = covariance + noise * torch.eye(len(y), dtype=X.dtype)
-        inverse = torch.cholesky_inverse(torch.linalg.cholesky(K))
-        residual = y - model.mean_module(X)
-        z = (inverse @ residual) / torch.sqrt(torch.diagonal(inverse))
     sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0  # the GP's y is the metric
-    threshold = NormalDist().inv_cdf(1.0 - OUTLIER_LEVEL / (2 * len(z)))
+    threshold = NormalDist().inv_cdf(1.0 - OUTLIER_LEVEL / (2 * len(rows)))
     scores = zip(rows, z.tolist(), strict=True)
     return {t.id for t, v in scores if t.repeats == 1 and sign * v > threshold}
-
-
-def _measured(trial: Trial, name: str) -> bool:
-    value = trial.metrics.get(name)
-    return value is not None and math.isfinite(value)
 
 
 def rank_screened(spec: StudySpec, trials: Sequence[Trial], among: Sequence[Trial]) -> list[Trial]:
