@@ -108,6 +108,8 @@ class MethodRun:
             (None while it has none).
         seconds: Wall time of the run.
         notes: Counters (how ours made its suggestions, fallbacks, ...).
+        generators: What made each configuration, in order (ours: the trial's stored step,
+            ``tuner.trial.StepKind``); empty for a peer, which does not say.
     """
 
     method: str
@@ -118,6 +120,7 @@ class MethodRun:
     reported: list[Config | None]
     seconds: float
     notes: dict[str, int] = field(default_factory=dict)
+    generators: list[str] = field(default_factory=list)
 
 
 def run_rng(problem: str, seed: int) -> random.Random:

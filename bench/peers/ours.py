@@ -11,6 +11,7 @@ the system is INFEASIBLE, a failed one FAILED. After each evaluation ours report
 configuration the server's ``GetBestTrial`` reports for the trials so far
 (``tuner.confirmation.best_of``: the best measured value, the objective GP's outliers set
 aside; the runs before issue 57 reported the best measured value, ``tuner.trial.best_trial``).
+The run's full log keeps each trial's step (``MethodRun.generators``).
 """
 
 from __future__ import annotations
@@ -106,4 +107,5 @@ def run(
         reported=reported,
         seconds=seconds,
         notes=dict(steps),
+        generators=[t.step.value for t in trials],
     )
