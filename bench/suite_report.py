@@ -6,7 +6,8 @@
   seeds every method ran, counted in the title) and its seconds per run;
 * the summary over problems: for each ``ours*`` method the fraction of problems where it
   reaches the best peer's target and its median time-to-target ratio; every method's mean
-  rank at 25/50/100 evaluations (with the number of problems it ran); when some method did
+  rank at 25/50/100 evaluations (with the number of problems it ran), and again per family
+  when the problems span several; when some method did
   not run on every problem, both again over the problems every method ran; on the noisy
   twins, whether ours' true value beats every peer at 50 and 100;
 * a PNG of small multiples, one panel per problem, the mean normalized curve of each method:
@@ -75,6 +76,9 @@ def summary_tables(suite: Mapping[str, Any]) -> list[Table]:
             suite.get("rank_problems"),
         ),
     ]
+    families = suite.get("family_ranks", {})
+    if len(families) > 1:
+        out.append(_family_table(families, suite["family_problems"]))
     complete = suite.get("complete", [])
     scored = suite.get("rank_problems", {})
     if complete and any(count != len(complete) for count in scored.values()):
@@ -109,6 +113,28 @@ def _reach_table(rows: Mapping[str, Any], title: str) -> Table:
             "-" if ratio is None else f"{ratio:.2f}",
         )
     return reach
+
+
+def _family_table(
+    families: Mapping[str, Mapping[str, Mapping[str, float]]],
+    problems: Mapping[str, Mapping[str, int]],
+) -> Table:
+    table = Table(title="Mean rank over each family's problems")
+    table.add_column("family")
+    table.add_column("method")
+    table.add_column("problems", justify="right")
+    for at in SUMMARY_AT:
+        table.add_column(f"@{at}", justify="right")
+    for family, ranks in families.items():
+        for method in sorted({m for by in ranks.values() for m in by}):
+            cells = [ranks[str(at)].get(method) for at in SUMMARY_AT]
+            table.add_row(
+                family,
+                method,
+                str(problems[family].get(method, 0)),
+                *("-" if c is None else f"{c:.2f}" for c in cells),
+            )
+    return table
 
 
 def _rank_table(

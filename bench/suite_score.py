@@ -208,8 +208,10 @@ def summarize_problem(
 
 
 def summarize_suite(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Over problems: ours' reach fraction and median ratio, mean ranks, noisy twins; the
-    same reach and ranks again over the problems every method ran (``complete``)."""
+    """Over problems: ours' reach fraction and median ratio, mean ranks (all problems, and
+    each family's: ``family_ranks``, with ``family_problems`` counting each method's), noisy
+    twins; the same reach and ranks again over the problems every method ran
+    (``complete``)."""
     methods = sorted({m for s in summaries.values() for m in s["methods"]})
     complete = [
         n for n, s in summaries.items() if s["methods"] and set(s["methods"]) == set(methods)
@@ -224,6 +226,14 @@ def summarize_suite(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
         "complete": complete,
         "twins": {},
     }
+    families = sorted({s["family"] for s in summaries.values() if s["methods"]})
+    by_family = {f: {n: s for n, s in summaries.items() if s["family"] == f} for f in families}
+    out["family_ranks"] = {f: _suite_ranks(chosen) for f, chosen in by_family.items()}
+    out["family_problems"] = {
+        f: {m: sum(m in s["ranks"].get(str(s["budget"]), {}) for s in chosen.values())
+            for m in methods}
+        for f, chosen in by_family.items()
+    }  # fmt: skip
     chosen = {n: summaries[n] for n in complete}
     out["ours_complete"] = _reach(chosen, methods)
     out["ranks_complete"] = _suite_ranks(chosen)

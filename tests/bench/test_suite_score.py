@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -182,3 +183,29 @@ def test_a_suite_where_every_method_ran_everywhere_has_no_second_summary() -> No
     suite = ss.summarize_suite({"hdbo:a": ss.summarize_problem(problem, runs, (2,))})
     assert suite["complete"] == ["hdbo:a"] and suite["ranks_complete"] == suite["ranks"]
     assert not any("every method ran" in str(t.title) for t in summary_tables(suite))
+
+
+def test_mean_ranks_per_family_when_the_problems_span_several() -> None:
+    """Ours first on the hdbo problem, last on the db one: the suite's mean rank is a draw,
+    each family's says where; a suite of one family has no family table."""
+    problem = _problem(goal="maximize")
+    db = replace(problem, name="db:toy", family="db")
+    high = [_scored("ours", s, [1.0, 5.0, 9.0, 9.0]) for s in (0, 1)]
+    low = [_scored("ours", s, [1.0, 1.0, 1.0, 1.0]) for s in (0, 1)]
+    peer = [_scored("random", s, [2.0, 4.0, 6.0, 8.0]) for s in (0, 1)]
+    summaries = {
+        "hdbo:toy": ss.summarize_problem(problem, high + peer, (2,)),
+        "db:toy": ss.summarize_problem(db, low + peer, (2,)),
+    }
+    suite = ss.summarize_suite(summaries)
+    assert suite["ranks"]["100"] == {"ours": 1.5, "random": 1.5}
+    assert suite["family_ranks"]["hdbo"]["100"] == {"ours": 1.0, "random": 2.0}
+    assert suite["family_ranks"]["db"]["100"] == {"ours": 2.0, "random": 1.0}
+    assert suite["family_problems"] == {
+        "db": {"ours": 1, "random": 1},
+        "hdbo": {"ours": 1, "random": 1},
+    }
+    titles = [t.title for t in summary_tables(suite)]
+    assert "Mean rank over each family's problems" in titles
+    one = ss.summarize_suite({"hdbo:toy": summaries["hdbo:toy"]})
+    assert "Mean rank over each family's problems" not in [t.title for t in summary_tables(one)]
