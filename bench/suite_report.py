@@ -127,13 +127,8 @@ def _family_table(
         table.add_column(f"@{at}", justify="right")
     for family, ranks in families.items():
         for method in sorted({m for by in ranks.values() for m in by}):
-            cells = [ranks[str(at)].get(method) for at in SUMMARY_AT]
-            table.add_row(
-                family,
-                method,
-                str(problems[family].get(method, 0)),
-                *("-" if c is None else f"{c:.2f}" for c in cells),
-            )
+            count = str(problems[family].get(method, 0))
+            table.add_row(family, method, count, *_rank_cells(ranks, method))
     return table
 
 
@@ -147,10 +142,15 @@ def _rank_table(
     for at in SUMMARY_AT:
         table.add_column(f"@{at}", justify="right")
     for method in sorted({m for by in ranks.values() for m in by}):
-        cells = [ranks[str(at)].get(method) for at in SUMMARY_AT]
         count = [] if problems is None else [str(problems.get(method, 0))]
-        table.add_row(method, *count, *("-" if c is None else f"{c:.2f}" for c in cells))
+        table.add_row(method, *count, *_rank_cells(ranks, method))
     return table
+
+
+def _rank_cells(ranks: Mapping[str, Mapping[str, float]], method: str) -> list[str]:
+    """``method``'s mean rank at each of ``SUMMARY_AT`` ("-" where it has none)."""
+    cells = [ranks[str(at)].get(method) for at in SUMMARY_AT]
+    return ["-" if c is None else f"{c:.2f}" for c in cells]
 
 
 def print_report(

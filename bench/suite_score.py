@@ -219,10 +219,7 @@ def summarize_suite(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
     out: dict[str, Any] = {
         "ours": _reach(summaries, methods),
         "ranks": _suite_ranks(summaries),
-        "rank_problems": {
-            m: sum(m in s["ranks"].get(str(s["budget"]), {}) for s in summaries.values())
-            for m in methods
-        },
+        "rank_problems": _ranked_problems(summaries, methods),
         "complete": complete,
         "twins": {},
     }
@@ -230,10 +227,8 @@ def summarize_suite(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
     by_family = {f: {n: s for n, s in summaries.items() if s["family"] == f} for f in families}
     out["family_ranks"] = {f: _suite_ranks(chosen) for f, chosen in by_family.items()}
     out["family_problems"] = {
-        f: {m: sum(m in s["ranks"].get(str(s["budget"]), {}) for s in chosen.values())
-            for m in methods}
-        for f, chosen in by_family.items()
-    }  # fmt: skip
+        f: _ranked_problems(chosen, methods) for f, chosen in by_family.items()
+    }
     chosen = {n: summaries[n] for n in complete}
     out["ours_complete"] = _reach(chosen, methods)
     out["ranks_complete"] = _suite_ranks(chosen)
@@ -262,6 +257,16 @@ def _reach(summaries: Mapping[str, Mapping[str, Any]], methods: Sequence[str]) -
             "median_ratio": statistics.median(ratios) if ratios else None,
         }
     return out
+
+
+def _ranked_problems(
+    summaries: Mapping[str, Mapping[str, Any]], methods: Sequence[str]
+) -> dict[str, int]:
+    """For each method, the number of ``summaries`` that rank it at their budget."""
+    return {
+        m: sum(m in s["ranks"].get(str(s["budget"]), {}) for s in summaries.values())
+        for m in methods
+    }
 
 
 def _suite_ranks(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
