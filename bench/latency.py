@@ -18,7 +18,8 @@ between a client reporting trial ``n`` and receiving trial ``n + 1``:
   hyperparameters fitted at ``n - 1`` (the server keeps one cache per process). On the box
   that is a warm-started GP fit + qLogNEI + multi-start L-BFGS-B; on the mixed space the GP
   has a categorical kernel and the acquisition is maximized by the local search over valid
-  configurations (``tuner/designer/acquisition/local_search.py``). A study fits its GP
+  configurations (``tuner/designer/acquisition/local_search.py``). Below 200 observations
+  every step fits the GP's hyperparameters (warm, from the cache); from 200 on a study fits
   again only every ``refit_interval(n)`` observations (10 % of ``n``;
   ``tuner/designer/models/model.py``), so the timed steps keep the hyperparameters; one
   more step is timed whose cache was fitted ``refit_interval(n)`` observations before (a

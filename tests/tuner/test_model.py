@@ -284,7 +284,7 @@ def test_a_batched_gp_is_warm_started_output_by_output(monkeypatch: pytest.Monke
                hit=0.5 + (i % 4) / 10)
         for i in range(22)
     ]  # fmt: skip
-    cache = FitCache()  # fitted on 20 rows, then 22: grown by refit_interval(22) = 2
+    cache = FitCache()  # fitted on 20 rows, then 22: below 200 rows every suggestion fits
     fit_models(outcome_data(spec, encoder, tuple(trials[:20])), encoder, cache, "warm")
     assert all(cache.get(("warm", n), 2) is not None for n in ("tps", "p95", "hit"))
     assert cache.get(("warm", "tps,p95,hit"), 2) is None  # no entry for the batch
@@ -301,25 +301,30 @@ def test_a_batched_gp_is_warm_started_output_by_output(monkeypatch: pytest.Monke
 def test_a_gp_between_fits_is_conditioned_on_every_observation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Between fits the GP keeps its hyperparameters but is conditioned on all the data."""
+    """From 200 observations on the GP keeps its hyperparameters until the data grew by a
+    tenth, and is conditioned on all the data in between; below 200 every suggestion fits."""
     spec = _spec()
     encoder = UnitBoxEncoder(spec.space)
-    trials = [_trial(i + 1, (i * 0.37) % 1, tps=100.0 + 20 * math.sin(5 * i)) for i in range(34)]
+    trials = [_trial(i + 1, (i * 0.37) % 1, tps=100.0 + 20 * math.sin(5 * i)) for i in range(222)]
     cache = FitCache()
-    fit_models(outcome_data(spec, encoder, tuple(trials[:30])), encoder, cache, "keep")
     steps: list[int] = []
     real = model_module._optimize
     monkeypatch.setattr(model_module, "_optimize", lambda m, maxiter: steps.append(maxiter)
                         or real(m, maxiter))  # fmt: skip
-    assert model_module.refit_interval(30) == 3 and model_module.refit_interval(9) == 1
-    for rows in (31, 32):
+    fit_models(outcome_data(spec, encoder, tuple(trials[:30]))[:1], encoder, cache, "small")
+    fit_models(outcome_data(spec, encoder, tuple(trials[:31]))[:1], encoder, cache, "small")
+    assert steps[1:] == [model_module._WARM_MAXITER]  # one new row below 200: a warm fit
+    assert model_module.refit_interval(199) == 1 and model_module.refit_interval(222) == 22
+    fit_models(outcome_data(spec, encoder, tuple(trials[:200])), encoder, cache, "keep")
+    steps.clear()
+    for rows in (201, 221):
         (data,) = outcome_data(spec, encoder, tuple(trials[:rows]))[:1]
         model: Any = fit_models([data], encoder, cache, "keep")
         assert model.train_inputs[0].shape[-2] == rows  # conditioned on every observation
-        assert steps == [] and cache.fitted_rows(("keep", "tps"), 2) == 30
-    fit_models(outcome_data(spec, encoder, tuple(trials[:33]))[:1], encoder, cache, "keep")
-    assert steps == [model_module._WARM_MAXITER]  # 33 - 30 = refit_interval(33): a warm fit
-    assert cache.fitted_rows(("keep", "tps"), 2) == 33
+        assert steps == [] and cache.fitted_rows(("keep", "tps"), 2) == 200
+    fit_models(outcome_data(spec, encoder, tuple(trials[:222]))[:1], encoder, cache, "keep")
+    assert steps == [model_module._WARM_MAXITER]  # 222 - 200 = refit_interval(222): a warm fit
+    assert cache.fitted_rows(("keep", "tps"), 2) == 222
 
 
 def test_categorical_knobs_get_a_categorical_kernel() -> None:

@@ -118,13 +118,16 @@ _FIT_MAXITER = 200  # L-BFGS-B steps of a fit from the priors
 # warm start), so the hyperparameters cannot lag behind the data for long.
 _WARM_MAXITER = 25
 _FULL_FIT_EVERY = 5
-# The cached hyperparameters are used without a fit until the data has grown by
-# n // _KEEP_SHARE observations (10 %) since they were fitted: below 20 observations every
-# suggestion fits, at 100 every tenth, at 1000 every hundredth. The GP is always conditioned
-# on all the data; only its lengthscales and noise lag, and a tenth more data moves them by
-# little an acquisition notices. Chosen for latency (a warm fit was half of a step at
-# n = 100), and checked on the develop half for no loss (bench/NOTES.md, "Policy v2"). Until
-# 2026-11-27 it was 2 % from 200 observations on.
+# Below _KEEP_FROM observations every suggestion fits the hyperparameters (warm, above);
+# from there on the cached ones are used without a fit until the data has grown by
+# n // _KEEP_SHARE observations (10 %) since they were fitted: at 1000, every hundredth
+# suggestion fits. The GP is always conditioned on all the data; only its lengthscales and
+# noise lag. Both for latency: a warm fit from the previous step's hyperparameters costs
+# 0.05-0.2 s at n = 100 and d = 16-100 (a full fit's turn up to 0.6 s, 1.2 s with a
+# constraint), inside the step goals, but about 0.7 s at n = 1000. From 2026-11-27 to
+# 2026-12-04 the share applied from 20 observations on; it lost the smooth high-dimensional
+# problems at 50-100 trials (bench/NOTES.md, "A refit every step below 200 observations").
+_KEEP_FROM = 200
 _KEEP_SHARE = 10
 
 
@@ -382,12 +385,12 @@ def _fit_one(
 def refit_interval(rows: int) -> int:
     """New observations after which a study of ``rows`` observations fits its GP again (1:
     every suggestion fits)."""
-    return max(1, rows // _KEEP_SHARE)
+    return 1 if rows < _KEEP_FROM else max(1, rows // _KEEP_SHARE)
 
 
 def _keeps(fitted: int, rows: int) -> bool:
     """Whether hyperparameters fitted on ``fitted`` observations serve ``rows`` unfitted."""
-    return 0 <= rows - fitted < rows // _KEEP_SHARE
+    return 0 <= rows - fitted < refit_interval(rows)
 
 
 def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
