@@ -198,8 +198,9 @@ def test_a_capped_peer_is_skipped_at_larger_n(tmp_path, probe_once) -> None:
 
 
 def test_a_cell_times_a_step_that_fits_again_and_the_mean_over_a_cycle() -> None:
-    """Our steps keep the hyperparameters between fits, so the cell also times one step that
-    fits (its cache fitted ``refit_interval(n)`` trials before) and averages a cycle."""
+    """From 200 observations on our steps keep the hyperparameters between fits, so the cell
+    also times one step that fits (its cache fitted ``refit_interval(n)`` trials before) and
+    averages a cycle; below 200 every step fits."""
     none = latency.PeerSettings(python={}, unavailable={})
     cell = latency.time_cell("box", 2, 200, 2, none)
     assert cell.refit_every == 20 and len(cell.ours) == 2

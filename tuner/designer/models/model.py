@@ -385,7 +385,7 @@ def _fit_one(
 def refit_interval(rows: int) -> int:
     """New observations after which a study of ``rows`` observations fits its GP again (1:
     every suggestion fits)."""
-    return 1 if rows < _KEEP_FROM else max(1, rows // _KEEP_SHARE)
+    return 1 if rows < _KEEP_FROM else rows // _KEEP_SHARE  # >= 20 from 200 on
 
 
 def _keeps(fitted: int, rows: int) -> bool:
