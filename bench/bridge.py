@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,27 @@ from typing import IO, Any
 STDERR_TAIL = 3000
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: The variables a child's libraries read their thread counts from: OpenMP and the BLAS
+#: builds, and joblib's ``cpu_count`` (``LOKY_MAX_CPU_COUNT``), which is what scikit-learn's
+#: ``n_jobs=-1`` means. SMAC's random forest predicts with ``n_jobs=-1``: on a 2-core VM
+#: each prediction started a thread pool and polled it, 17.8 ms against 0.8 ms on one
+#: thread for the same numbers (2026-12-04, ``bench/NOTES.md``, "mlos-core's idle half").
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "LOKY_MAX_CPU_COUNT",
+)
+
+
+def thread_env(threads: int | None) -> dict[str, str]:
+    """This process's environment for a child, its libraries limited to ``threads`` threads
+    (``THREAD_VARIABLES``; None: their defaults)."""
+    env = dict(os.environ)
+    if threads is not None:
+        env.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
+    return env
 
 
 class ChildProcess:

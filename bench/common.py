@@ -23,6 +23,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from bench import bridge
 from tuner.designer.acquisition.criteria import OptimizerSettings
 from tuner.space import Config
 from tuner.trial import Trial, TrialStatus
@@ -46,7 +47,9 @@ def data_absent(path: Path) -> str:
 
 
 def limit_threads(threads: int | None) -> None:
-    """Use ``threads`` threads in torch and in numpy's BLAS (both sides of a comparison).
+    """Use ``threads`` threads in torch and in numpy's BLAS (both sides of a comparison), and
+    in the child processes started from here on (a peer in its own environment: their
+    libraries read ``bridge.THREAD_VARIABLES``, joblib's ``n_jobs=-1`` included).
 
     None leaves the libraries' defaults alone.
     """
@@ -57,6 +60,7 @@ def limit_threads(threads: int | None) -> None:
 
     torch.set_num_threads(threads)
     _thread_limiter = threadpool_limits(limits=threads)
+    os.environ.update(dict.fromkeys(bridge.THREAD_VARIABLES, str(threads)))
 
 
 def machine_info() -> dict[str, Any]:

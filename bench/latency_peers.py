@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import select
 import subprocess
 import sys
@@ -60,6 +59,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
+
+if __name__ == "__main__":  # the child, run as a script: bench.bridge is a sibling file
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import bridge
 
 CHILD = Path(__file__).resolve()
 PEERS = ("skopt", "optuna", "ax")
@@ -112,10 +115,7 @@ class PeerProcess:
         threads: int | None,
         limit: float,
     ) -> None:
-        env = dict(os.environ)
-        if threads is not None:
-            for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-                env[name] = str(threads)
+        env = bridge.thread_env(threads)
         self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115  (closed in close)
         self._proc = subprocess.Popen(
             [python, str(CHILD)],

@@ -35,6 +35,14 @@ lower bound (§3.4b). With ``special_values="patch"`` (the default) the child re
 method by the same logic with the one-line fix ``param.to_vector(param.to_value(x))``; with
 ``"off"`` it passes no special values at all. The ``init`` reply says which was done.
 
+**One seed, one run**: the child iterates sets of strings somewhere in mlos-core, SMAC or
+ConfigSpace, so with Python's per-process string hashing the same seed gave different runs
+from the first model-based suggestion on (2026-12-04: four runs of TATP-20, seed 0, 20
+trials, four different endings). The child runs with ``PYTHONHASHSEED`` = the run's seed:
+the same seed, the same configurations; another seed, another draw of the ordering too.
+Its thread limit (``bridge.thread_env``) does not change them: SMAC's forest predicts the
+same with one thread as with two, only about twice as fast here.
+
 **Registering on all-numeric spaces**: the LlamaTune adapter finds the low-dimensional point
 of a suggestion by looking the suggested ``Configuration`` up in a dict, but hands the
 suggestion out as a pandas Series, which upcasts a space of int and float knobs to floats;
@@ -51,7 +59,6 @@ the lookup, and categorical knobs (choices are value indices here) their int cho
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -96,10 +103,8 @@ class MlosPeer:
             raise PeerUnavailable(f"{python} not found: run bench/setup_mlos.sh")
         if int(setup["seed"]) < 1:
             raise ValueError("mlos-core's SMAC wrapper turns seed 0 into a random seed: use >= 1")
-        env = dict(os.environ)
-        if threads is not None:
-            for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-                env[name] = str(threads)
+        env = bridge.thread_env(threads)
+        env["PYTHONHASHSEED"] = str(setup["seed"])  # module doc: "One seed, one run"
         self._child = bridge.ChildProcess([str(python), str(CHILD)], "mlos peer", PeerError, env)
         self.info = self._child.call({"op": "init", **setup})
 

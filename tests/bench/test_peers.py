@@ -260,6 +260,8 @@ def test_mlos_registers_suggestions_of_an_all_numeric_embedded_space() -> None:
     run = module.run(NUMERIC, 0, MODEL_BUDGET)
     _check(run, NUMERIC, "mlos", 0, MODEL_BUDGET)
     assert all(isinstance(c["huge"], int) and 4096 <= c["huge"] < 2**63 for c in run.configs)
+    again = module.run(NUMERIC, 0, MODEL_BUDGET)  # the child's string hashing is seeded too
+    assert again.configs == run.configs
 
 
 def _noisy_measure(config: Config, rng: random.Random) -> Measurement:
