@@ -5,7 +5,8 @@
   when a seed never got there, with how many did), its mean rank at each checkpoint (over the
   seeds every method ran, counted in the title) and its seconds per run;
 * the summary over problems: for each ``ours*`` method the fraction of problems where it
-  reaches the best peer's target and its median time-to-target ratio; every method's mean
+  reaches the best peer's target, its median time-to-target ratio, and the fractions where
+  its mean at 25 and at 50 is no worse than the best peer's there; every method's mean
   rank at 25/50/100 evaluations (with the number of problems it ran), and again per family
   when the problems span several; when some method did
   not run on every problem, both again over the problems every method ran; on the noisy
@@ -25,7 +26,7 @@ from typing import Any
 from rich.table import Table
 
 from bench.common import show
-from bench.suite_score import SUMMARY_AT, TWIN_AT
+from bench.suite_score import KEEP_UP_AT, SUMMARY_AT, TWIN_AT
 
 
 def problem_table(name: str, summary: Mapping[str, Any]) -> Table:
@@ -104,15 +105,23 @@ def _reach_table(rows: Mapping[str, Any], title: str) -> Table:
     reach.add_column("problems", justify="right")
     reach.add_column("reaches the best peer's target", justify="right")
     reach.add_column("median trials to target / ref", justify="right")
+    for at in KEEP_UP_AT:
+        reach.add_column(f"no worse than the best peer @{at}", justify="right")
     for method, row in rows.items():
         fraction, ratio = row["reach_fraction"], row["median_ratio"]
+        early = row.get("keeps_up", {})  # absent in a summary written before it existed
         reach.add_row(
             method,
             str(row["problems"]),
-            "-" if fraction is None else f"{fraction:.2f}",
+            _fraction(fraction),
             "-" if ratio is None else f"{ratio:.2f}",
+            *(_fraction(early.get(str(at))) for at in KEEP_UP_AT),
         )
     return reach
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _family_table(

@@ -21,7 +21,9 @@ mean rank, then averaged over seeds).
 
 Over problems (``summarize_suite``), for each ``ours*`` method: the fraction of problems
 where its mean at ``ref`` reaches the target; the median over problems of its mean
-time-to-target ratio; every method's mean rank at 25/50/100 evaluations (at the budget on
+time-to-target ratio; the fraction where its mean at 25 and at 50 evaluations is no worse than
+the best peer's mean there (``keeps_up``: the early race, where the best peer may be another
+one than at ``ref``); every method's mean rank at 25/50/100 evaluations (at the budget on
 problems whose budget is smaller); and on each noisy twin whether its mean true value beats
 every peer's (strictly) at 50 and 100 evaluations (or the budget). Methods that did not run
 on every problem (a slow peer on part of the suite) make those averages cover different
@@ -43,6 +45,7 @@ from tuner.space import Config
 REF_TRIALS = 100
 SUMMARY_AT = (25, 50, 100)
 TWIN_AT = (50, 100)
+KEEP_UP_AT = (25, 50)
 TOLERANCE = 1e-9
 
 Curve = list[float | None]
@@ -240,10 +243,13 @@ def summarize_suite(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
 
 def _reach(summaries: Mapping[str, Mapping[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
     """For each ``ours*`` method: problems with a target it ran, the fraction where its mean
-    at ``ref`` reaches the target, the median of its mean time-to-target ratios."""
+    at ``ref`` reaches the target, the median of its mean time-to-target ratios, and
+    ``keeps_up``: at each of ``KEEP_UP_AT`` (the budget where it is smaller), the fraction of
+    those problems where its mean is no worse than the best peer's mean there."""
     out: dict[str, Any] = {}
     for method in (m for m in methods if not is_peer(m)):
         reached, ratios = [], []
+        kept: dict[str, list[bool]] = {str(at): [] for at in KEEP_UP_AT}
         for summary in summaries.values():
             target = summary.get("target")
             if target is None or method not in summary["methods"]:
@@ -251,12 +257,26 @@ def _reach(summaries: Mapping[str, Mapping[str, Any]], methods: Sequence[str]) -
             mean = summary["methods"][method]["at"][str(target["ref"])]["mean"]
             reached.append(reaches(mean, target["value"], _sign(summary)))
             ratios.append(summary["time_to_target"][method]["mean_ratio"])
+            for at in KEEP_UP_AT:
+                mark = min(at, summary["budget"])
+                if str(mark) in summary["methods"][method]["at"]:  # a checkpoint of the suite
+                    kept[str(at)].append(_keeps_up(summary, method, mark))
         out[method] = {
             "problems": len(reached),
             "reach_fraction": statistics.fmean(reached) if reached else None,
             "median_ratio": statistics.median(ratios) if ratios else None,
+            "keeps_up": {at: statistics.fmean(v) if v else None for at, v in kept.items()},
         }
     return out
+
+
+def _keeps_up(summary: Mapping[str, Any], method: str, at: int) -> bool:
+    """Whether ``method``'s mean at ``at`` is at least the best peer's mean there."""
+    by = summary["methods"]
+    sign = _sign(summary)
+    peers = [by[m]["at"][str(at)]["mean"] for m in by if is_peer(m)]
+    best = min(peers, key=lambda v: sign * v)
+    return reaches(by[method]["at"][str(at)]["mean"], best, sign)
 
 
 def _ranked_problems(

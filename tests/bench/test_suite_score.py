@@ -138,6 +138,7 @@ def test_suite_summary_reach_fraction_ranks_and_noisy_twins() -> None:
     assert suite["ours"]["ours"]["median_ratio"] == pytest.approx((3 / 4 + 4 / 4) / 2)
     assert suite["ranks"]["50"] == {"ours": 1.5, "random": 1.5}  # at the budget, 4
     assert suite["twins"] == {"hdbo:b~cov05": {"ours": {"50": False, "100": False}}}
+    assert suite["ours"]["ours"]["keeps_up"] == {"25": 0.5, "50": 0.5}  # budget 4: 9 vs 8
     assert "hdbo:a" not in suite["twins"]
     assert ss.is_peer("random") and not ss.is_peer("ours-full") and not ss.is_peer("ours")
 
@@ -165,6 +166,7 @@ def test_a_method_missing_on_some_problems_gets_a_summary_over_the_complete_ones
         "problems": 1,
         "reach_fraction": 0.0,
         "median_ratio": pytest.approx(1.0),
+        "keeps_up": {"25": 0.0, "50": 0.0},  # at the budget, 4: slow's 9.5 against 9
     }
     titles = [t.title for t in summary_tables(suite)]
     assert "Mean rank over the 1 problems every method ran" in titles
@@ -175,6 +177,32 @@ def test_a_method_missing_on_some_problems_gets_a_summary_over_the_complete_ones
     rows = {line.split()[1]: line.split()[3] for line in console.export_text().splitlines()
             if line.startswith("│ ")}  # fmt: skip
     assert rows == {"ours": "0-2", "random": "0-2", "slow": "0-1"}
+
+
+def test_keeping_up_early_is_against_the_best_peer_at_that_checkpoint() -> None:
+    """Minimizing. On a: at 25 ours (5) beats both peers, at 50 the fast peer (4) is best and
+    ours (6) is not as good. On b ours ties the best peer within the tolerance at 25 (slow's
+    6) and at 50 (fast's 4), which keeps up. The table prints both fractions."""
+    problem = replace(_problem(), budget=100)
+
+    def curve(at25: float, at50: float) -> list[float | None]:
+        return [at25] * 49 + [at50] * 51
+
+    ours = [_scored("ours", s, []) for s in (0, 1)]
+    summaries = {}
+    for name, mine in (("hdbo:a", curve(5.0, 6.0)), ("hdbo:b", curve(6.0 + 1e-12, 4.0))):
+        runs = [replace(r, curve=mine) for r in ours]
+        runs += [replace(_scored("fast", s, []), curve=curve(7.0, 4.0)) for s in (0, 1)]
+        runs += [replace(_scored("slow", s, []), curve=curve(6.0, 5.0)) for s in (0, 1)]
+        summaries[name] = ss.summarize_problem(problem, runs, (10, 25, 50, 100))
+    suite = ss.summarize_suite(summaries)
+    assert suite["ours"]["ours"]["keeps_up"] == {"25": 1.0, "50": 0.5}
+    console = Console(width=300, record=True, file=io.StringIO())
+    console.print(summary_tables(suite)[0])
+    text = console.export_text()
+    assert "no worse than the best peer @25" in text and "no worse than the best peer @50" in text
+    row = next(line for line in text.splitlines() if line.startswith("│ ours"))
+    assert [cell.strip() for cell in row.split("│")[-3:-1]] == ["1.00", "0.50"]
 
 
 def test_a_suite_where_every_method_ran_everywhere_has_no_second_summary() -> None:
