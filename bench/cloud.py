@@ -47,9 +47,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from bench.common import console, limit_threads, load_note, machine_info, show, write_json
+from runner.loop import run_trials
 from targets.cloud.target import CloudReplayTarget, read_lookup
 from tuner.errors import ValidationError
-from tuner.loop import run_trials
 from tuner.space import Config
 from tuner.study import StudySpec
 

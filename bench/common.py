@@ -115,7 +115,7 @@ def write_json(name: str, data: Mapping[str, Any], results_dir: Path | None = No
 
 @dataclass(frozen=True)
 class Measured:
-    """One measurement, as ``tuner.loop.run_trials`` takes it (a ``tuner.loop.Outcome``)."""
+    """One measurement, as ``runner.loop.run_trials`` takes it (a ``runner.loop.Outcome``)."""
 
     metrics: dict[str, float]
     status: TrialStatus = TrialStatus.COMPLETED

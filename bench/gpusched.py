@@ -49,6 +49,7 @@ import numpy as np
 from rich.table import Table
 
 from bench.common import console, limit_threads, load_note, machine_info, show, write_json
+from runner.loop import run_trials
 from targets.base import full_config
 from targets.scheduler.gpusched import (
     SHIPPED_TRACES,
@@ -57,7 +58,6 @@ from targets.scheduler.gpusched import (
     tiresias_policy,
 )
 from targets.scheduler.simulator import Policy, simulate
-from tuner.loop import run_trials
 from tuner.space import Config, FloatKnob, IntKnob, Knob, SearchSpace
 from tuner.study import StudySpec
 

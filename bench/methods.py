@@ -29,7 +29,7 @@ from skopt import gp_minimize
 
 from bench.common import Measured
 from bench.problems import Problem
-from tuner.loop import run_trials
+from runner.loop import run_trials
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial
@@ -85,7 +85,7 @@ def drive(
     measure: Callable[[Config], dict[str, float]],
     on_eval: OnEval | None = None,
 ) -> tuple[list[Trial], dict[str, int]]:
-    """``budget`` trials of the study through ``tuner.loop.run_trials`` (the service's loop:
+    """``budget`` trials of the study through ``runner.loop.run_trials`` (the service's loop:
     each trial stored as the server stores it, with its step kind and its low-dimensional
     point when the study searches an embedding). Returns the trials and their step counts.
     """

@@ -48,7 +48,7 @@ from bench.common import (
     show,
     write_json,
 )
-from tuner.loop import run_trials
+from runner.loop import run_trials
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, hypervolume

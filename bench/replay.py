@@ -42,10 +42,10 @@ from typing import Any
 from rich.table import Table
 
 from bench.common import Measured, console, limit_threads, load_note, machine_info, show, write_json
+from runner.loop import run_trials
 from targets.replay import ReplayTarget
 from tuner.constraints import OutcomeConstraint
 from tuner.errors import ConfigRejected, TargetError, TrialTimedOut
-from tuner.loop import run_trials
 from tuner.space import Config, Scalar
 from tuner.study import StudySpec
 from tuner.trial import TrialStatus

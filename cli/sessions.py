@@ -25,7 +25,7 @@ from cli.render import (
 )
 from cli.verdict import print_verdict, reported_best
 from runner.config import SessionConfig, load_config
-from runner.measurement import confirm
+from runner.confirm import confirm
 from runner.session import run_phases, run_session, summarize
 from server.defaults import DEFAULT_LEASES
 from server.security import read_file, read_token

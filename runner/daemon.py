@@ -63,16 +63,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from runner.session import MAX_CONSECUTIVE_FAILURES, TuningAPI, keep_alive
+from runner.loop import TuningAPI, run_loop
+from runner.measurement import Measured, control, measure_windows
 from targets.base import Target
-from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationError
+from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import (
-    Measurement,
-    MeasurementKind,
-    StepKind,
     Trial,
-    TrialStatus,
     best_trial,
     with_resolved_constraints,
 )
@@ -307,31 +304,18 @@ class Daemon:
 
     def _tune_round(self) -> None:
         spec = self.round_spec()
-        self.api.create_study(spec)
-        finished = sum(t.status.is_final for t in self.api.list_trials(spec.name))
-        failures = 0
-        while finished < self.trials:
-            [trial] = self.api.suggest_trials(spec.name, 1, self.client_id)
-            with keep_alive(self.api, spec.name, trial):
-                status, windows, reason = self._measure_trial(spec, trial)
-            metrics = _mean([w.metrics for w in windows])
-            if len({frozenset(w.metrics) for w in windows}) == 1:  # each window is a repeat
-                self.api.complete_trial(
-                    spec.name, trial.id, None, status, reason,
-                    measurements=windows, client_id=trial.client_id,
-                )  # fmt: skip
-            else:
-                self.api.complete_trial(
-                    spec.name, trial.id, metrics, status, reason, client_id=trial.client_id
-                )
-            finished += 1
+
+        def measure_one(trial: Trial) -> Measured:
+            return self._measure_trial(spec, trial)
+
+        def after(reported: Trial, measured: Measured, finished: int) -> None:
             self.events.emit(
-                "trial", round=self.state.round, trial=trial.id, status=status.value,
-                config=trial.config, metrics=metrics, reason=reason,
+                "trial", round=self.state.round, trial=reported.id, status=measured.status.value,
+                config=reported.config, metrics=_reported_metrics(measured),
+                reason=measured.reason,
             )  # fmt: skip
-            failures = failures + 1 if status is TrialStatus.FAILED else 0
-            if failures >= MAX_CONSECUTIVE_FAILURES:
-                raise TargetError(f"{failures} trials in a row failed; last reason: {reason}")
+
+        run_loop(self.api, spec, self.trials, measure_one, client_id=self.client_id, after=after)
         best = best_trial(spec, self.api.list_trials(spec.name))
         state = self.state
         if best is not None:
@@ -356,45 +340,26 @@ class Daemon:
         state.phase, state.baseline, state.samples, state.drifting = WATCHING, None, [], 0
         state.save(self.settings.state)
 
-    def _measure_trial(
-        self, spec: StudySpec, trial: Trial
-    ) -> tuple[TrialStatus, list[Measurement], str]:
-        """Apply, measure window by window (stop at an SLO breach), restore; roll back to
-        the last good configuration when the trial broke something. Each window is one
-        repeat of the trial (stored as such; the trial's metrics are their means); a trial
-        stopped by a breach keeps only the window that broke it."""
-        windows: list[Measurement] = []
-        status, reason, broke = TrialStatus.COMPLETED, "", False
+    def _measure_trial(self, spec: StudySpec, trial: Trial) -> Measured:
+        """The trial measured window by window (``runner.measurement.measure_windows``):
+        each window is one repeat; a window that breaks the SLO ends the trial with that
+        window alone, and a trial that broke something is rolled back to the last good
+        configuration before anything else runs."""
         slo = self._slo(spec)
-        try:
-            self.target.apply(trial.config)
-            for index in range(self.settings.windows_per_trial):
-                metrics = self.target.measure()
-                windows.append(Measurement(dict(metrics), at=time.time()))
-                breach = _breach(slo, metrics)
-                if breach:
-                    broke = True
-                    self.events.emit(
-                        "slo_breach", round=self.state.round, trial=trial.id, window=index + 1,
-                        constraint=breach, metrics=metrics,
-                    )  # fmt: skip
-                    return status, windows[-1:], reason
-        except ConfigRejected as exc:
-            status, reason, broke = TrialStatus.INFEASIBLE, str(exc), True
-        except TrialTimedOut as exc:
-            status, reason, broke = TrialStatus.TIMED_OUT, str(exc), True
-        except TargetError as exc:
-            status, reason, broke = TrialStatus.FAILED, str(exc), True
-        finally:
-            self._after_trial(broke)
-        if status is not TrialStatus.COMPLETED:
-            return status, [], reason
-        return status, windows, reason
 
-    def _after_trial(self, broke: bool) -> None:
-        started = time.monotonic()
-        self.target.restore()
-        if broke:
+        def breach(metrics: Mapping[str, float]) -> str:
+            return _breach(slo, metrics)
+
+        def on_breach(window: int, constraint: str, metrics: Mapping[str, float]) -> None:
+            self.events.emit(
+                "slo_breach", round=self.state.round, trial=trial.id, window=window,
+                constraint=constraint, metrics=metrics,
+            )  # fmt: skip
+
+        def rollback(broke: bool, restore_s: float) -> None:
+            if not broke:
+                return
+            started = time.monotonic() - restore_s
             last_good = self.state.last_good
             if last_good is not None:
                 self.target.apply(last_good)
@@ -403,6 +368,11 @@ class Daemon:
                 to="last good configuration" if last_good else "default configuration",
                 config=last_good, seconds=round(time.monotonic() - started, 3),
             )  # fmt: skip
+
+        return measure_windows(
+            self.target, trial.config, self.settings.windows_per_trial, breach, rollback,
+            on_breach,
+        )  # fmt: skip
 
     def _slo(self, spec: StudySpec) -> StudySpec:
         return with_resolved_constraints(spec, self.api.list_trials(spec.name))
@@ -460,33 +430,27 @@ class Daemon:
         state.save(settings.state)
 
     def _control(self, reapply: bool = True) -> float | None:
-        """Measure the default configuration once (the target's restored state) as a
-        control, store it with the round's default trial, and apply the configuration in
-        effect again. Returns the machine's factor, the control's objective over the round's
-        default trial's (1: as when the round tuned; also kept in ``state.machine``), or
-        None when it cannot be told."""
+        """Measure the default configuration once as a control (``runner.measurement.
+        control``: the round's default trial's configuration, stored with it; the knobs'
+        defaults when the round has none), then apply the configuration in effect again.
+        Returns the machine's factor, the control's objective over the round's default
+        trial's (1: as when the round tuned; also kept in ``state.machine``), or None when
+        it cannot be told."""
         state, spec = self.state, self.round_spec()
-        self.target.restore()
         try:
-            metrics = self.target.measure()
-        except TargetError as exc:
-            self.events.emit("control", round=state.round, error=str(exc))
-            return None
+            found = control(self.api, self.target, spec, self.spec.space.default_config())
         finally:
             if reapply and state.applied is not None:
                 self.target.apply(state.applied)
-        default = next(
-            (t for t in self.api.list_trials(spec.name, [TrialStatus.COMPLETED])
-             if t.step is StepKind.DEFAULT),
-            None,
-        )  # fmt: skip
+        if found.metrics is None:
+            self.events.emit("control", round=state.round, error=found.reason)
+            return None
+        metrics = found.metrics
         name = spec.objective.name
         fields: dict[str, Any] = {"round": state.round, "metrics": metrics}
         factor = None
-        if default is not None:
-            control = Measurement(dict(metrics), MeasurementKind.CONTROL, time.time())
-            self.api.add_measurements(spec.name, default.id, [control])
-            base = default.metrics.get(name)
+        if found.default is not None:
+            base = found.default.metrics.get(name)
             if base and base > 0 and metrics.get(name, 0) > 0:
                 factor = state.machine = metrics[name] / base
                 fields["machine"] = round(factor, 4)
@@ -547,6 +511,13 @@ def _mean(windows: list[dict[str, float]]) -> dict[str, float]:
         values = [w[name] for w in windows if name in w]
         out[name] = sum(values) / len(values)
     return out
+
+
+def _reported_metrics(measured: Measured) -> dict[str, float]:
+    """A measured trial's metrics as its ``trial`` event shows them: the windows' means."""
+    if measured.metrics is not None:
+        return dict(measured.metrics)
+    return _mean([dict(m.metrics) for m in measured.repeats])
 
 
 def _relative_change(

@@ -30,8 +30,15 @@ the daemon, not one per adapter:
   ``confirm_width`` (its high end over its low end), the estimate runs more rounds, up to
   ``confirm_max`` in all: a noisy machine pays for the precision a quiet one gets free.
 
-The noise the rules use is pooled over the study's repeated measurements on the log scale
-(systems noise is multiplicative), per metric (``pooled_noise``).
+* **Windows** (the daemon's trials, ``measure_windows``): the configuration is applied once
+  and measured window after window (one ``Target.measure()`` each, each stored as a repeat);
+  a window that breaks the SLO ends the trial at once with that window, and the system is
+  rolled back before anything else runs.
+
+The closing confirmation is ``runner.confirm``. One routine measures the default as a
+control for sessions and the daemon alike (``control``). The noise the rules use is pooled
+over the study's repeated measurements on the log scale (systems noise is
+multiplicative), per metric (``pooled_noise``).
 """
 
 from __future__ import annotations
@@ -40,28 +47,14 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from targets.base import Target, TrialOutcome
-from tuner.confirmation import (
-    Confirmation,
-    Remeasured,
-    joined,
-    judge,
-    meets,
-    with_selection,
-)
-from tuner.errors import ValidationError
+from targets.base import Target, TrialOutcome, outcome_of
+from tuner.errors import TargetError, ValidationError
 from tuner.space import Config
 from tuner.study import Goal, StudySpec
-from tuner.trial import (
-    Measurement,
-    MeasurementKind,
-    StepKind,
-    Trial,
-    TrialStatus,
-    with_resolved_constraints,
-)
+from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +148,9 @@ class Measured:
     status: TrialStatus
     repeats: tuple[Measurement, ...] = ()
     reason: str = ""
+    #: The trial's metrics when they are not the means of ``repeats`` (a single measurement
+    #: handed over as it is, or windows whose metric names differ); None: the repeats'.
+    metrics: Mapping[str, float] | None = None
 
 
 def could_win(
@@ -223,135 +219,112 @@ def measure(
     return Measured(TrialStatus.COMPLETED, tuple(done))
 
 
-def confirm(
+def measure_windows(
     target: Target,
-    spec: StudySpec,
-    trials: Sequence[Trial],
-    candidates: Sequence[Trial],
-    rounds: int,
-    top: int = 3,
-    on_measure: Callable[[int, int], None] | None = None,
-    store: Callable[[int, Measurement], None] | None = None,
-    noise: Mapping[str, tuple[float, int]] | None = None,
-    select: int = 0,
-    grow_to: int = 0,
-    width: float = MeasurementProtocol.confirm_width,
-    first_round: int = 0,
-) -> Confirmation:
-    """Compare the first ``top`` of ``candidates`` (best first: ``tuner.confirmation.ranked``)
-    with the default in rounds that alternate their order, by paired per-round ratios.
+    config: Config,
+    windows: int,
+    breach: Callable[[Mapping[str, float]], str],
+    rollback: Callable[[bool, float], None],
+    on_breach: Callable[[int, str, Mapping[str, float]], None] | None = None,
+) -> Measured:
+    """Apply ``config`` once and measure it ``windows`` times (the daemon's trials).
 
-    With ``select`` rounds and more than one candidate, ``select`` rounds of the default
-    and every candidate choose the one with the best paired ratio (feasible and stable in
-    every round), and then ``rounds`` fresh rounds of the default and that one alone give
-    its interval. Otherwise ``rounds`` rounds of all of them both choose and estimate.
-
-    Args:
-        trials: The study's trials (the default among them).
-        on_measure: Called with (runs done, runs in all), for progress.
-        store: Called with (trial id, measurement) for each completed run, to keep it
-            (as a CONFIRM measurement with its round, numbered on through both phases).
-        noise: The study's pooled noise (``pooled_noise``) that flags unstable candidates;
-            None: their rounds are not tested.
-        select: Rounds that choose among the candidates before the estimate (0: none).
-        grow_to: Rounds the estimate may grow to, one at a time, while the best's interval
-            is wider than ``width`` (its high end over its low end); 0: exactly ``rounds``.
-        first_round: The last round the study already stored (a session resumed after its
-            confirmation): the rounds are numbered on from it, so that the stored rounds of
-            this confirmation are the study's latest, never mixed with the earlier ones'.
+    Each window is one repeat. A window for which ``breach(metrics)`` names a broken
+    constraint ends the trial at once, COMPLETED with that window alone (infeasible by
+    measurement, so the model learns from it); ``on_breach(window number, constraint,
+    metrics)`` hears of it. A target error ends the trial with the outcome it stands for
+    (``targets.base.outcome_of``). The target is restored on every way out, and then
+    ``rollback(broke, seconds the restore took)`` runs: ``broke`` is True when a breach or
+    an error ended the trial.
+    Windows whose metric names differ come back with their means as ``metrics``.
     """
-    spec = with_resolved_constraints(spec, trials)
-    default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
-    ranked = list(candidates)[:top]
-    base = [default] if default is not None else []
-    two = default is not None and select > 0 and len(ranked) > 1
-    total = (select * (1 + len(ranked)) + rounds * 2) if two else rounds * (len(base) + len(ranked))
-    runner = _Rounds(target, spec, store, on_measure, total, first_round)
-    if not two:
-        return runner.estimate(base + ranked, rounds, grow_to, width, noise)
-    selection = runner.run(base + ranked, select)
-    chose = judge(spec, selection, True, noise, choosing=True)
-    if chose.best is None:
-        return replace(
-            chose, measured=selection[:1], intervals={}, selection=selection,
-            selection_intervals=chose.intervals,
-        )  # fmt: skip
-    pair: list[Trial] = [default, chose.best.trial]  # type: ignore[list-item]
-    found = runner.estimate(pair, rounds, grow_to, width, noise)
-    return with_selection(found, chose, selection)
+    done: list[Measurement] = []
+    broke = False
+    try:
+        target.apply(config)
+        for index in range(windows):
+            metrics = target.measure()
+            done.append(Measurement(dict(metrics), at=time.time()))
+            broken = breach(metrics)
+            if broken:
+                broke = True
+                if on_breach is not None:
+                    on_breach(index + 1, broken, metrics)
+                return Measured(TrialStatus.COMPLETED, tuple(done[-1:]))
+    except TargetError as exc:
+        broke = True
+        outcome = outcome_of(exc)
+        return Measured(outcome.status, (), outcome.reason)
+    finally:
+        started = time.monotonic()
+        try:
+            target.restore()
+        finally:
+            rollback(broke, time.monotonic() - started)
+    if len({frozenset(m.metrics) for m in done}) > 1:
+        return Measured(TrialStatus.COMPLETED, (), metrics=_means([m.metrics for m in done]))
+    return Measured(TrialStatus.COMPLETED, tuple(done))
 
 
-class _Rounds:
-    """Runs interleaved rounds for ``confirm``, numbering rounds on across calls."""
+@dataclass(frozen=True)
+class Control:
+    """The default configuration measured once more (``control``).
 
-    def __init__(
-        self,
-        target: Target,
-        spec: StudySpec,
-        store: Callable[[int, Measurement], None] | None,
-        on_measure: Callable[[int, int], None] | None,
-        total: int,
-        first_round: int = 0,
-    ) -> None:
-        self.target, self.spec, self.store, self.on_measure = target, spec, store, on_measure
-        self.total, self.done, self.round = total, 0, first_round
+    Attributes:
+        metrics: What it measured; None when it did not complete (or did not run).
+        reason: Why not, when ``metrics`` is None.
+        default: The study's COMPLETED default trial the control was stored with (None:
+            there is none, and nothing was stored).
+    """
 
-    def run(self, runs: Sequence[Trial], rounds: int) -> tuple[Remeasured, ...]:
-        """``rounds`` rounds of ``runs``, in ABBA order: drift within rounds cancels."""
-        name = self.spec.objective.name
-        got: dict[int, list[dict[str, float] | None]] = {t.id: [] for t in runs}
-        reasons: dict[int, list[str]] = {t.id: [] for t in runs}
-        for _ in range(rounds):
-            self.round += 1  # odd rounds in order, even ones reversed, across calls
-            for trial in runs if self.round % 2 else runs[::-1]:
-                outcome = self.target.run_trial(trial.config)
-                if outcome.status is TrialStatus.COMPLETED and name in outcome.metrics:
-                    got[trial.id].append(dict(outcome.metrics))
-                    if self.store is not None:
-                        self.store(trial.id, Measurement(
-                            dict(outcome.metrics), MeasurementKind.CONFIRM, time.time(),
-                            self.round,
-                        ))  # fmt: skip
-                else:
-                    got[trial.id].append(None)
-                    reasons[trial.id].append(f"{outcome.status.value}: {outcome.reason}"[:200])
-                self.done += 1
-                if self.on_measure is not None:
-                    self.on_measure(self.done, self.total)
-        return tuple(
-            Remeasured(
-                trial,
-                tuple(got[trial.id]),
-                tuple(meets(self.spec, m) for m in got[trial.id]),
-                tuple(reasons[trial.id]),
-                name,
-            )
-            for trial in runs
-        )
+    metrics: dict[str, float] | None
+    reason: str = ""
+    default: Trial | None = None
 
-    def estimate(
-        self,
-        runs: Sequence[Trial],
-        rounds: int,
-        grow_to: int,
-        width: float,
-        noise: Mapping[str, tuple[float, int]] | None,
-    ) -> Confirmation:
-        """``rounds`` rounds of ``runs`` judged (the default first, when ``runs`` has it),
-        then one more at a time, up to ``grow_to`` in all, while the best's interval is
-        wider than ``width``: rounds are added on how precise the estimate is, never on
-        what it says, so stopping does not bias it."""
-        has_default = bool(runs) and runs[0].step is StepKind.DEFAULT
-        measured = self.run(runs, rounds)
-        found = judge(self.spec, measured, has_default, noise)
-        while (
-            measured
-            and len(measured[0].rounds) < grow_to
-            and found.interval is not None
-            and found.interval.high > width * found.interval.low
-        ):
-            self.total += len(runs)
-            more = self.run(runs, 1)
-            measured = tuple(joined(a, b) for a, b in zip(measured, more, strict=True))
-            found = judge(self.spec, measured, has_default, noise)
-        return found
+
+class ControlAPI(Protocol):
+    """The part of the service ``control`` needs."""
+
+    def list_trials(self, study: str, statuses: Any = None) -> list[Trial]: ...
+
+    def add_measurements(
+        self, study: str, trial_id: int, measurements: Sequence[Measurement]
+    ) -> list[Measurement]: ...
+
+
+def control(
+    api: ControlAPI, target: Target, spec: StudySpec, fallback: Config | None = None
+) -> Control:
+    """Run the default configuration once (apply, measure, restore) as a control and store
+    it as a CONTROL measurement of the study's COMPLETED default trial.
+
+    Without such a trial nothing is stored, and ``fallback`` (the knobs' defaults, say) is
+    measured instead when given; otherwise nothing runs. Sessions (every ``control_every``
+    trials) and the daemon (every ``control_every`` watch windows, and after an SLO
+    breach) both call this; the daemon applies its configuration again afterwards.
+    """
+    default = next(
+        (t for t in api.list_trials(spec.name, [TrialStatus.COMPLETED])
+         if t.step is StepKind.DEFAULT),
+        None,
+    )  # fmt: skip
+    config = default.config if default is not None else fallback
+    if config is None:
+        return Control(None, "the study has no completed default trial")
+    outcome = target.run_trial(config)
+    if outcome.status is not TrialStatus.COMPLETED:
+        log.warning("control run of the default: %s (%s)", outcome.status.value, outcome.reason)
+        return Control(None, f"{outcome.status.value}: {outcome.reason}", default)
+    if default is not None:
+        stored = Measurement(dict(outcome.metrics), MeasurementKind.CONTROL, time.time())
+        api.add_measurements(spec.name, default.id, [stored])
+    return Control(dict(outcome.metrics), "", default)
+
+
+def _means(windows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per metric, the mean over the windows that reported it."""
+    names = dict.fromkeys(k for w in windows for k in w)
+    return {
+        name: math.fsum(w[name] for w in windows if name in w) / sum(name in w for w in windows)
+        for name in names
+    }

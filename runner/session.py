@@ -1,6 +1,7 @@
 """A tuning session: ask for a configuration, run it on a target, report, repeat.
 
-The loop talks to anything with the service's methods: the in-process ``TuningService`` or a
+A session is the one trial loop (``runner.loop.run_loop``) with the session's measurement
+protocol, over anything with the service's methods: the in-process ``TuningService`` or a
 ``TunerClient`` to a remote server. Each session process has its own ``client_id``
 (``session:<host>:<pid>:<study>``), so several sessions on one study work together as
 workers do: none is handed another's trial, and each stops asking once the trials finished
@@ -18,17 +19,14 @@ flagged unstable and never reported as the best.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from runner.measurement import Measured, MeasurementProtocol, could_win, measure
+from runner.loop import TuningAPI, run_loop
+from runner.measurement import Measured, MeasurementProtocol, control, could_win, measure
 from targets.base import Target
 from tuner.confirmation import (
     improvement,
@@ -38,7 +36,7 @@ from tuner.confirmation import (
     unstable_trial,
 )
 from tuner.confirmation import noiseless as measured_noiseless
-from tuner.errors import StateError, TargetError, ValidationError
+from tuner.errors import TargetError, ValidationError
 from tuner.measurement_stats import Drift, drift
 from tuner.space import Config, Knob, Scalar
 from tuner.study import StudySpec
@@ -55,45 +53,6 @@ from tuner.trial import (
 )
 
 log = logging.getLogger(__name__)
-
-MAX_CONSECUTIVE_FAILURES = 5
-
-
-class TuningAPI(Protocol):
-    """The part of the service a session needs (``TuningService`` and ``TunerClient``)."""
-
-    def create_study(self, spec: StudySpec) -> tuple[object, bool]: ...
-
-    def add_measurements(
-        self, study: str, trial_id: int, measurements: Sequence[Measurement]
-    ) -> list[Measurement]: ...
-
-    def list_measurements(
-        self,
-        study: str,
-        trial_id: int | None = None,
-        kinds: Collection[MeasurementKind] | None = None,
-    ) -> list[Measurement]: ...
-
-    def suggest_trials(self, study: str, count: int, client_id: str = "") -> list[Trial]: ...
-
-    def complete_trial(
-        self,
-        study: str,
-        trial_id: int,
-        metrics: Mapping[str, float] | None = None,
-        status: TrialStatus = TrialStatus.COMPLETED,
-        reason: str = "",
-        request_id: str = "",
-        measurements: Sequence[Measurement] = (),
-        client_id: str | None = None,
-    ) -> Trial: ...
-
-    def list_trials(
-        self, study: str, statuses: Collection[TrialStatus] | None = None
-    ) -> list[Trial]: ...
-
-    def heartbeat(self, study: str, trial_id: int, client_id: str | None = None) -> Trial: ...
 
 
 @dataclass(frozen=True)
@@ -175,7 +134,8 @@ def run_session(
     stop: Callable[[], bool] | None = None,
 ) -> SessionResult:
     """Run trials on ``target`` until the study has ``trials`` finished trials, measuring
-    each by ``protocol`` (default: once, no controls).
+    each by ``protocol`` (default: once, no controls), through the one trial loop
+    (``runner.loop.run_loop``).
 
     Args:
         on_trial: Called after each reported trial with the trial and the number of
@@ -189,37 +149,24 @@ def run_session(
     """
     protocol = protocol or MeasurementProtocol()
     api.create_study(spec)
-    client_id = client_id_for(spec)
-    failures = since_control = 0
-    leftover = orphaned(spec, api.list_trials(spec.name))
-    while not (stop is not None and stop()):
-        history = api.list_trials(spec.name)
-        finished = sum(t.status.is_final for t in history)
-        mine = {t.id for t in leftover}
-        running = sum(t.status is TrialStatus.ACTIVE and t.id not in mine for t in history)
-        if finished + running >= trials:
-            break  # the trials other sessions are measuring complete the budget
-        if leftover:
-            trial = leftover.pop(0)
-            log.info("study %s: finishing trial %d, left by a session that ended", spec.name,
-                     trial.id)  # fmt: skip
-        else:
-            [trial] = api.suggest_trials(spec.name, 1, client_id)
-        with keep_alive(api, spec.name, trial):
-            measured = _measure_trial(api, target, spec, trial, protocol)
-        reported = api.complete_trial(
-            spec.name, trial.id, None, measured.status, measured.reason,
-            measurements=measured.repeats, client_id=trial.client_id,
-        )  # fmt: skip
-        failures = failures + 1 if measured.status is TrialStatus.FAILED else 0
+    since_control = 0
+
+    def measure_one(trial: Trial) -> Measured:
+        return _measure_trial(api, target, spec, trial, protocol)
+
+    def after(reported: Trial, measured: Measured, finished: int) -> None:
+        nonlocal since_control
         if on_trial is not None:
-            on_trial(reported, finished + 1)
-        if failures >= MAX_CONSECUTIVE_FAILURES:
-            raise TargetError(f"{failures} trials in a row failed; last reason: {measured.reason}")
-        since_control += trial.step is not StepKind.DEFAULT
+            on_trial(reported, finished)
+        since_control += reported.step is not StepKind.DEFAULT
         if protocol.control_every and since_control >= protocol.control_every:
             since_control = 0
-            _control(api, target, spec)
+            control(api, target, spec)
+
+    run_loop(
+        api, spec, trials, measure_one, client_id=client_id_for(spec),
+        leftover=orphaned(spec, api.list_trials(spec.name)), after=after, stop=stop,
+    )  # fmt: skip
     return summarize(
         spec, api.list_trials(spec.name), api.list_measurements(spec.name), target.noiseless
     )
@@ -244,58 +191,6 @@ def _measure_trial(
         return could_win(resolved, values, metrics, noise)
 
     return measure(target, trial.config, protocol.repeats, more, protocol.most)
-
-
-def _control(api: TuningAPI, target: Target, spec: StudySpec) -> None:
-    """Measure the default configuration once more and store it as a control of the
-    default trial (nothing without a COMPLETED default trial)."""
-    default = next(
-        (t for t in api.list_trials(spec.name, [TrialStatus.COMPLETED])
-         if t.step is StepKind.DEFAULT),
-        None,
-    )  # fmt: skip
-    if default is None:
-        return
-    outcome = target.run_trial(default.config)
-    if outcome.status is not TrialStatus.COMPLETED:
-        log.warning("control run of the default: %s (%s)", outcome.status.value, outcome.reason)
-        return
-    control = Measurement(dict(outcome.metrics), MeasurementKind.CONTROL, time.time())
-    api.add_measurements(spec.name, default.id, [control])
-
-
-@contextlib.contextmanager
-def keep_alive(api: TuningAPI, study: str, trial: Trial) -> Iterator[None]:
-    """Send heartbeats for ``trial`` while the block runs, a third of a lease apart.
-
-    Nothing happens for a trial without a lease. A heartbeat that fails (the server is
-    restarting, the network dropped) is logged and retried at the next tick; one refused
-    because the lease already expired stops the heartbeats: the result is still reported
-    at the end and the server stores it as a late result.
-    """
-    if trial.lease_expires_at is None:
-        yield
-        return
-    stop = threading.Event()
-    interval = max(0.05, (trial.lease_expires_at - time.time()) / 3)
-
-    def beat() -> None:
-        while not stop.wait(interval):
-            try:
-                api.heartbeat(study, trial.id, trial.client_id)
-            except StateError as exc:
-                log.warning("trial %d: heartbeat refused (%s)", trial.id, exc)
-                return
-            except Exception as exc:  # keep measuring; the next tick tries again
-                log.warning("trial %d: heartbeat failed (%s); retrying", trial.id, exc)
-
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial.id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 @dataclass(frozen=True)

@@ -206,15 +206,24 @@ class Target(ABC):
         try:
             self.apply(config)
             metrics = self.measure()
-        except ConfigRejected as exc:
-            return TrialOutcome(TrialStatus.INFEASIBLE, {}, _reason(exc))
-        except TrialTimedOut as exc:
-            return TrialOutcome(TrialStatus.TIMED_OUT, {}, _reason(exc))
         except TargetError as exc:
-            return TrialOutcome(TrialStatus.FAILED, {}, _reason(exc))
+            return outcome_of(exc)
         finally:
             self.restore()
         return TrialOutcome(TrialStatus.COMPLETED, metrics)
+
+
+def outcome_of(exc: TargetError) -> TrialOutcome:
+    """The trial outcome a target error stands for (the one table of it): ``ConfigRejected``
+    is INFEASIBLE (the configuration's doing), ``TrialTimedOut`` TIMED_OUT, any other
+    ``TargetError`` FAILED (the infrastructure's); the error text is the reason."""
+    if isinstance(exc, ConfigRejected):
+        status = TrialStatus.INFEASIBLE
+    elif isinstance(exc, TrialTimedOut):
+        status = TrialStatus.TIMED_OUT
+    else:
+        status = TrialStatus.FAILED
+    return TrialOutcome(status, {}, _reason(exc))
 
 
 # -- option helpers for adapters --------------------------------------------------------

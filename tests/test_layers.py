@@ -112,6 +112,76 @@ def test_the_walker_sees_imports(tmp_path: Path) -> None:
     assert imported_top_levels(sample) == {"server", "targets"}
 
 
+#: Calls that ask for a suggestion, and calls that complete a trial (Python API and gRPC).
+SUGGESTS = {"suggest_trials", "propose", "SuggestTrials"}
+COMPLETES = {"complete_trial", "CompleteTrial"}
+#: The one trial loop, and the loops allowed beside it, each with its reason.
+LOOP = "runner/loop.py"
+LOOPS_ALLOWED = {
+    # a load generator's workers are the server's remote clients: each call is timed
+    "bench/load.py": "gRPC clients of the server under test",
+    # a peer's own optimizer loop (Ax's Client.complete_trial), not ours
+    "bench/peers/ax.py": "Ax's API",
+}
+
+
+def suggest_complete_loops(path: Path) -> list[int]:
+    """The lines of loops in ``path`` whose body both asks for a suggestion and completes a
+    trial, directly or through a function of the same module that completes one."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    completes = set(COMPLETES)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and _calls(node) & COMPLETES:
+            completes.add(node.name)
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.For | ast.While | ast.AsyncFor)
+        and _calls(node) & SUGGESTS
+        and _calls(node) & completes
+    ]
+
+
+def _calls(node: ast.AST) -> set[str]:
+    """The names of the functions and methods called anywhere inside ``node``."""
+    out = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Call):
+            func = inner.func
+            if isinstance(func, ast.Attribute):
+                out.add(func.attr)
+            elif isinstance(func, ast.Name):
+                out.add(func.id)
+    return out
+
+
+def test_outside_the_server_one_loop_suggests_and_completes() -> None:
+    """Sessions, the daemon, the benchmarks and the tests' studies all run trials through
+    ``runner.loop.run_loop``; ask/tell scripts and the Ray callbacks own their loops and
+    make one call a step, so they hold none."""
+    packages = ["tuner", "knobs", "targets", "runner", "cli", "bench", "examples"]
+    found = {
+        str(p.relative_to(ROOT)): lines
+        for package in packages
+        for p in modules(package)
+        if (lines := suggest_complete_loops(p))
+    }
+    assert LOOP in found, "the walker no longer sees the one loop"
+    others = {k: v for k, v in found.items() if k != LOOP and k not in LOOPS_ALLOWED}
+    assert not others, f"a second suggest-to-complete loop (use runner.loop.run_loop): {others}"
+
+
+def test_the_loop_rule_sees_a_loop_through_a_helper(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text(
+        "def finish(api, t):\n    api.complete_trial('s', t.id)\n\n"
+        "def run(api):\n    while True:\n        [t] = api.suggest_trials('s', 1)\n"
+        "        finish(api, t)\n\n"
+        "def ask(api):\n    return api.suggest_trials('s', 1)\n"
+    )
+    assert suggest_complete_loops(sample) == [5]
+
+
 #: ``tuner/designer``'s parts, lowest first: a module imports only from its own part and
 #: those before it. The contract (``base``), the numerical fast paths, the models, sampling
 #: without a model, the acquisition, the decision table, the steps that execute it, and the

@@ -3,7 +3,7 @@
 The problem becomes a ``StudySpec``: its knobs, objective and outcome constraints, its
 candidates and their features, and for problems with ``embed_dims`` the LlamaTune embedding
 ``{kind = "llamatune", dims, special_bias = 0.2, buckets = 10000}``; product defaults
-otherwise (``designer = {algorithm = "bo", seed}``). ``tuner.loop.run_trials`` then runs it
+otherwise (``designer = {algorithm = "bo", seed}``). ``runner.loop.run_trials`` then runs it
 exactly as a client of the server would: each trial stores its step kind, resolved
 constraints and embedded point, one suggestion at a time, with a warm-starting fit cache.
 Each measurement is ``problem.measure`` with the run's generator; a measurement that broke
@@ -24,8 +24,8 @@ from typing import Any
 
 from bench.common import Measured
 from bench.contract import Measurement, MethodRun, SuiteProblem, run_rng
+from runner.loop import run_trials
 from tuner.confirmation import best_of
-from tuner.loop import run_trials
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus

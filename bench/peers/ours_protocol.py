@@ -36,7 +36,8 @@ from dataclasses import replace
 
 from bench.contract import Measurement, MethodRun, SuiteProblem, run_rng
 from bench.peers.ours import study_spec
-from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol, confirm
+from runner.confirm import confirm
+from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol
 from runner.memory import MemoryAPI
 from runner.session import run_session
 from targets.base import ConfigRejected, Target

@@ -1,4 +1,4 @@
-"""The closing confirmation (``runner.measurement.confirm``) and ``[session] confirm``."""
+"""The closing confirmation (``runner.confirm.confirm``) and ``[session] confirm``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from cli.main import main
-from runner.measurement import confirm
+from runner.confirm import confirm
 from targets.base import Target, TrialOutcome
 from tuner.confirmation import stored_confirmation
 from tuner.study import StudySpec

@@ -95,3 +95,47 @@ def test_a_load_that_slows_only_the_tuned_configuration_starts_a_new_round(
     kinds = [e["event"] for e in events]
     assert "drift" in kinds and "round" in kinds and "machine_drift" not in kinds
     service.close()
+
+
+def test_the_control_measures_the_default_on_a_command_target_with_placeholders(
+    tmp_path: Path,
+) -> None:
+    """A command whose arguments name a knob (``{batch}``) cannot run on a restored, empty
+    configuration; the control runs the default trial's configuration instead, so every
+    control of a real command target measures (they all failed when it restored and
+    measured)."""
+    import sys
+
+    from targets.registry import build_target
+    from tuner.space import IntKnob
+
+    program = tmp_path / "infer.py"
+    program.write_text(
+        "import json, sys\nbatch = int(sys.argv[1])\n"
+        "print(json.dumps({'tps': 100.0 + batch, 'p95_ms': 5.0}))\n",
+        encoding="utf-8",
+    )
+    spec = StudySpec.from_dict(
+        {
+            "name": "cmd",
+            "objectives": [{"name": "tps", "goal": "maximize"}],
+            "outcome_constraints": ["p95_ms <= 10"],
+            "designer": {"seed": 1, "initial_trials": 2},
+        },
+        knobs=(IntKnob("batch", default=1, low=1, high=64),),
+    )
+    options = {"command": [sys.executable, str(program), "{batch}"], "metrics": ["tps", "p95_ms"]}
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
+    stream = io.StringIO()
+    settings = DaemonSettings(
+        state=tmp_path / "state.json", windows_per_trial=1, watch=("tps",),
+        baseline_windows=1, max_windows=4, control_every=2,
+    )  # fmt: skip
+    with build_target("command", options) as target:
+        Daemon(service, target, spec, 3, settings, EventLog(None, stream)).run()
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    controls = [e for e in events if e["event"] == "control"]
+    assert len(controls) == 2 and all("error" not in c for c in controls), controls
+    assert all(c["metrics"]["tps"] == 101.0 and c["machine"] == 1.0 for c in controls)
+    stored = service.list_measurements("cmd.r1", kinds=[MeasurementKind.CONTROL])
+    assert [m.metrics["tps"] for m in stored] == [101.0, 101.0]

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from runner.loop import run_trials
 from tuner.designer import History, make_designer
 from tuner.designer.models import forest
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import ValidationError
-from tuner.loop import run_trials
 from tuner.study import StudySpec
 from tuner.trial import StepKind, Trial, TrialStatus
 
