@@ -136,12 +136,21 @@ LOSS = 0.7  # a redeployed gain at or below 70 % of the reported one loses >= 30
 ARMS = ("protocol", "single", "confirm", "grow")
 
 
-def write_config(seed: int, args: argparse.Namespace, work: Path, name: str) -> Path:
-    """The system's example config for ``seed``, its files under ``work``."""
+def write_config(
+    seed: int,
+    args: argparse.Namespace,
+    work: Path,
+    name: str,
+    stopping: Mapping[str, Any] | None = None,
+) -> Path:
+    """The system's example config for ``seed``, its files under ``work``; ``stopping``: a
+    ``[study.stopping]`` table for it."""
     system: System = args.system
     data = tomllib.loads(system.example.read_text(encoding="utf-8"))
     data["study"]["name"] = name
     data["study"]["designer"]["seed"] = seed
+    if stopping:
+        data["study"]["stopping"] = dict(stopping)
     data["target"].update(system.options(args, seed, work))
     data["session"].update(db=str(work / "tuner.db"), plot=str(work / f"{name}.png"))
     path = work / f"{name}.toml"
@@ -204,8 +213,8 @@ def stored(db: Path, study: str) -> tuple[list[Trial], int, int]:
             "SELECT trial_id, name, value FROM metrics WHERE study_id = ?", [sid]
         ):
             metrics.setdefault(tid, {})[name] = float(number)
-        (runs,) = conn.execute(
-            "SELECT COUNT(*) FROM measurements WHERE study_id = ?", [sid]
+        (runs,) = conn.execute(  # windows of a run in progress are parts of one run
+            "SELECT COUNT(*) FROM measurements WHERE study_id = ? AND kind != 'progress'", [sid]
         ).fetchone()
         (confirming,) = conn.execute(
             "SELECT COUNT(*) FROM measurements WHERE study_id = ? AND kind = 'confirm'", [sid]

@@ -237,7 +237,26 @@ def build_parser() -> argparse.ArgumentParser:
     tell.add_argument("--infeasible", metavar="REASON", help="the configuration is at fault")
     tell.add_argument("--failed", metavar="REASON", help="the run failed for another reason")
     tell.add_argument("--timed-out", metavar="REASON", help="the run exceeded its time limit")
+    tell.add_argument(
+        "--early-stopped", metavar="REASON",
+        help="the run was stopped early (the reason `tuner report` gave); --metric gives "
+        "what the part that ran measured",
+    )  # fmt: skip
     holder_arguments(tell, "report")
+    report = command(
+        "report", "cli.trials:cmd_report",
+        "report one window of a running trial's measurement; prints whether to stop now",
+    )  # fmt: skip
+    report.add_argument("study", help="the study's name")
+    report.add_argument("trial", type=int, help="the id of the running trial")
+    report.add_argument(
+        "--metric", action="append", required=True, metavar="NAME=VALUE",
+        help="the window's metric: the workload over this interval only (repeat)",
+    )  # fmt: skip
+    report.add_argument("--json", action="store_true", help="one JSON object instead of a line")
+    report.add_argument(
+        "--client-id", default="", help="the client the trial was handed to (as for ask)"
+    )
 
     ray = command("ray", "cli.sessions:cmd_ray", "run a study's trials in parallel on Ray Tune")
     ray.set_defaults(db=None)

@@ -1,5 +1,10 @@
-"""``tuner create``, ``ask``, ``tell``, ``heartbeat`` and ``import``: a study driven from a
-shell, and trials measured elsewhere.
+"""``tuner create``, ``ask``, ``report``, ``tell``, ``heartbeat`` and ``import``: a study
+driven from a shell, and trials measured elsewhere.
+
+``report`` sends one window of a running trial's measurement and prints the study's answer:
+``go on`` or ``stop: REASON`` (``--json``: ``{"stop": ..., "reason": ..., "windows": ...}``);
+a script that stops then finishes the trial with ``tell --early-stopped REASON`` and the
+metrics of the part that ran.
 """
 
 from __future__ import annotations
@@ -165,12 +170,15 @@ def cmd_tell(args: argparse.Namespace) -> int:
         (TrialStatus.INFEASIBLE, args.infeasible),
         (TrialStatus.FAILED, args.failed),
         (TrialStatus.TIMED_OUT, args.timed_out),
+        (TrialStatus.EARLY_STOPPED, args.early_stopped),
     ]
     given = [(status, reason) for status, reason in outcomes if reason is not None]
-    if len(given) + bool(args.metric) != 1:
+    stopped = bool(given) and given[0][0] is TrialStatus.EARLY_STOPPED
+    if len(given) + bool(args.metric and not stopped) != 1:
         err.print(
             "error: tell takes metrics (--metric NAME=VALUE, repeatable) or one of "
-            "--infeasible/--failed/--timed-out REASON",
+            "--infeasible/--failed/--timed-out/--early-stopped REASON (--early-stopped "
+            "with the metrics measured)",
             highlight=False,
         )
         return 2
@@ -184,6 +192,22 @@ def cmd_tell(args: argparse.Namespace) -> int:
             client_id=args.client_id, override_holder=args.override_holder,
         )  # fmt: skip
     print(f"trial {trial.id} {trial.status.value}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    metrics = parse_metrics(args.metric)
+    if metrics is None:
+        return 2
+    with connect(args.server, args.db, writable=True) as api:
+        decision = api.report_progress(args.study, args.trial, metrics, args.client_id)
+    if args.json:
+        print(json.dumps({"stop": decision.stop, "reason": decision.reason,
+                          "windows": decision.windows}))  # fmt: skip
+    elif decision.stop:
+        print(f"stop: {decision.reason}")
+    else:
+        print(f"go on ({decision.windows} windows reported)")
     return 0
 
 

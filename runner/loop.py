@@ -31,6 +31,7 @@ from typing import Protocol
 from runner.measurement import Measured
 from tuner.errors import StateError, TargetError
 from tuner.space import Config
+from tuner.stopping import Decision
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus
 
@@ -76,6 +77,10 @@ class TuningAPI(Protocol):
     ) -> list[Trial]: ...
 
     def heartbeat(self, study: str, trial_id: int, client_id: str | None = None) -> Trial: ...
+
+    def report_progress(
+        self, study: str, trial_id: int, metrics: Mapping[str, float], client_id: str | None = None
+    ) -> Decision: ...
 
 
 class Outcome(Protocol):

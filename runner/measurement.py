@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from targets.base import Target, TrialOutcome, outcome_of
+from targets.base import Progress, Target, TrialOutcome, outcome_of
 from tuner.errors import TargetError, ValidationError
 from tuner.space import Config
 from tuner.study import Goal, StudySpec
@@ -192,18 +192,24 @@ def measure(
     repeats: int,
     more: Callable[[list[Mapping[str, float]]], bool] | None = None,
     most: int = 0,
+    progress: Progress | None = None,
 ) -> Measured:
     """Run ``config`` ``repeats`` times, then again while ``more(values so far)`` says so,
-    up to ``most`` times in all.
+    up to ``most`` times in all; ``progress`` hears each window of every run
+    (``Target.run_trial``).
 
     The first outcome that is not COMPLETED ends the repeats: INFEASIBLE and TIMED_OUT (the
     configuration's doing, even after good repeats: it is not stable) and FAILED with no
     repeat completed become the trial's outcome; a FAILED repeat after completed ones (the
-    machine's doing) keeps those.
+    machine's doing) keeps those. A run ``progress`` stopped ends the trial EARLY_STOPPED,
+    with every run measured so far as its repeats (the stopped one's partial metrics last).
     """
     done: list[Measurement] = []
     while True:
-        outcome: TrialOutcome = target.run_trial(config)
+        outcome: TrialOutcome = target.run_trial(config, progress)
+        if outcome.status is TrialStatus.EARLY_STOPPED:
+            done.append(Measurement(dict(outcome.metrics), at=time.time()))
+            return Measured(TrialStatus.EARLY_STOPPED, tuple(done), outcome.reason)
         if outcome.status is not TrialStatus.COMPLETED:
             if outcome.status is TrialStatus.FAILED and done:
                 log.warning("repeat %d failed (%s); keeping %d", len(done) + 1,

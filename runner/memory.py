@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from tuner.designer import FitCache
 from tuner.errors import NotFoundError, StateError
 from tuner.loop import new_trial, propose
+from tuner.stopping import Decision, decide
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus, repeat_summary
 
@@ -86,9 +87,7 @@ class MemoryAPI:
             raise StateError(f"trial {trial_id} is {trial.status.value} and cannot be completed")
         now = time.time()
         repeats = [
-            replace(m, trial_id=trial_id, at=m.at or now)
-            for m in measurements
-            if status is TrialStatus.COMPLETED
+            replace(m, trial_id=trial_id, at=m.at or now) for m in measurements if status.measured
         ]
         spread: dict[str, float] = {}
         values = dict(metrics or {})
@@ -132,6 +131,26 @@ class MemoryAPI:
     def heartbeat(self, study: str, trial_id: int, client_id: str | None = None) -> Trial:
         """Nothing to renew: trials held in memory have no lease."""
         return self._trial(self._study(study), trial_id)
+
+    def report_progress(
+        self, study: str, trial_id: int, metrics: Mapping[str, float], client_id: str | None = None
+    ) -> Decision:
+        """Keep one window of an ACTIVE trial's measurement and decide whether it stops
+        (``tuner.stopping.decide``, as the service does)."""
+        found = self._study(study)
+        trial = self._trial(found, trial_id)
+        if trial.status is not TrialStatus.ACTIVE:
+            raise StateError(f"trial {trial_id} is {trial.status.value}, not ACTIVE")
+        count = sum(
+            m.trial_id == trial_id and m.kind is MeasurementKind.PROGRESS
+            for m in found.measurements
+        )
+        found.measurements.append(
+            Measurement(dict(metrics), MeasurementKind.PROGRESS, time.time(), count + 1, trial_id)
+        )
+        if not found.spec.stopping.stops:
+            return Decision(False, "", count + 1)
+        return decide(found.spec, trial, found.trials, found.measurements)
 
     def _study(self, name: str) -> _Study:
         if name not in self._studies:

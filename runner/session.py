@@ -176,11 +176,18 @@ def _measure_trial(
     api: TuningAPI, target: Target, spec: StudySpec, trial: Trial, protocol: MeasurementProtocol
 ) -> Measured:
     """``trial`` measured by ``protocol``: the default as often as any trial may be, the
-    others ``repeats`` times and, while they could still win, up to ``max_repeats``."""
+    others ``repeats`` times and, while they could still win, up to ``max_repeats``. Each
+    window of a run goes to the study (``report_progress``), whose answer may stop the
+    trial early (``tuner.stopping``; never the default's)."""
+
+    def progress(window: dict[str, float]) -> str:
+        decision = api.report_progress(spec.name, trial.id, window, trial.client_id)
+        return decision.reason if decision.stop else ""
+
     if trial.step is StepKind.DEFAULT:
-        return measure(target, trial.config, protocol.most)
+        return measure(target, trial.config, protocol.most, progress=progress)
     if protocol.most == protocol.repeats:
-        return measure(target, trial.config, protocol.repeats)
+        return measure(target, trial.config, protocol.repeats, progress=progress)
     history = api.list_trials(spec.name)
     resolved = with_resolved_constraints(spec, history)
     noise = pooled_noise(resolved, api.list_measurements(spec.name))
@@ -190,7 +197,7 @@ def _measure_trial(
     def more(values: list[Mapping[str, float]]) -> bool:
         return could_win(resolved, values, metrics, noise)
 
-    return measure(target, trial.config, protocol.repeats, more, protocol.most)
+    return measure(target, trial.config, protocol.repeats, more, protocol.most, progress)
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,11 @@ from tuner.study import (  # noqa: E402
     _EMBEDDING_FIELDS,
     _OBJECTIVE_FIELDS,
     _SPEC_FIELDS,
+    _STOPPING_FIELDS,
     DesignerSettings,
     EmbeddingSettings,
     Objective,
+    StoppingSettings,
     StudySpec,
 )
 
@@ -140,7 +142,7 @@ def dataclass_rows(
 def config_page() -> str:
     spec_defaults = {"name": REQUIRED, "objectives": REQUIRED, "knobs": "the target's catalog",
                      "designer": "see below", "embedding": "none", "candidates": "none",
-                     "candidate_features": "none"}  # fmt: skip
+                     "candidate_features": "none", "stopping": "see below"}  # fmt: skip
     protocol_meaning = documented(MeasurementProtocol, "Attributes")
     session_rows = [
         (k, d if d == "none" else f"`{d}`", m) for k, (d, m) in SESSION_SETTINGS.items()
@@ -179,6 +181,8 @@ def config_page() -> str:
         ),
         "## `[study.embedding]`\n",
         table(dataclass_rows(EmbeddingSettings, _EMBEDDING_FIELDS), "[study.embedding]"),
+        "## `[study.stopping]`\n",
+        table(dataclass_rows(StoppingSettings, _STOPPING_FIELDS), "[study.stopping]"),
         "## `[[study.knobs]]`\n",
         "One table per knob, when the study lists its knobs instead of taking a target's "
         "catalog.\n\n",

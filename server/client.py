@@ -52,6 +52,7 @@ from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.errors import error_from_rpc
 from server.records import ImportedTrial, StudyInfo
 from tuner.errors import OverloadedError, ValidationError
+from tuner.stopping import Decision
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus
 
@@ -312,6 +313,31 @@ class TunerClient:
             override_holder=override_holder,
         )
         return convert.trial_from_proto(self._call(self._stub.Heartbeat, request))
+
+    def report_progress(
+        self, study: str, trial_id: int, metrics: Mapping[str, float], client_id: str | None = None
+    ) -> Decision:
+        """Report one window of an ACTIVE trial's measurement; the answer says whether to
+        stop measuring now (then complete the trial EARLY_STOPPED with its reason).
+        ``client_id`` as in ``complete_trial``; a report renews the trial's lease.
+
+        Raises:
+            StateError: The trial is not ACTIVE.
+            PermissionDeniedError: The trial was handed to another client.
+            ValidationError: A metric name or value that is not allowed.
+        """
+        request = pb.ReportProgressRequest(
+            study=study,
+            trial_id=trial_id,
+            metrics=dict(metrics),
+            client_id=self._holder(study, trial_id, client_id) or "",
+        )
+        return convert.decision_from_proto(self._call(self._stub.ReportProgress, request))
+
+    def should_stop(self, study: str, trial_id: int) -> Decision:
+        """Whether an ACTIVE trial should stop, from the windows it reported so far."""
+        request = pb.ShouldStopRequest(study=study, trial_id=trial_id)
+        return convert.decision_from_proto(self._call(self._stub.ShouldStop, request))
 
     def list_trials(
         self, study: str, statuses: Collection[TrialStatus] | None = None

@@ -36,7 +36,8 @@ from tuner.space import (
     Scalar,
     knob_from_dict,
 )
-from tuner.study import EmbeddingSettings, Goal, StudySpec
+from tuner.stopping import Decision
+from tuner.study import EmbeddingSettings, Goal, StoppingSettings, StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 KNOB_KINDS = ("float_range", "int_range", "categorical", "ordinal", "bool_knob")
@@ -53,6 +54,7 @@ _KIND_HOMES = {
     MeasurementKind.REPEAT: "a trial's repeats come with CompleteTrial",
     MeasurementKind.CONTROL: "controls go to AddMeasurements",
     MeasurementKind.CONFIRM: "confirmation rounds go to AddMeasurements",
+    MeasurementKind.PROGRESS: "windows of a measurement in progress go to ReportProgress",
 }
 _OUTCOMES = {
     TrialStatus.COMPLETED: pb.TRIAL_OUTCOME_COMPLETED,
@@ -60,6 +62,7 @@ _OUTCOMES = {
     TrialStatus.FAILED: pb.TRIAL_OUTCOME_FAILED,
     TrialStatus.TIMED_OUT: pb.TRIAL_OUTCOME_TIMED_OUT,
     TrialStatus.ABANDONED: pb.TRIAL_OUTCOME_ABANDONED,
+    TrialStatus.EARLY_STOPPED: pb.TRIAL_OUTCOME_EARLY_STOPPED,
 }
 
 
@@ -93,6 +96,7 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
         ),
         allow_unsafe=spec.allow_unsafe,
         embedding=_embedding_to_proto(spec.embedding),
+        stopping=_stopping_to_proto(spec.stopping),
         candidates=[
             pb.Candidate(
                 config=config_to_proto(c),
@@ -126,6 +130,37 @@ def _embedding_from_proto(message: pb.Embedding) -> dict[str, Any]:
     return data
 
 
+def _stopping_to_proto(stopping: StoppingSettings) -> pb.StoppingSettings | None:
+    if stopping.default:
+        return None
+    return pb.StoppingSettings(
+        early_stop=stopping.early_stop,
+        confidence=stopping.confidence,
+        min_windows=stopping.min_windows,
+        screen_windows=stopping.screen_windows,
+        screen_keep=stopping.screen_keep,
+    )
+
+
+def _stopping_from_proto(message: pb.StoppingSettings) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "early_stop": message.early_stop,
+        "screen_windows": message.screen_windows,
+    }
+    for key in ("confidence", "min_windows", "screen_keep"):
+        if message.HasField(key):
+            data[key] = getattr(message, key)
+    return data
+
+
+def decision_to_proto(decision: Decision) -> pb.StoppingDecision:
+    return pb.StoppingDecision(stop=decision.stop, reason=decision.reason, windows=decision.windows)
+
+
+def decision_from_proto(message: pb.StoppingDecision) -> Decision:
+    return Decision(message.stop, message.reason, message.windows)
+
+
 def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
     """Build and validate a study spec from its wire form.
 
@@ -149,6 +184,8 @@ def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
             data["designer"] = _designer_from_proto(message.designer)
         if message.HasField("embedding"):
             data["embedding"] = _embedding_from_proto(message.embedding)
+        if message.HasField("stopping"):
+            data["stopping"] = _stopping_from_proto(message.stopping)
         if message.candidates:
             data["candidates"] = [
                 config_from_proto(c.config, f"candidates[{i}].config")

@@ -133,6 +133,21 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         return convert.trial_to_proto(trial, request.study)
 
     @grpc_errors
+    def ReportProgress(
+        self, request: pb.ReportProgressRequest, context: grpc.ServicerContext
+    ) -> pb.StoppingDecision:
+        decision = self._service.report_progress(
+            request.study, request.trial_id, dict(request.metrics), request.client_id
+        )
+        return convert.decision_to_proto(decision)
+
+    @grpc_errors
+    def ShouldStop(
+        self, request: pb.ShouldStopRequest, context: grpc.ServicerContext
+    ) -> pb.StoppingDecision:
+        return convert.decision_to_proto(self._service.should_stop(request.study, request.trial_id))
+
+    @grpc_errors
     def ListTrials(
         self, request: pb.ListTrialsRequest, context: grpc.ServicerContext
     ) -> pb.ListTrialsResponse:

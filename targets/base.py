@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -40,7 +40,11 @@ OUTCOME_STATUSES = (
     TrialStatus.INFEASIBLE,
     TrialStatus.FAILED,
     TrialStatus.TIMED_OUT,
+    TrialStatus.EARLY_STOPPED,
 )
+#: What a trial's listener answers to each window of its measurement: why to stop now, or
+#: "" to go on (``Target.run_trial``'s ``progress``).
+Progress = Callable[[dict[str, float]], str]
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,8 @@ class TrialOutcome:
     """What happened when a target ran one configuration.
 
     Attributes:
-        status: COMPLETED, INFEASIBLE, FAILED or TIMED_OUT.
+        status: COMPLETED, INFEASIBLE, FAILED, TIMED_OUT, or EARLY_STOPPED (the listener
+            of its windows stopped it; ``metrics`` are what the part it ran measured).
         metrics: Metric name -> value (empty unless something was measured).
         reason: Why the trial did not complete; empty for COMPLETED trials.
     """
@@ -192,25 +197,53 @@ class Target(ABC):
         """The knobs' host defaults, or None when some knob has no default."""
         return SearchSpace(self.describe_knobs()).default_config()
 
-    def run_trial(self, config: Config) -> TrialOutcome:
+    def run_trial(self, config: Config, progress: Progress | None = None) -> TrialOutcome:
         """Apply ``config``, measure it and restore the system, whatever happens.
 
+        Args:
+            progress: Hears each window of the measurement as it runs (an adapter that
+                reports windows: ``window``) and answers why to stop now, or "" to go on.
+
         Returns:
-            COMPLETED with the metrics; INFEASIBLE with the reason on ``ConfigRejected``;
+            COMPLETED with the metrics; EARLY_STOPPED with what was measured when
+            ``progress`` stopped it; INFEASIBLE with the reason on ``ConfigRejected``;
             TIMED_OUT on ``TrialTimedOut``; FAILED with the reason on any other
             ``TargetError``. Other exceptions
             (including ``SystemExit`` from a SIGTERM) propagate once ``restore()`` ran, and
             so does an error raised by ``restore()`` itself: the system may be left
             changed, so the session must stop.
         """
+        self._progress, self._stopped = progress, ""
         try:
             self.apply(config)
             metrics = self.measure()
         except TargetError as exc:
             return outcome_of(exc)
         finally:
+            self._progress = None
             self.restore()
+        if self._stopped:
+            return TrialOutcome(TrialStatus.EARLY_STOPPED, metrics, self._stopped)
         return TrialOutcome(TrialStatus.COMPLETED, metrics)
+
+    # -- a measurement in progress (for adapters that report windows) -----------------
+    _progress: Progress | None = None
+    _stopped: str = ""
+
+    @property
+    def watched(self) -> bool:
+        """Someone hears this measurement's windows (``run_trial``'s ``progress``): an
+        adapter may measure in one piece otherwise."""
+        return self._progress is not None
+
+    def window(self, metrics: Mapping[str, float]) -> bool:
+        """Report one window of the measurement in progress: the workload's metrics over
+        that interval only. An adapter calls this from ``measure()`` after each interval;
+        True means stop now: end the workload and return the metrics of what ran."""
+        if self._progress is None or self._stopped:
+            return bool(self._stopped)
+        self._stopped = self._progress(dict(metrics))
+        return bool(self._stopped)
 
 
 def outcome_of(exc: TargetError) -> TrialOutcome:

@@ -36,6 +36,7 @@ _SPEC_FIELDS = (
     "embedding",
     "candidates",
     "candidate_features",
+    "stopping",
 )
 # A candidate list is scored whole on every model-based suggestion; beyond this many the
 # space is better described by knob ranges and parameter constraints.
@@ -43,6 +44,7 @@ MAX_CANDIDATES = 100_000
 # Descriptors per candidate (``StudySpec.candidate_features``): a few numbers, each finite.
 MAX_CANDIDATE_FEATURES = 16
 _EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
+_STOPPING_FIELDS = ("early_stop", "confidence", "min_windows", "screen_windows", "screen_keep")
 DEFAULT_GROW_AFTER = 10
 DEFAULT_EMBEDDING_DIMS = 16
 # More objectives than this make the hypervolume expensive and the Pareto front most of the
@@ -215,6 +217,89 @@ class DesignerSettings:
 
 
 @dataclass(frozen=True)
+class StoppingSettings:
+    """When a trial's measurement may end early (``[study.stopping]``; the rule is
+    ``tuner.stopping``).
+
+    Attributes:
+        early_stop: Stop a trial whose windows show it cannot win (``tuner.stopping``); off by
+            default until ``bench.cost`` shows no loss of the confirmed gain.
+        confidence: One-sided confidence of the bound that must rule the trial out, in
+            [0.9, 0.9999]: the chance of stopping a trial that would have won is at most
+            ``1 - confidence`` per judged metric when the noise model holds.
+        min_windows: Windows that must have arrived before the rule judges, at least 3.
+        screen_windows: Short-window screening (successive halving at one rung, after
+            Hyperband/ASHA): after this many windows a trial goes on only if what they
+            measured ranks among the best ``screen_keep`` of every trial's first windows
+            so far (or beats the best trial's); 0 (the default): no screening.
+        screen_keep: The share of trials a screen lets go on, in [0.1, 0.9].
+    """
+
+    early_stop: bool = False
+    confidence: float = 0.99
+    min_windows: int = 4
+    screen_windows: int = 0
+    screen_keep: float = 1 / 3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.early_stop, bool):
+            raise ValidationError("stopping.early_stop", f"got {self.early_stop!r}", "true/false")
+        level = self.confidence
+        if (
+            isinstance(level, bool)
+            or not isinstance(level, int | float)
+            or not (0.9 <= level <= 0.9999)
+        ):
+            raise ValidationError(
+                "stopping.confidence", f"got {level!r}", "a number in [0.9, 0.9999]"
+            )
+        windows = self.min_windows
+        if isinstance(windows, bool) or not isinstance(windows, int) or not 3 <= windows <= 10_000:
+            raise ValidationError(
+                "stopping.min_windows", f"got {windows!r}", "an integer in [3, 10000]"
+            )
+        screen = self.screen_windows
+        if isinstance(screen, bool) or not isinstance(screen, int) or not 0 <= screen <= 10_000:
+            raise ValidationError(
+                "stopping.screen_windows", f"got {screen!r}", "0 (no screening) or 1-10000"
+            )
+        keep = self.screen_keep
+        if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0.1 <= keep <= 0.9:
+            raise ValidationError("stopping.screen_keep", f"got {keep!r}", "a number in [0.1, 0.9]")
+
+    @property
+    def default(self) -> bool:
+        return self == StoppingSettings()
+
+    @property
+    def stops(self) -> bool:
+        """Some rule may end a trial early (the rule, or a screen)."""
+        return self.early_stop or self.screen_windows > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "early_stop": self.early_stop,
+            "confidence": float(self.confidence),
+            "min_windows": self.min_windows,
+        }
+        if self.screen_windows:  # only when set: the first specs keep their fingerprints
+            out["screen_windows"] = self.screen_windows
+            out["screen_keep"] = float(self.screen_keep)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> StoppingSettings:
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ValidationError("stopping", "must be a table", _STOPPING_FIELDS)
+        unknown = sorted(set(data) - set(_STOPPING_FIELDS))
+        if unknown:
+            raise ValidationError(f"stopping.{unknown[0]}", "unknown setting", _STOPPING_FIELDS)
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True)
 class EmbeddingSettings:
     """The LlamaTune search-space reduction (Kanellis et al., PVLDB 2022), per study.
 
@@ -330,6 +415,8 @@ class StudySpec:
             product (a cloud target fills it with its deployments).
         candidate_features: Numbers describing each candidate (up to 16 per candidate, same
             order), which the model uses besides the knobs.
+        stopping: When a trial's measurement may end early (``[study.stopping]``,
+            ``tuner.stopping``); never by default.
     """
 
     name: str
@@ -342,6 +429,7 @@ class StudySpec:
     embedding: EmbeddingSettings | None = None
     candidates: tuple[Config, ...] = ()
     candidate_features: tuple[dict[str, float], ...] = ()
+    stopping: StoppingSettings = field(default_factory=StoppingSettings)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _STUDY_NAME.fullmatch(self.name):
@@ -579,6 +667,8 @@ class StudySpec:
                 if self.candidate_features
                 else {}
             ),
+            # only when set: specs that stop no trial early keep their fingerprints
+            **({} if self.stopping.default else {"stopping": self.stopping.to_dict()}),
         }
 
     def fingerprint(self) -> str:
@@ -620,6 +710,7 @@ class StudySpec:
             embedding=_embedding(data.get("embedding")),
             candidates=tuple(_list(data, "candidates")),
             candidate_features=tuple(_list(data, "candidate_features")),
+            stopping=StoppingSettings.from_dict(data.get("stopping")),
         )
 
 

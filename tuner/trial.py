@@ -70,10 +70,19 @@ class TrialStatus(StrEnum):
     FAILED = "FAILED"
     ABANDONED = "ABANDONED"
     TIMED_OUT = "TIMED_OUT"
+    #: Ended before its full measurement because what it measured so far showed it could
+    #: not win (``tuner.stopping``); keeps what it measured, which the model learns from.
+    EARLY_STOPPED = "EARLY_STOPPED"
 
     @property
     def is_final(self) -> bool:
         return self not in (TrialStatus.PENDING, TrialStatus.ACTIVE)
+
+    @property
+    def measured(self) -> bool:
+        """The trial's metrics are measured values of its configuration (COMPLETED, or
+        EARLY_STOPPED with its partial measurement): the model learns them as values."""
+        return self in (TrialStatus.COMPLETED, TrialStatus.EARLY_STOPPED)
 
     @property
     def is_pending(self) -> bool:
@@ -98,6 +107,7 @@ _FINAL = {
     TrialStatus.FAILED,
     TrialStatus.TIMED_OUT,
     TrialStatus.ABANDONED,
+    TrialStatus.EARLY_STOPPED,
 }
 _TRANSITIONS: dict[TrialStatus, set[TrialStatus]] = {
     TrialStatus.PENDING: {TrialStatus.ACTIVE, *_FINAL},
@@ -106,7 +116,12 @@ _TRANSITIONS: dict[TrialStatus, set[TrialStatus]] = {
 }
 
 # Outcomes the model learns from: measured ones and those the configuration caused.
-OBSERVED = (TrialStatus.COMPLETED, TrialStatus.INFEASIBLE, TrialStatus.TIMED_OUT)
+OBSERVED = (
+    TrialStatus.COMPLETED,
+    TrialStatus.INFEASIBLE,
+    TrialStatus.TIMED_OUT,
+    TrialStatus.EARLY_STOPPED,
+)
 
 
 class MeasurementKind(StrEnum):
@@ -115,6 +130,7 @@ class MeasurementKind(StrEnum):
     REPEAT = "repeat"  # one of the trial's own repeats: the trial's metrics are their mean
     CONTROL = "control"  # the configuration re-measured between trials, to watch the machine
     CONFIRM = "confirm"  # re-measured in a closing confirmation, round by round
+    PROGRESS = "progress"  # one window of an ACTIVE trial's measurement, as it runs
 
 
 @dataclass(frozen=True)
@@ -126,7 +142,8 @@ class Measurement:
         kind: Why it ran.
         at: Unix time the run ended (0: the storage stamps the time it is stored).
         round: For a confirmation, its round (the configurations of one round ran back to
-            back, so they are compared pairwise); 0 otherwise.
+            back, so they are compared pairwise); for a window of a measurement in progress,
+            its number from 1; 0 otherwise.
         trial_id: The trial whose configuration ran (set when read back).
     """
 

@@ -29,7 +29,8 @@ is accepted and marked ``reported_late`` (and a re-offer nobody has taken yet is
 
 The service is a package, one module per concern, each a part of ``TuningService``:
 ``suggestions`` (SuggestTrials and the shared designer runs), ``results`` (CompleteTrial,
-ImportTrials, AddMeasurements, Heartbeat), ``reads`` (studies created and read, trials,
+ImportTrials, AddMeasurements), ``progress`` (a trial being measured: Heartbeat,
+ReportProgress, ShouldStop), ``reads`` (studies created and read, trials,
 measurements, the best, the front), ``core`` (the state they share: storage, locks, specs,
 leases, answered requests), ``checks`` (what a request must satisfy, checked once before
 storage) and ``queue`` (the calls waiting for a designer run).
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 from server.records import ImportedTrial, LeasePolicy, StudyInfo
 from server.service.checks import REPORTABLE
+from server.service.progress import Progress
 from server.service.reads import Reads
 from server.service.results import Results
 from server.service.suggestions import MAX_SUGGESTIONS, MAX_TAKEN_RETRIES, Suggestions
@@ -54,7 +56,7 @@ __all__ = [
 ]
 
 
-class TuningService(Suggestions, Results, Reads):
+class TuningService(Suggestions, Results, Progress, Reads):
     """Studies and trials over one storage backend; safe to call from many threads.
 
     Args:

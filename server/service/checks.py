@@ -36,6 +36,7 @@ REPORTABLE = {
     TrialStatus.FAILED: True,
     TrialStatus.TIMED_OUT: True,
     TrialStatus.ABANDONED: True,
+    TrialStatus.EARLY_STOPPED: True,
 }
 
 
@@ -136,7 +137,7 @@ def repeats_of(
             "metrics", "give a trial's metrics or its measurements, not both",
             "empty metrics when measurements are given (the metrics are their means)",
         )  # fmt: skip
-    if status is not TrialStatus.COMPLETED:
+    if not status.measured:
         raise ValidationError("measurements", f"a {status.value} trial has no measurements", "none")
     if len(items) > MAX_MEASUREMENTS:
         raise ValidationError(

@@ -1,5 +1,5 @@
-"""Results: a trial completed (with its repeats), trials imported, further measurements of a
-finished trial, and heartbeats of the trials being measured."""
+"""Results: a trial completed (with its repeats), trials imported, and further measurements
+of a finished trial."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from server.service.checks import (
     trial_key,
 )
 from server.service.core import ServiceCore
-from server.storage import FinishedTrial, LeaseLapsed, check_holder
+from server.storage import FinishedTrial, LeaseLapsed
 from tuner.errors import AlreadyExistsError, StateError, ValidationError
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus, repeat_summary
@@ -33,7 +33,7 @@ log = logging.getLogger("server.service")
 
 
 class Results(ServiceCore):
-    """``complete_trial``, ``import_trials``, ``add_measurements``, ``heartbeat``."""
+    """``complete_trial``, ``import_trials``, ``add_measurements``."""
 
     def complete_trial(
         self,
@@ -244,36 +244,3 @@ class Results(ServiceCore):
         log.info("study %s trial %d: %d %s measurements stored", study, trial_id, len(stored),
                  items[0].kind)  # fmt: skip
         return stored
-
-    def heartbeat(
-        self,
-        study: str,
-        trial_id: int,
-        client_id: str | None = None,
-        override_holder: bool = False,
-    ) -> Trial:
-        """Renew the lease of an ACTIVE trial: its worker is still measuring it. Only the
-        client it was handed to may (``client_id``, ``override_holder``: ``holder_of``).
-
-        Raises:
-            StateError: The trial is not ACTIVE (finished, or its lease expired: the message
-                says when and which trial re-offers it).
-        """
-        arrived = self._clock()
-        study = study_name(study)
-        holder = holder_of(client_id, override_holder)
-        with self._lock(study):
-            self._spec(study)
-            self._expire(study, arrived)
-            lease = self._lease_end()
-            if lease is None:
-                trial = self.storage.get_trial(study, trial_id)
-                check_holder(study, trial_id, trial.client_id, holder, "renew")
-                if trial.status is not TrialStatus.ACTIVE:
-                    raise StateError(f"trial {trial_id} is {trial.status.value}, not ACTIVE")
-            else:
-                trial = self.storage.renew_lease(study, trial_id, lease, holder)
-        if override_holder and trial.client_id and trial.client_id != client_id:
-            log.warning("study %s trial %d: renewed by %r overriding its holder %r", study,
-                        trial.id, client_id, trial.client_id)  # fmt: skip
-        return trial  # without leases nothing expires: the heartbeat changed nothing

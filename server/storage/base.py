@@ -383,7 +383,8 @@ class Storage(ABC):
         request: Request | None = None,
     ) -> list[Measurement]:
         """Store measurements of a finished trial's configuration (controls, confirmation
-        rounds) in one transaction, without changing the trial. A measurement with ``at = 0``
+        rounds), or windows of an ACTIVE trial's measurement in progress (PROGRESS, only
+        those), in one transaction, without changing the trial. A measurement with ``at = 0``
         is stamped with the current time. With ``request``, the request is recorded (answered
         by the new measurements' ids) in the same transaction; a request id already recorded
         raises ``AlreadyExistsError`` and stores nothing.
@@ -393,7 +394,7 @@ class Storage(ABC):
 
         Raises:
             NotFoundError: Unknown study or trial.
-            StateError: The trial is not finished.
+            StateError: The trial is not finished (PROGRESS: not ACTIVE).
             ValidationError: A metric is not a finite number (field ``metrics.<name>``).
         """
 

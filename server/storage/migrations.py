@@ -33,16 +33,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.errors import StorageError
-from tuner.trial import TrialStatus
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
 Migration = Callable[["Database"], None]
 
-_STATUSES = ", ".join(f"'{s.value}'" for s in TrialStatus)
-# Written out, not derived from MeasurementKind: a released migration never changes.
+# Written out, not derived from the enums: a released migration never changes (v1 once
+# derived its statuses from TrialStatus; these are the seven it had).
+_STATUSES = "'PENDING', 'ACTIVE', 'COMPLETED', 'INFEASIBLE', 'FAILED', 'ABANDONED', 'TIMED_OUT'"
 _KINDS = "'repeat', 'control', 'confirm'"
+_STATUSES_V10 = _STATUSES + ", 'EARLY_STOPPED'"
+_KINDS_V10 = _KINDS + ", 'progress'"
 
 _V1_STATEMENTS = (
     """CREATE TABLE studies (
@@ -231,6 +233,42 @@ def v9_database_identity(db: Database) -> None:
         db.execute(statement)
 
 
+def v10_early_stopping(db: Database) -> None:
+    """Trials may end EARLY_STOPPED, and an ACTIVE trial's measurement is stored window by
+    window as it runs (``kind = 'progress'``).
+
+    Only two CHECK constraints widen, which SQLite cannot ALTER; rebuilding ``trials`` would
+    cascade-delete every row that refers to it, so the stored table definitions are edited
+    in place: SQLite's documented procedure for a change that no stored row can violate
+    (https://www.sqlite.org/lang_altertable.html, "Making Other Kinds Of Table Schema
+    Changes": writable_schema, the new definition, schema_version + 1), in the migration's
+    transaction, followed by an integrity check."""
+    conn = _connection(db)
+    version = conn.execute("PRAGMA schema_version").fetchone()[0]
+    edits = (
+        ("trials", f"CHECK (status IN ({_STATUSES}))", f"CHECK (status IN ({_STATUSES_V10}))"),
+        ("measurements", f"CHECK (kind IN ({_KINDS}))", f"CHECK (kind IN ({_KINDS_V10}))"),
+    )
+    conn.execute("PRAGMA writable_schema = ON")
+    try:
+        for table, old, new in edits:
+            (sql,) = conn.execute(
+                "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)
+            ).fetchone()
+            if old not in sql:
+                raise StorageError(f"table {table!r} lacks {old!r}: an unknown schema")
+            conn.execute(
+                "UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = ?",
+                (sql.replace(old, new), table),
+            )
+        conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
+    finally:
+        conn.execute("PRAGMA writable_schema = OFF")
+    problems = [row[0] for row in conn.execute("PRAGMA integrity_check").fetchall()]
+    if problems != ["ok"]:
+        raise StorageError(f"integrity check after the schema edit: {problems[:5]}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
@@ -241,6 +279,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     v7_write_probe,
     v8_config_keys,
     v9_database_identity,
+    v10_early_stopping,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -165,6 +165,15 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "at DOUBLE PRECISION NOT NULL)",
         ),
     ),
+    (
+        "v10_early_stopping",
+        (
+            "ALTER TABLE trials DROP CONSTRAINT trials_status_check, ADD CONSTRAINT "
+            f"trials_status_check CHECK (status IN ({_STATUSES}, 'EARLY_STOPPED'))",
+            "ALTER TABLE measurements DROP CONSTRAINT measurements_kind_check, ADD CONSTRAINT "
+            f"measurements_kind_check CHECK (kind IN ({_KINDS}, 'progress'))",
+        ),
+    ),
 )
 LATEST_VERSION = len(MIGRATIONS)
 

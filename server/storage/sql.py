@@ -425,7 +425,13 @@ class SQLStorage(Storage):
         with self._write(f"add measurements to trial {trial_id} of study {study!r}") as tx:
             study_id = self._study_id(tx, study, lock=True)
             status = _stored_status(tx, study, study_id, trial_id)
-            if not status.is_final:
+            progress = [m.kind is MeasurementKind.PROGRESS for m in measurements]
+            if any(progress) and (not all(progress) or status is not TrialStatus.ACTIVE):
+                raise StateError(
+                    f"trial {trial_id} is {status.value}: only an ACTIVE trial's measurement "
+                    "is reported in progress, and alone"
+                )
+            if not any(progress) and not status.is_final:
                 raise StateError(
                     f"trial {trial_id} is {status.value}: only a finished trial's "
                     "configuration takes further measurements"

@@ -153,6 +153,7 @@ def test_a_server_nobody_answers_is_one_line_naming_it() -> None:
 ARGS = {
     "tune": ["{config}"], "daemon": ["{config}"], "ray": ["{config}"], "create": ["{config}"],
     "ask": ["s"], "tell": ["s", "1", "--failed", "why"], "heartbeat": ["s", "1"],
+    "report": ["s", "1", "--metric", "tps=1"],
     "import": ["s", "--csv", "{config}"], "studies": [], "show": ["s"], "best": ["s"],
     "front": ["s"], "export": ["s"], "measurements": ["s"], "importance": ["s"],
     "plot": ["s"], "dashboard": ["--port", "0"],

@@ -33,7 +33,7 @@ class Scripted:
         self.script = {x: list(values) for x, values in script.items()}
         self.calls: list[int] = []
 
-    def run_trial(self, config: dict[str, Any]) -> TrialOutcome:
+    def run_trial(self, config: dict[str, Any], progress: Any = None) -> TrialOutcome:
         x = int(config["x"])
         self.calls.append(x)
         tps, p95 = self.script[x].pop(0)

@@ -126,7 +126,7 @@ class Script(Target):
     def __init__(self, outcomes: list[TrialOutcome]) -> None:
         self.outcomes = outcomes
 
-    def run_trial(self, config: dict[str, Any]) -> TrialOutcome:
+    def run_trial(self, config: dict[str, Any], progress: Any = None) -> TrialOutcome:
         return self.outcomes.pop(0)
 
     def describe_knobs(self) -> tuple[Knob, ...]:

@@ -23,7 +23,7 @@ from sqlite_utils import Database
 from server.storage import LATEST_VERSION, NewTrial, SQLiteStorage, migrations
 from tuner.errors import StorageError, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import StepKind, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, TrialStatus
 
 CONFIG: dict[str, Any] = {"workers": 4, "ratio": 0.25, "fsync": False, "mode": "fast"}
 
@@ -338,3 +338,45 @@ def test_an_unknown_step_kind_is_a_storage_error(storage: SQLiteStorage, db_path
         storage.list_trials("steps")
     with pytest.raises(ValidationError, match=r"trial\.step"):
         NewTrial({}, step="sobol")  # type: ignore[arg-type]
+
+
+def test_a_version_9_file_takes_early_stopped_trials_and_progress_and_keeps_its_rows(
+    tmp_path: Path,
+) -> None:
+    """v10 widens two CHECK constraints in place (SQLite cannot ALTER them, and rebuilding
+    ``trials`` would cascade-delete what refers to it): every stored row stays, and the new
+    status and measurement kind are taken."""
+    path = tmp_path / "v9.db"
+    spec = make_spec("old")
+    with Database(path) as db:
+        migrations.migrate(db, migrations.MIGRATIONS[:9])
+        db.execute(
+            "INSERT INTO studies (id, name, spec_json, fingerprint, created_at) "
+            "VALUES (1, 'old', ?, ?, 0)",
+            [json.dumps(spec.to_dict()), spec.fingerprint()],
+        )
+        for i in (1, 2):
+            db.execute(
+                "INSERT INTO trials (study_id, trial_id, status, source, created_at, updated_at) "
+                "VALUES (1, ?, 'ACTIVE', 'sobol', 0, 0)",
+                [i],
+            )
+        db.execute(
+            "INSERT INTO measurements (study_id, trial_id, kind, at, metrics_json) "
+            "VALUES (1, 1, 'control', 1, '{\"qps\": 5.0}')"
+        )
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            db.execute("UPDATE trials SET status = 'EARLY_STOPPED' WHERE trial_id = 2")
+    with SQLiteStorage(path) as storage:
+        assert storage.integrity_check() == "ok"
+        assert [m.metrics for m in storage.list_measurements("old")] == [{"qps": 5.0}]
+        progress = Measurement({"qps": 4.0}, MeasurementKind.PROGRESS, round=1)
+        [stored] = storage.add_measurements("old", 2, [progress])
+        assert (stored.kind, stored.round) == (MeasurementKind.PROGRESS, 1)
+        done = storage.finish_trial(
+            "old", 2, TrialStatus.EARLY_STOPPED, {"qps": 4.0}, "stopped early"
+        )
+        assert done.status is TrialStatus.EARLY_STOPPED and done.reason == "stopped early"
+    with raw(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert migrations.current_version(conn) == migrations.LATEST_VERSION == 10

@@ -520,6 +520,34 @@ def test_measurements_are_kept_in_order_for_finished_trials_only(storage: Storag
         storage.list_measurements("pg-oltp", 99)
 
 
+def test_an_active_trial_takes_windows_in_progress_and_may_end_early_stopped(
+    storage: Storage,
+) -> None:
+    """Windows of a measurement in progress (PROGRESS) go to an ACTIVE trial only, and on
+    their own; the trial then ends EARLY_STOPPED with what the part that ran measured."""
+    storage.create_study(make_spec())
+    trial_id = add_one(storage)
+    windows = [Measurement({"tps": v}, MeasurementKind.PROGRESS, round=i) for i, v in
+               enumerate((10.0, 12.0), start=1)]  # fmt: skip
+    stored = storage.add_measurements("pg-oltp", trial_id, windows)
+    assert [(m.kind, m.round, m.metrics) for m in stored] == [
+        (MeasurementKind.PROGRESS, 1, {"tps": 10.0}),
+        (MeasurementKind.PROGRESS, 2, {"tps": 12.0}),
+    ]
+    control = Measurement({"tps": 3.0}, MeasurementKind.CONTROL)
+    with pytest.raises(StateError, match="and alone"):
+        storage.add_measurements("pg-oltp", trial_id, [windows[0], control])
+    done = storage.finish_trial(
+        "pg-oltp", trial_id, TrialStatus.EARLY_STOPPED, {"tps": 11.0},
+        "stopped early after 2 windows",
+    )  # fmt: skip
+    assert (done.status, done.metrics) == (TrialStatus.EARLY_STOPPED, {"tps": 11.0})
+    with pytest.raises(StateError, match="only an ACTIVE trial"):
+        storage.add_measurements("pg-oltp", trial_id, windows[:1])
+    kinds = [MeasurementKind.PROGRESS]
+    assert len(storage.list_measurements("pg-oltp", trial_id, kinds=kinds)) == 2
+
+
 # -- request ids ---------------------------------------------------------------------------
 def test_only_the_holder_finishes_or_renews_a_trial_and_a_refusal_writes_nothing(
     storage: Storage,

@@ -21,7 +21,7 @@ from tuner.trial import (
 )
 
 S = TrialStatus
-FINAL = (S.COMPLETED, S.INFEASIBLE, S.FAILED, S.ABANDONED, S.TIMED_OUT)
+FINAL = (S.COMPLETED, S.INFEASIBLE, S.FAILED, S.ABANDONED, S.TIMED_OUT, S.EARLY_STOPPED)
 ALLOWED = {
     (S.PENDING, S.ACTIVE),
     *((S.PENDING, final) for final in FINAL),  # a queued trial measured elsewhere
@@ -50,7 +50,9 @@ def test_disallowed_transitions_name_both_statuses(old: TrialStatus, new: TrialS
 
 
 def test_transition_error_lists_what_is_allowed() -> None:
-    with pytest.raises(StateError, match=r"\(allowed from ACTIVE: ABANDONED, COMPLETED, FAILED,"):
+    with pytest.raises(
+        StateError, match=r"\(allowed from ACTIVE: ABANDONED, COMPLETED, EARLY_STOPPED, FAILED,"
+    ):
         S.ACTIVE.check_transition(S.PENDING, 1)
     with pytest.raises(
         StateError, match=r"\(allowed from COMPLETED: none: the trial is finished\)"
@@ -61,7 +63,7 @@ def test_transition_error_lists_what_is_allowed() -> None:
 def test_final_and_pending_statuses() -> None:
     assert {s for s in TrialStatus if s.is_final} == set(FINAL)
     assert {s for s in TrialStatus if s.is_pending} == {S.PENDING, S.ACTIVE}
-    assert set(OBSERVED) == {S.COMPLETED, S.INFEASIBLE, S.TIMED_OUT}
+    assert set(OBSERVED) == {S.COMPLETED, S.INFEASIBLE, S.TIMED_OUT, S.EARLY_STOPPED}
     assert S("ACTIVE") is S.ACTIVE and S.ACTIVE == "ACTIVE"
 
 

@@ -107,8 +107,9 @@ class History:
 
     @property
     def learned(self) -> bool:
-        """Some trial COMPLETED: a model has something to learn from."""
-        return any(t.status is TrialStatus.COMPLETED for t in self.observed)
+        """Some trial was measured (COMPLETED or EARLY_STOPPED): a model has something to
+        learn from."""
+        return any(t.status.measured for t in self.observed)
 
 
 def _failed(trial: Trial) -> bool:

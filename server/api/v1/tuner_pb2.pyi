@@ -27,6 +27,7 @@ class TrialStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIAL_STATUS_FAILED: _ClassVar[TrialStatus]
     TRIAL_STATUS_ABANDONED: _ClassVar[TrialStatus]
     TRIAL_STATUS_TIMED_OUT: _ClassVar[TrialStatus]
+    TRIAL_STATUS_EARLY_STOPPED: _ClassVar[TrialStatus]
 
 class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -50,6 +51,7 @@ class MeasurementKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEASUREMENT_KIND_REPEAT: _ClassVar[MeasurementKind]
     MEASUREMENT_KIND_CONTROL: _ClassVar[MeasurementKind]
     MEASUREMENT_KIND_CONFIRM: _ClassVar[MeasurementKind]
+    MEASUREMENT_KIND_PROGRESS: _ClassVar[MeasurementKind]
 
 class TrialOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -59,6 +61,7 @@ class TrialOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIAL_OUTCOME_FAILED: _ClassVar[TrialOutcome]
     TRIAL_OUTCOME_TIMED_OUT: _ClassVar[TrialOutcome]
     TRIAL_OUTCOME_ABANDONED: _ClassVar[TrialOutcome]
+    TRIAL_OUTCOME_EARLY_STOPPED: _ClassVar[TrialOutcome]
 GOAL_UNSPECIFIED: Goal
 GOAL_MINIMIZE: Goal
 GOAL_MAXIMIZE: Goal
@@ -70,6 +73,7 @@ TRIAL_STATUS_INFEASIBLE: TrialStatus
 TRIAL_STATUS_FAILED: TrialStatus
 TRIAL_STATUS_ABANDONED: TrialStatus
 TRIAL_STATUS_TIMED_OUT: TrialStatus
+TRIAL_STATUS_EARLY_STOPPED: TrialStatus
 STEP_KIND_UNSPECIFIED: StepKind
 STEP_KIND_DEFAULT: StepKind
 STEP_KIND_SOBOL: StepKind
@@ -87,12 +91,14 @@ MEASUREMENT_KIND_UNSPECIFIED: MeasurementKind
 MEASUREMENT_KIND_REPEAT: MeasurementKind
 MEASUREMENT_KIND_CONTROL: MeasurementKind
 MEASUREMENT_KIND_CONFIRM: MeasurementKind
+MEASUREMENT_KIND_PROGRESS: MeasurementKind
 TRIAL_OUTCOME_UNSPECIFIED: TrialOutcome
 TRIAL_OUTCOME_COMPLETED: TrialOutcome
 TRIAL_OUTCOME_INFEASIBLE: TrialOutcome
 TRIAL_OUTCOME_FAILED: TrialOutcome
 TRIAL_OUTCOME_TIMED_OUT: TrialOutcome
 TRIAL_OUTCOME_ABANDONED: TrialOutcome
+TRIAL_OUTCOME_EARLY_STOPPED: TrialOutcome
 
 class Value(_message.Message):
     __slots__ = ("number", "integer", "text", "flag")
@@ -217,7 +223,7 @@ class Embedding(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., dims: _Optional[int] = ..., special_bias: _Optional[float] = ..., buckets: _Optional[int] = ..., seed: _Optional[int] = ..., grow_after: _Optional[int] = ...) -> None: ...
 
 class StudySpec(_message.Message):
-    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding", "candidates")
+    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding", "candidates", "stopping")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KNOBS_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVES_FIELD_NUMBER: _ClassVar[int]
@@ -227,6 +233,7 @@ class StudySpec(_message.Message):
     ALLOW_UNSAFE_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_FIELD_NUMBER: _ClassVar[int]
     name: str
     knobs: _containers.RepeatedCompositeFieldContainer[Knob]
     objectives: _containers.RepeatedCompositeFieldContainer[Objective]
@@ -236,7 +243,22 @@ class StudySpec(_message.Message):
     allow_unsafe: bool
     embedding: Embedding
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
-    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ...) -> None: ...
+    stopping: StoppingSettings
+    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingSettings, _Mapping]] = ...) -> None: ...
+
+class StoppingSettings(_message.Message):
+    __slots__ = ("early_stop", "confidence", "min_windows", "screen_windows", "screen_keep")
+    EARLY_STOP_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    MIN_WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    SCREEN_WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    SCREEN_KEEP_FIELD_NUMBER: _ClassVar[int]
+    early_stop: bool
+    confidence: float
+    min_windows: int
+    screen_windows: int
+    screen_keep: float
+    def __init__(self, early_stop: _Optional[bool] = ..., confidence: _Optional[float] = ..., min_windows: _Optional[int] = ..., screen_windows: _Optional[int] = ..., screen_keep: _Optional[float] = ...) -> None: ...
 
 class Candidate(_message.Message):
     __slots__ = ("config", "features")
@@ -573,3 +595,40 @@ class ListMeasurementsResponse(_message.Message):
     measurements: _containers.RepeatedCompositeFieldContainer[Measurement]
     next_page_token: str
     def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ReportProgressRequest(_message.Message):
+    __slots__ = ("study", "trial_id", "metrics", "client_id")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    trial_id: int
+    metrics: _containers.ScalarMap[str, float]
+    client_id: str
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class ShouldStopRequest(_message.Message):
+    __slots__ = ("study", "trial_id")
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    trial_id: int
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ...) -> None: ...
+
+class StoppingDecision(_message.Message):
+    __slots__ = ("stop", "reason", "windows")
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    stop: bool
+    reason: str
+    windows: int
+    def __init__(self, stop: _Optional[bool] = ..., reason: _Optional[str] = ..., windows: _Optional[int] = ...) -> None: ...

@@ -102,6 +102,16 @@ class TunerServiceStub:
                 request_serializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsRequest.SerializeToString,
                 response_deserializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsResponse.FromString,
                 _registered_method=True)
+        self.ReportProgress = channel.unary_unary(
+                '/tuner.v1.TunerService/ReportProgress',
+                request_serializer=tuner_dot_v1_dot_tuner__pb2.ReportProgressRequest.SerializeToString,
+                response_deserializer=tuner_dot_v1_dot_tuner__pb2.StoppingDecision.FromString,
+                _registered_method=True)
+        self.ShouldStop = channel.unary_unary(
+                '/tuner.v1.TunerService/ShouldStop',
+                request_serializer=tuner_dot_v1_dot_tuner__pb2.ShouldStopRequest.SerializeToString,
+                response_deserializer=tuner_dot_v1_dot_tuner__pb2.StoppingDecision.FromString,
+                _registered_method=True)
 
 
 class TunerServiceServicer:
@@ -235,6 +245,24 @@ class TunerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportProgress(self, request, context):
+        """Stores one window of an ACTIVE trial's measurement as it runs (a PROGRESS measurement)
+        and answers whether the trial should stop now (the study's StoppingSettings). Only the
+        client the trial was handed to may report. The decision is advice: a worker that stops
+        finishes the trial with CompleteTrial, outcome EARLY_STOPPED, and the reason given.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShouldStop(self, request, context):
+        """Whether an ACTIVE trial should stop, from the windows it reported so far (Vizier's
+        CheckTrialEarlyStoppingState); stores nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TunerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -302,6 +330,16 @@ def add_TunerServiceServicer_to_server(servicer, server):
                     servicer.ListMeasurements,
                     request_deserializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsRequest.FromString,
                     response_serializer=tuner_dot_v1_dot_tuner__pb2.ListMeasurementsResponse.SerializeToString,
+            ),
+            'ReportProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportProgress,
+                    request_deserializer=tuner_dot_v1_dot_tuner__pb2.ReportProgressRequest.FromString,
+                    response_serializer=tuner_dot_v1_dot_tuner__pb2.StoppingDecision.SerializeToString,
+            ),
+            'ShouldStop': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShouldStop,
+                    request_deserializer=tuner_dot_v1_dot_tuner__pb2.ShouldStopRequest.FromString,
+                    response_serializer=tuner_dot_v1_dot_tuner__pb2.StoppingDecision.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -657,6 +695,60 @@ class TunerService:
             '/tuner.v1.TunerService/ListMeasurements',
             tuner_dot_v1_dot_tuner__pb2.ListMeasurementsRequest.SerializeToString,
             tuner_dot_v1_dot_tuner__pb2.ListMeasurementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuner.v1.TunerService/ReportProgress',
+            tuner_dot_v1_dot_tuner__pb2.ReportProgressRequest.SerializeToString,
+            tuner_dot_v1_dot_tuner__pb2.StoppingDecision.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShouldStop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuner.v1.TunerService/ShouldStop',
+            tuner_dot_v1_dot_tuner__pb2.ShouldStopRequest.SerializeToString,
+            tuner_dot_v1_dot_tuner__pb2.StoppingDecision.FromString,
             options,
             channel_credentials,
             insecure,

@@ -117,6 +117,8 @@ class SqliteTarget(Target):
         range_fraction: Share of operations that are 50-100 row range reads; the rest
             are point reads. ``write_fraction + range_fraction <= 1``.
         seed: Seeds the data and the operation sequence.
+        windows: Equal intervals the measured seconds are reported in while someone
+            watches the trial (``Target.window``: progress, early stopping), 1-1000.
         workdir: Parent directory of the temporary directory (default: the system's).
         knobs: Catalog names of the knobs to tune (default: the whole catalog).
     """
@@ -132,6 +134,7 @@ class SqliteTarget(Target):
         write_fraction: float = 0.3,
         range_fraction: float = 0.2,
         seed: int = 0,
+        windows: int = 10,
         workdir: str | Path | None = None,
         knobs: list[str] | None = None,
     ) -> None:
@@ -147,6 +150,7 @@ class SqliteTarget(Target):
                 "write_fraction + range_fraction <= 1",
             )
         self.seed = option_int("seed", seed, 0, 2**31 - 1)
+        self.windows = option_int("windows", windows, 1, 1000)
         self.workdir = option_directory("workdir", workdir)
         names = option_names_list("knobs", knobs)
         self._selected = select_knobs(load_catalog("sqlite"), names, "target.knobs")
@@ -212,7 +216,10 @@ class SqliteTarget(Target):
             raise StateError("measure() before apply()")
         mix = WorkloadMix(self._rows, self.write_fraction, self.range_fraction, self.seed)
         try:
-            return run_workload(self._conn, mix, self.warmup_s, self.measure_s)
+            return run_workload(
+                self._conn, mix, self.warmup_s, self.measure_s, self.windows,
+                self.window if self.watched else None,
+            )  # fmt: skip
         except MemoryError as exc:
             raise ConfigRejected("out of memory while running the workload") from exc
         except sqlite3.Error as exc:

@@ -26,6 +26,7 @@ import math
 import random
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,9 +114,18 @@ def copy_with_page_size(source: Path, dest: Path, page_size: int) -> int:
 
 
 def run_workload(
-    conn: sqlite3.Connection, mix: WorkloadMix, warmup_s: float, measure_s: float
+    conn: sqlite3.Connection,
+    mix: WorkloadMix,
+    warmup_s: float,
+    measure_s: float,
+    windows: int = 1,
+    on_window: Callable[[dict[str, float]], bool] | None = None,
 ) -> dict[str, float]:
     """Run the mix for ``warmup_s`` (unrecorded), then ``measure_s``; return ``METRICS``.
+
+    With ``on_window``, the measured time runs as ``windows`` equal intervals, and each
+    interval's own ``METRICS`` go to ``on_window`` as it ends; True from it ends the
+    measurement there, and the metrics are those of the intervals that ran.
 
     ``conn`` must be in autocommit mode (``isolation_level=None``): write transactions are
     explicit ``BEGIN``/``COMMIT``.
@@ -123,7 +133,16 @@ def run_workload(
     ops = _Operations(conn, mix)
     _run_for(ops, int(warmup_s * 1e9), None)
     latencies: list[int] = []
-    writes, elapsed_ns = _run_for(ops, int(measure_s * 1e9), latencies)
+    if on_window is None:
+        writes, elapsed_ns = _run_for(ops, int(measure_s * 1e9), latencies)
+        return summarize(latencies, writes, elapsed_ns)
+    writes = elapsed_ns = 0
+    for _ in range(windows):
+        first = len(latencies)
+        wrote, took = _run_for(ops, int(measure_s * 1e9 / windows), latencies)
+        writes, elapsed_ns = writes + wrote, elapsed_ns + took
+        if on_window(summarize(latencies[first:], wrote, took)):
+            break
     return summarize(latencies, writes, elapsed_ns)
 
 

@@ -29,7 +29,7 @@ from tuner.designer.models.model import fit_models, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.errors import StateError, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import Trial
 
 #: Finished trials of the metric a model needs before its importance means anything.
 MIN_TRIALS = 5
@@ -64,9 +64,7 @@ def importance(
     name = spec.objective.name if metric is None else metric
     if name not in spec.metric_names:
         raise ValidationError("metric", f"no metric {name!r} in the study", spec.metric_names)
-    done = tuple(
-        t for t in trials if t.status is TrialStatus.COMPLETED and t.metrics.get(name) is not None
-    )
+    done = tuple(t for t in trials if t.status.measured and t.metrics.get(name) is not None)
     if len(done) < MIN_TRIALS:
         raise StateError(
             f"importance of {name!r} needs at least {MIN_TRIALS} completed trials that report "

@@ -94,7 +94,7 @@ from tuner.designer.models.kernels import OneHotCategoricalKernel
 from tuner.designer.models.likelihood import fit_plain
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import Trial, TrialStatus
+from tuner.trial import Trial
 
 #: Numerical trouble in a fit or an acquisition: a model-based step falls back to
 #: quasi-random points, a posterior ranking to the measured values.
@@ -246,17 +246,15 @@ def outcome_data(
         X = encoder.encode_many([t.config for t in rows])
         if impute_failures and name == spec.objective.name and not spec.multi_objective:
             broken = [
-                t
-                for t in observed
-                if t.status is not TrialStatus.COMPLETED and not finite(t.metrics.get(name))
+                t for t in observed if not t.status.measured and not finite(t.metrics.get(name))
             ]
             if broken:
                 worst = Y.max() if spec.objective.goal.value == "minimize" else Y.min()
                 X = torch.cat([X, encoder.encode_many([t.config for t in broken])])
                 Y = torch.cat([Y, worst.reshape(1, 1).expand(len(broken), 1)])
         out.append(OutcomeData(name, X, Y, use_log))
-    if any(t.status is not TrialStatus.COMPLETED for t in observed):
-        labels = [[0.0 if t.status is TrialStatus.COMPLETED else 1.0] for t in observed]
+    if any(not t.status.measured for t in observed):
+        labels = [[0.0 if t.status.measured else 1.0] for t in observed]
         out.append(
             OutcomeData(
                 FEASIBILITY,
