@@ -16,8 +16,10 @@ could still turn out, at a stated one-sided ``confidence``:
   outcome constraint (``p95_ms <= 5`` and the windows say at least 18 ms), or, for a single
   objective, cannot beat the incumbent (the best feasible COMPLETED trial's mean).
 
-The rule never judges a metric with a non-positive value (no log scale), a constraint on a
-sum of metrics, or a relative constraint before it is resolved; the caller never asks it
+The rule never judges a metric whose run-to-run noise the study has not measured yet (the
+windows of one run cannot show it: a session measures it from its controls and repeats, so
+the first trials before a control are never stopped), a metric with a non-positive value
+(no log scale), or a relative constraint before it is resolved; the caller never asks it
 about the default configuration or a confirmation run. A stopped trial is stored
 EARLY_STOPPED with the metrics of the part it measured, and the model learns them like a
 measurement (``TrialStatus.measured``).
@@ -251,10 +253,12 @@ def _bound(
     noise: Mapping[str, tuple[float, int]],
     level: float,
 ) -> Bound | None:
+    if name not in noise:
+        return None  # no measured run-to-run noise: the windows alone cannot tell
     values = [w[name] for w in windows if name in w and math.isfinite(w[name])]
     if len(values) < len(windows):
         return None  # a window without the metric: not judged
-    return bound(values, noise.get(name), level)
+    return bound(values, noise[name], level)
 
 
 def _percent(level: float) -> str:

@@ -16,6 +16,9 @@ MethodRun`` (``bench.contract``). The peers:
 ``ours-full``           ours without the LlamaTune embedding (the product's default)
 ``ours-protocol``       ours through the session's measurement protocol (repeats, race,
                         posterior ranking, confirmation) on the same measurement budget
+``ours-stop``           ours with early stopping on a simulated progression of windows,
+                        at equal measured time (a stopped trial costs what it ran)
+``ours-screen``         ``ours-stop`` with the short-window screen
 ======================  =============================================================
 
 Modules are imported on first use, so listing the names costs nothing; each module imports
@@ -40,6 +43,8 @@ _MODULES = {
     "ours-portfolio": "ours_portfolio",
     "ours-full": "ours_full",
     "ours-protocol": "ours_protocol",
+    "ours-stop": "ours_stop",
+    "ours-screen": "ours_screen",
 }
 
 

@@ -13,6 +13,7 @@ as exactly one argument whatever it contains (spaces, quotes, ``;``, ``$(...)``,
     restore = ["sh", "-c", "rm -f out.tmp"]            # optional, after every trial, always
     teardown = ["python3", "bench.py", "--clean"]      # optional, once at the end, always
     metrics_file = "metrics.json"         # optional: read this file instead of stdout
+    progress = 'tps=(?P<tps>[0-9.]+)'     # optional: a stdout line per window of the run
     env = { DATA = "data.bin" }           # optional fixed environment variables
     knob_env = true                       # also pass TUNER_<KNOB> variables (default)
     allow_dash_values = false             # values like "-r" may start an argument (default: no)
@@ -40,6 +41,12 @@ ignored. Each name in ``metrics`` must be there with a finite number; other nume
 are kept as extra metrics, other values ignored. Malformed output is a FAILED trial whose
 reason names the line.
 
+Progress: with ``progress``, a regular expression whose named groups are metric names, each
+stdout line it matches while the program runs is one window of the measurement (its groups
+that hold a number are the window's metrics), reported as the line appears
+(``Target.window``: stored with the trial, and the study may stop the trial early). A trial
+stopped early has its process group killed; its metrics are the means of its windows.
+
 Outcomes: exit status 0 with valid metrics is COMPLETED; an exit status listed in
 ``infeasible_exit_codes`` is INFEASIBLE; any other non-zero status (or death by a signal) is
 FAILED, with the end of stderr as the reason. Past ``timeout_s`` the command's whole process
@@ -62,7 +69,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -73,6 +80,7 @@ from tuner.errors import ConfigRejected, TargetError, TrialTimedOut, ValidationE
 from tuner.space import Config, FloatKnob, IntKnob, Knob, Scalar, SearchSpace
 
 KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
+FOLLOW_S = 0.05  # how often a run with progress lines is read while it runs
 STDERR_TAIL = 1500  # characters of stderr kept in a failure reason
 OUTPUT_LIMIT = 8 * 1024 * 1024  # bytes of stdout read for the metrics (the end is kept)
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
@@ -86,6 +94,7 @@ class Finished:
     status: int
     stdout: str
     stderr: str
+    stopped: bool = False  # ``on_line`` stopped it (its process group was killed)
 
 
 class CommandTarget(Target):
@@ -113,6 +122,9 @@ class CommandTarget(Target):
         workdir: Existing directory the commands run in (default: the current directory).
         allow_dash_values: Whether a knob value that looks like an option (``-r``, a negative
             number) may start an argument.
+        progress: A regular expression with named groups, each a metric name; every stdout
+            line it matches while the program runs is one window of the measurement
+            (default: none).
     """
 
     kind: ClassVar[str] = "command"
@@ -132,6 +144,7 @@ class CommandTarget(Target):
         knob_env: Any = True,
         workdir: Any = None,
         allow_dash_values: Any = False,
+        progress: Any = None,
     ) -> None:
         self.command: list[str] = argv_option("command", command, required=True) or []
         self.setup_command = argv_option("setup", setup)
@@ -166,6 +179,7 @@ class CommandTarget(Target):
             )
         self.allow_dash_values = allow_dash_values
         self.workdir = (option_directory("workdir", workdir) or Path(".")).resolve()
+        self.progress = _progress_pattern(progress)
         self._set_up = False
         self._config: dict[str, Scalar] | None = None  # the trial in progress
 
@@ -220,7 +234,22 @@ class CommandTarget(Target):
         metrics_path = self.workdir / self.metrics_file if self.metrics_file else None
         if metrics_path is not None:
             metrics_path.unlink(missing_ok=True)  # never read a previous trial's numbers
-        done = run_command(argv, self._environment(config), self.workdir, self.timeout_s)
+        windows: list[dict[str, float]] = []
+
+        def on_line(line: str) -> bool:
+            window = _window(self.progress, line) if self.progress is not None else None
+            if window is None:
+                return False
+            windows.append(window)
+            return self.window(window)
+
+        follow = on_line if self.progress is not None and self.watched else None
+        done = run_command(argv, self._environment(config), self.workdir, self.timeout_s,
+                           on_line=follow)  # fmt: skip
+        if done.stopped:
+            names = dict.fromkeys(k for w in windows for k in w)
+            return {n: sum(w[n] for w in windows if n in w) / sum(n in w for w in windows)
+                    for n in names}  # fmt: skip
         if done.status != 0:
             what = _exit_text(done.status)
             tail = tail_text(done.stderr)
@@ -275,12 +304,15 @@ def run_command(
     cwd: Path,
     timeout_s: float,
     kill_leftovers: bool = True,
+    on_line: Callable[[str], bool] | None = None,
 ) -> Finished:
     """Run ``argv`` in a new session, wait at most ``timeout_s``, return its output.
 
     Output goes to temporary files (not pipes), so a background process that inherits
     stdout cannot make the wait hang. On timeout, and on any exception while waiting (a
-    SIGTERM turned into ``SystemExit``, Ctrl-C), the whole process group is killed.
+    SIGTERM turned into ``SystemExit``, Ctrl-C), the whole process group is killed. With
+    ``on_line``, every complete stdout line goes to it as it appears (read every
+    ``FOLLOW_S``); True from it kills the process group and ends the run ``stopped``.
 
     Raises:
         TrialTimedOut: It ran past ``timeout_s``.
@@ -300,7 +332,13 @@ def run_command(
         except OSError as exc:
             raise TargetError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
         try:
-            status = proc.wait(timeout=timeout_s)
+            if on_line is None:
+                status = proc.wait(timeout=timeout_s)
+            elif (followed := _follow(proc, out, timeout_s, on_line)) is None:
+                kill_group(proc)
+                return Finished(-1, _read(out, OUTPUT_LIMIT), _read(err), stopped=True)
+            else:
+                status = followed
         except subprocess.TimeoutExpired:
             kill_group(proc)
             raise TrialTimedOut(
@@ -313,6 +351,75 @@ def run_command(
         if kill_leftovers:
             _signal_group(proc.pid, signal.SIGKILL)
         return Finished(status, _read(out, OUTPUT_LIMIT), _read(err))
+
+
+def _follow(
+    proc: subprocess.Popen[bytes], out: IO[bytes], timeout_s: float, on_line: Callable[[str], bool]
+) -> int | None:
+    """Wait for ``proc`` while handing each complete line of ``out`` to ``on_line``: its
+    exit status, or None as soon as ``on_line`` says stop.
+
+    Raises:
+        subprocess.TimeoutExpired: It ran past ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    offset, pending = 0, b""
+    while True:
+        try:
+            status: int | None = proc.wait(timeout=FOLLOW_S)
+        except subprocess.TimeoutExpired:
+            status = None
+        while chunk := os.pread(out.fileno(), 1 << 16, offset):
+            offset += len(chunk)
+            pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if on_line(line.decode("utf-8", errors="replace")):
+                return None
+        if status is not None:
+            return status
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+
+
+def _window(pattern: re.Pattern[str], line: str) -> dict[str, float] | None:
+    """The metrics a progress line gives (its named groups that hold a finite number), or
+    None when the line is not one."""
+    found = pattern.search(line)
+    if found is None:
+        return None
+    window = {}
+    for name, text in found.groupdict().items():
+        try:
+            value = float(text) if text is not None else math.nan
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            window[name] = value
+    return window or None
+
+
+def _progress_pattern(value: Any) -> re.Pattern[str] | None:
+    """``target.progress``: a regular expression whose named groups are metric names."""
+    if value is None:
+        return None
+    allowed = "a regular expression with named groups (?P<metric>...), each a metric name"
+    if not isinstance(value, str) or not value:
+        raise ValidationError("target.progress", f"got {value!r}", allowed)
+    try:
+        pattern = re.compile(value)
+    except re.error as exc:
+        raise ValidationError(
+            "target.progress", f"{value!r} does not compile: {exc}", allowed
+        ) from None
+    if not pattern.groupindex:
+        raise ValidationError("target.progress", f"{value!r} has no named group", allowed)
+    for name in pattern.groupindex:
+        if not METRIC_NAME.fullmatch(name):
+            raise ValidationError(
+                "target.progress", f"group {name!r} is not a metric name", allowed
+            )
+    return pattern
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:

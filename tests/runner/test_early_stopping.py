@@ -8,12 +8,13 @@ import math
 import random
 from typing import Any
 
+from runner.measurement import MeasurementProtocol
 from runner.memory import MemoryAPI
 from runner.session import run_session
 from targets.base import Target
 from tuner.space import Config, FloatKnob, Knob
 from tuner.study import StudySpec
-from tuner.trial import MeasurementKind, StepKind, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, TrialStatus
 
 WINDOWS = 10
 
@@ -54,7 +55,8 @@ class Windowed(Target):
             seen.append(window)
             if self.window(window):
                 break
-        self.ran.append((self.x, len(seen)))
+        if self.watched:  # a trial's run (controls and confirmations report no windows)
+            self.ran.append((self.x, len(seen)))
         return {k: sum(w[k] for w in seen) / len(seen) for k in true}
 
     def restore(self) -> None:
@@ -75,8 +77,10 @@ def _spec(**stopping: Any) -> StudySpec:
 
 
 def test_losing_trials_stop_early_and_none_would_have_won() -> None:
+    """The default again every 3 trials (controls) measures the run-to-run noise the rule
+    needs; before the first control nothing can be stopped."""
     api, target = MemoryAPI(), Windowed()
-    result = run_session(api, target, _spec(), 16)
+    result = run_session(api, target, _spec(), 16, protocol=MeasurementProtocol(control_every=3))
     trials = {t.id: t for t in result.trials}
     stopped = [t for t in result.trials if t.status is TrialStatus.EARLY_STOPPED]
     assert stopped, "nothing stopped: the rule saved no time"
@@ -101,19 +105,23 @@ def test_losing_trials_stop_early_and_none_would_have_won() -> None:
 
 def test_the_constraint_rule_stops_a_trial_that_cannot_meet_the_slo() -> None:
     """No feasible incumbent yet (the default broke the SLO), so only the constraint rule
-    can stop: windows at about 12 ms against a 5 ms bound stop the trial once four have
-    arrived; windows at about 2.5 ms never do."""
+    can stop: windows at about 12 ms against a 5 ms bound stop the trial within eight (never
+    before the fourth); windows at about 2.5 ms never do."""
     api, rng = MemoryAPI(), random.Random(3)
     api.create_study(_spec())
     [default] = api.suggest_trials("es", 1, "me")
     api.complete_trial("es", default.id, {"tps": 900.0, "p95_ms": 20.0})
+    controls = [Measurement({"tps": v, "p95_ms": 20 * v / 900}, MeasurementKind.CONTROL)
+                for v in (880.0, 930.0, 905.0)]  # fmt: skip
+    api.add_measurements("es", default.id, controls)  # the run-to-run noise the rule needs
     for x, stops in ((0.05, True), (0.5, False)):
         [trial] = api.suggest_trials("es", 1, "me")
         answers = []
         for _ in range(8):
             window = {k: v * math.exp(rng.gauss(0.0, 0.03)) for k, v in truth(x).items()}
             answers.append(api.report_progress("es", trial.id, window, "me"))
-        assert [a.stop for a in answers] == [False] * 3 + [stops] * 5, x
+        assert not any(a.stop for a in answers[:3])  # min_windows = 4
+        assert answers[-1].stop is stops, (x, [a.stop for a in answers])
         if stops:
             assert "p95_ms cannot meet p95_ms <= 5" in answers[-1].reason
         api.complete_trial("es", trial.id, truth(x))
@@ -121,9 +129,10 @@ def test_the_constraint_rule_stops_a_trial_that_cannot_meet_the_slo() -> None:
 
 def test_without_early_stop_every_trial_runs_its_windows_and_they_are_stored() -> None:
     api, target = MemoryAPI(), Windowed()
-    result = run_session(api, target, _spec(early_stop=False), 8)
+    protocol = MeasurementProtocol(control_every=3)
+    result = run_session(api, target, _spec(early_stop=False), 8, protocol=protocol)
     assert all(t.status is TrialStatus.COMPLETED for t in result.trials)
     assert all(n == WINDOWS for _, n in target.ran)
     progress = api.list_measurements("es", kinds=[MeasurementKind.PROGRESS])
-    assert len(progress) == 8 * WINDOWS
+    assert len(progress) == 8 * WINDOWS  # the trials' windows; controls report none
     assert sorted({m.round for m in progress}) == list(range(1, WINDOWS + 1))

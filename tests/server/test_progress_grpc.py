@@ -26,7 +26,7 @@ from server.service import TuningService
 from server.storage import SQLiteStorage
 from tuner.errors import PermissionDeniedError, StateError, ValidationError
 from tuner.study import StudySpec
-from tuner.trial import MeasurementKind, StepKind, TrialStatus
+from tuner.trial import Measurement, MeasurementKind, StepKind, TrialStatus
 
 StatusCode = grpc.StatusCode
 STUDY = "stop"
@@ -79,6 +79,9 @@ def with_incumbent(client: TunerClient) -> int:
     (default,) = client.suggest_trials(STUDY, 1, "w")
     assert default.step is StepKind.DEFAULT
     client.complete_trial(STUDY, default.id, {"tps": 1000.0, "p95_ms": 2.0}, client_id="w")
+    controls = [Measurement({"tps": v, "p95_ms": 2.0}, MeasurementKind.CONTROL)
+                for v in (980.0, 1020.0, 1005.0)]  # fmt: skip
+    client.add_measurements(STUDY, default.id, controls)  # the run-to-run noise
     (trial,) = client.suggest_trials(STUDY, 1, "w")
     return trial.id
 

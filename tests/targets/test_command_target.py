@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -472,3 +473,52 @@ def test_placeholders_are_checked_on_the_rendered_argument(tmp_path: Path) -> No
     with build_target("command", {**options, "allow_dash_values": True}) as t:
         t.run_trial(config)  # FAILED: sort prints no metrics, but it wrote the file
     assert (tmp_path / "PWN").read_text(encoding="utf-8") == "a\nb\n"
+
+
+# -- progress lines ----------------------------------------------------------------------
+WINDOWED = textwrap.dedent(
+    """\
+    import json, sys, time
+    for i in range(8):
+        print(f"window {i}: tps={100 + i} lat=2.5", flush=True)
+        time.sleep(0.15)
+    print(json.dumps({"tps": 103.5, "lat": 2.5}))
+    """
+)
+
+
+def test_progress_lines_are_windows_and_a_stop_kills_the_run(tmp_path: Path) -> None:
+    program = tmp_path / "windowed.py"
+    program.write_text(WINDOWED, encoding="utf-8")
+    options = {"command": [PY, str(program)], "metrics": ["tps", "lat"],
+               "progress": r"tps=(?P<tps>[0-9.]+) lat=(?P<lat>[0-9.]+)"}  # fmt: skip
+    heard: list[dict[str, float]] = []
+
+    def stop_at_three(window: dict[str, float]) -> str:
+        heard.append(window)
+        return "enough" if len(heard) == 3 else ""
+
+    with build_target("command", options) as target:
+        started = time.monotonic()
+        stopped = target.run_trial({}, stop_at_three)
+        took = time.monotonic() - started
+        assert stopped.status is TrialStatus.EARLY_STOPPED and stopped.reason == "enough"
+        assert stopped.metrics == {"tps": 101.0, "lat": 2.5}  # the three windows' means
+        assert took < 8 * 0.15  # killed at the third window, not run to its end
+        heard.clear()
+        whole = target.run_trial({}, lambda window: heard.append(window) or "")
+        assert whole.status is TrialStatus.COMPLETED and whole.metrics["tps"] == 103.5
+        assert [w["tps"] for w in heard] == [100.0 + i for i in range(8)]
+        unwatched = target.run_trial({})
+        assert unwatched.status is TrialStatus.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fragment"),
+    [("tps=[0-9]+", "no named group"), ("(?P<tps>[", "does not compile"),
+     ("(?P<9x>1)", "does not compile"), ("", "got ''")],
+)  # fmt: skip
+def test_a_progress_pattern_is_checked_naming_the_field(pattern: str, fragment: str) -> None:
+    with pytest.raises(ValidationError, match=rf"target\.progress.*{re.escape(fragment)}"):
+        build_target("command", {"command": [PY, "-c", "0"], "metrics": ["y"],
+                                 "progress": pattern})  # fmt: skip

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -274,6 +275,39 @@ def test_a_trial_measures_tps_and_latency(target: PostgresTarget) -> None:
     assert target.directory is not None
     assert not list(target.directory.glob("pgbench_log*"))
     assert target.sql("select count(*) from pgbench_history") == [["0"]]
+
+
+@needs_postgres
+def test_a_watched_trial_reports_pgbench_progress_and_stops_when_told(
+    target: PostgresTarget,
+) -> None:
+    """``--progress`` lines are the measurement's windows; told to stop after two, pgbench
+    is interrupted and the trial keeps the windows' means and the logged percentiles."""
+    heard: list[dict[str, float]] = []
+
+    def listen(window: dict[str, float]) -> str:
+        heard.append(window)
+        return "enough" if len(heard) == 2 else ""
+
+    target.measure_s = 4  # four one-second windows (the module's target measures 1 s)
+    try:
+        started = time.monotonic()
+        stopped = target.run_trial(defaults(target), listen)
+        took = time.monotonic() - started
+        heard_stopped = list(heard)
+        heard.clear()
+        whole = target.run_trial(defaults(target), lambda window: heard.append(window) or "")
+    finally:
+        target.measure_s = SMALL["measure_s"]
+    assert stopped.status is TrialStatus.EARLY_STOPPED and stopped.reason == "enough"
+    assert len(heard_stopped) == 2
+    assert all(w["tps"] > 0 and w["latency_avg_ms"] > 0 for w in heard_stopped)
+    assert stopped.metrics["tps"] == pytest.approx(sum(w["tps"] for w in heard_stopped) / 2)
+    assert took < 4  # interrupted after two of four seconds
+    assert target.directory is not None and not list(target.directory.glob("pgbench_log*"))
+    assert whole.status is TrialStatus.COMPLETED
+    assert set(whole.metrics) == set(target.describe_metrics())
+    assert len(heard) >= 3  # a progress line a second
 
 
 @needs_postgres

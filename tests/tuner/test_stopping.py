@@ -53,8 +53,10 @@ def test_a_slow_warm_up_does_not_stop_a_trial_that_ends_ahead() -> None:
 
 def test_a_constraint_broken_by_far_stops_the_trial() -> None:
     windows = _windows([1500] * 6, p95=[21.0, 19.5, 22.0, 20.5, 21.5, 20.0])
-    reason = stop_reason(_spec(), windows, INCUMBENT, {})
+    reason = stop_reason(_spec(), windows, INCUMBENT, {"p95_ms": (0.1**2, 10)})
     assert "p95_ms cannot meet p95_ms <= 5" in reason
+    # without a measured run-to-run noise the windows of one run cannot tell
+    assert stop_reason(_spec(), windows, INCUMBENT, {}) == ""
 
 
 def test_a_latency_spike_while_warming_up_does_not_stop_a_trial_that_meets_the_bound() -> None:
@@ -63,15 +65,16 @@ def test_a_latency_spike_while_warming_up_does_not_stop_a_trial_that_meets_the_b
 
 
 def test_nothing_is_judged_before_min_windows_or_without_a_log_scale() -> None:
+    noise = {"tps": (0.01, 20)}
     windows = _windows([100.0, 100.0, 100.0])
-    assert stop_reason(_spec(), windows, INCUMBENT, {}) == ""  # 3 < min_windows = 4
+    assert stop_reason(_spec(), windows, INCUMBENT, noise) == ""  # 3 < min_windows = 4
     zero = _windows([0.0, 100.0, 100.0, 100.0, 100.0, 100.0])
-    assert stop_reason(_spec(), zero, INCUMBENT, {}) == ""  # tps is not positive
+    assert stop_reason(_spec(), zero, INCUMBENT, noise) == ""  # tps is not positive
 
 
 def test_without_an_incumbent_only_constraints_stop() -> None:
     windows = _windows([10.0] * 6)
-    assert stop_reason(_spec(), windows, None, {}) == ""
+    assert stop_reason(_spec(), windows, None, {"tps": (0.01, 20)}) == ""
 
 
 def _would_have_won(

@@ -32,7 +32,9 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,7 @@ from tuner.errors import ConfigRejected, StateError, TargetError, ValidationErro
 TRIAL_CONF = "tuner.conf"
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
+STOP_GRACE_S = 5.0  # an interrupted tool's time to exit before SIGKILL
 _SOCKET_PATH_MAX = 107  # sun_path is 108 bytes on Linux, with the terminating NUL
 _SETTINGS_COLUMNS = (
     "name, setting, coalesce(unit, ''), vartype, context, coalesce(min_val, ''), "
@@ -301,6 +304,57 @@ class Cluster:
             output = (done.stderr.strip() or done.stdout.strip())[-1500:]
             raise TargetError(f"{what} failed (exit status {done.returncode}): {output}")
         return done
+
+    def follow(
+        self, args: list[str], on_line: Callable[[str], bool], *, what: str, timeout: float
+    ) -> tuple[int | None, str, str]:
+        """Run a tool as ``run`` does while handing each stderr line to ``on_line`` as it
+        appears (pgbench's ``--progress`` lines); True from it interrupts the tool (SIGINT,
+        then SIGKILL after ``STOP_GRACE_S``). Returns (exit status, None when interrupted;
+        stdout; stderr).
+
+        Raises:
+            TargetError: The tool could not be run, or ran past ``timeout``.
+        """
+        with tempfile.TemporaryFile() as out:
+            try:
+                proc = subprocess.Popen(
+                    args, stdout=out, stderr=subprocess.PIPE, cwd=self.root, env=self.env(),
+                    **self.tools.popen_kwargs(),
+                )  # fmt: skip
+            except OSError as exc:
+                raise TargetError(f"could not run {what}: {exc}") from exc
+            assert proc.stderr is not None
+            expired = threading.Event()
+
+            def expire() -> None:
+                expired.set()
+                proc.kill()
+
+            timer = threading.Timer(timeout, expire)
+            timer.start()
+            lines: list[str] = []
+            stopped = False
+            try:
+                for raw in proc.stderr:
+                    line = raw.decode("utf-8", errors="replace")
+                    lines.append(line)
+                    if not stopped and on_line(line.rstrip("\n")):
+                        stopped = True
+                        proc.send_signal(signal.SIGINT)
+                        threading.Timer(STOP_GRACE_S, proc.kill).start()
+                status = proc.wait()
+            finally:
+                timer.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                proc.stderr.close()
+            out.seek(0)
+            stdout = out.read().decode("utf-8", errors="replace")
+        if expired.is_set() and not stopped:
+            raise TargetError(f"{what} did not finish within {timeout:.0f} s")
+        return (None if stopped else status), stdout, "".join(lines)
 
     def sql(self, query: str, timeout: float = 30.0) -> list[list[str]]:
         """Rows of ``query`` as lists of text fields (``t``/``f`` for booleans)."""

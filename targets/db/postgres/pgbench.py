@@ -12,7 +12,9 @@
 * ``--random-seed`` fixes the keys each client draws, so trials replay the same requests.
 
 Throughput is pgbench's ``tps = N (without initial connection time)``. Percentiles are
-nearest-rank over every logged transaction of the window, in milliseconds.
+nearest-rank over every logged transaction of the window, in milliseconds. A watched run
+(``Target.window``) adds ``--progress=S``: each progress line is one window (its tps and
+mean latency).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _TPS = re.compile(
     re.MULTILINE,
 )
 _LATENCY = re.compile(r"^latency average = ([0-9.]+) ms", re.MULTILINE)
+_PROGRESS = re.compile(r"^progress: [0-9.]+ s, ([0-9.]+) tps, lat ([0-9.]+) ms")
 
 
 class WorkloadResultError(ValueError):
@@ -55,8 +58,11 @@ class Workload:
         """Arguments that (re)create the pgbench tables at ``scale``, quietly."""
         return ["-i", "-s", str(scale), "-q"]
 
-    def run_args(self, seconds: int, log_prefix: Path | None = None) -> list[str]:
-        """Arguments of a timed run; with ``log_prefix``, a per-transaction log."""
+    def run_args(
+        self, seconds: int, log_prefix: Path | None = None, progress_s: int = 0
+    ) -> list[str]:
+        """Arguments of a timed run; with ``log_prefix``, a per-transaction log; with
+        ``progress_s``, a progress line on stderr every that many seconds."""
         args = [
             *("-n", "-b", self.script),
             *("-c", str(self.clients), "-j", str(self.threads), "-T", str(seconds)),
@@ -64,6 +70,8 @@ class Workload:
         ]
         if log_prefix is not None:
             args += ["-l", f"--log-prefix={log_prefix}"]
+        if progress_s:
+            args.append(f"--progress={progress_s}")
         return args
 
 
@@ -78,6 +86,15 @@ def parse_summary(stdout: str) -> tuple[float, float]:
         raise WorkloadResultError(f"no 'tps = ...' line in pgbench's output: {stdout[-500:]!r}")
     latency = _LATENCY.search(stdout)
     return float(tps.group(1)), float(latency.group(1)) if latency else math.nan
+
+
+def parse_progress(line: str) -> dict[str, float] | None:
+    """One window's metrics from a ``--progress`` line (``progress: 5.0 s, 1234.5 tps, lat
+    3.210 ms stddev ...``): its ``tps`` and ``latency_avg_ms``; None for any other line."""
+    found = _PROGRESS.match(line)
+    if found is None:
+        return None
+    return {"tps": float(found.group(1)), "latency_avg_ms": float(found.group(2))}
 
 
 def read_latencies(log_prefix: Path) -> list[int]:

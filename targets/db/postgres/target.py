@@ -57,6 +57,7 @@ from targets.db.postgres.pgbench import (
     SCRIPTS,
     Workload,
     WorkloadResultError,
+    parse_progress,
     parse_summary,
     read_latencies,
     summarize,
@@ -81,6 +82,8 @@ class PostgresTarget(Target):
         warmup_s: Seconds of unrecorded workload before each measurement (0: none).
         measure_s: Seconds of measured workload per trial.
         seed: pgbench's ``--random-seed``, so every trial draws the same keys.
+        windows: Windows a watched measurement is reported in (``Target.window``):
+            pgbench's ``--progress`` every ``max(1, measure_s // windows)`` seconds.
         workdir: Parent directory of the cluster's temporary directory (default: the
             system's); the ``postgres`` user must be able to enter it when running as root.
         knobs: Catalog names of the knobs to tune (default: the whole catalog).
@@ -98,10 +101,12 @@ class PostgresTarget(Target):
         warmup_s: int = 5,
         measure_s: int = 20,
         seed: int = 0,
+        windows: int = 10,
         workdir: str | Path | None = None,
         knobs: list[str] | None = None,
     ) -> None:
         self.scale = option_int("scale", scale, 1, 100_000)
+        self.windows = option_int("windows", windows, 1, 1000)
         if workload not in SCRIPTS:
             raise ValidationError("target.workload", f"got {workload!r}", SCRIPTS)
         self.clients = option_int("clients", clients, 1, 10_000)
@@ -187,8 +192,11 @@ class PostgresTarget(Target):
         assert cluster.root is not None
         prefix = cluster.root / "pgbench_log"
         read_latencies(prefix)  # removes the logs of a run that failed
-        stdout = self._pgbench(self.measure_s, prefix)
+        windows: list[dict[str, float]] = []
+        stdout = self._pgbench(self.measure_s, prefix, windows if self.watched else None)
         latencies = read_latencies(prefix)
+        if stdout is None:  # stopped early: the windows' means, the logged percentiles
+            return _partial(windows, latencies)
         try:
             tps, latency_avg = parse_summary(stdout)
             return summarize(tps, latency_avg, latencies)
@@ -278,23 +286,58 @@ class PostgresTarget(Target):
                 + self._cluster.log_excerpt(self._log_offset)
             )
 
-    def _pgbench(self, seconds: int, log_prefix: Path | None) -> str:
-        """Run pgbench for ``seconds``; a failure is the configuration's if the server says so."""
+    def _pgbench(
+        self, seconds: int, log_prefix: Path | None, windows: list[dict[str, float]] | None = None
+    ) -> str | None:
+        """Run pgbench for ``seconds`` and return its report; a failure is the
+        configuration's if the server says so. With ``windows``, its progress lines are the
+        measurement's windows (``Target.window``), collected there; None when one stopped
+        the run."""
         cluster = self._require_cluster("measure")
         offset = cluster.log_offset()
-        done = cluster.run(
-            [cluster.tools.path("pgbench"), *self.workload.run_args(seconds, log_prefix)],
-            what="pgbench",
-            timeout=seconds + _RUN_MARGIN_S,
-            check=False,
-        )
-        if done.returncode == 0:
-            return done.stdout
-        output = " ".join((done.stderr.strip() or done.stdout.strip())[-600:].split())
+        every = max(1, seconds // self.windows) if windows is not None else 0
+        args = [cluster.tools.path("pgbench"), *self.workload.run_args(seconds, log_prefix, every)]
+        timeout = seconds + _RUN_MARGIN_S
+        if windows is None:
+            done = cluster.run(args, what="pgbench", timeout=timeout, check=False)
+            status, stdout, stderr = done.returncode, done.stdout, done.stderr
+        else:
+
+            def on_line(line: str) -> bool:
+                window = parse_progress(line)
+                if window is None:
+                    return False
+                windows.append(window)
+                return self.window(window)
+
+            followed, stdout, stderr = cluster.follow(
+                args, on_line, what="pgbench", timeout=timeout
+            )
+            if followed is None:
+                return None
+            status = followed
+        if status == 0:
+            return stdout
+        output = " ".join((stderr.strip() or stdout.strip())[-600:].split())
         problems = cluster.log_problems(offset)
         if problems or not cluster.running:
             raise ConfigRejected(
-                f"pgbench failed (exit status {done.returncode}): {output}; server log: "
+                f"pgbench failed (exit status {status}): {output}; server log: "
                 + cluster.log_excerpt(offset)
             )
-        raise TargetError(f"pgbench failed (exit status {done.returncode}): {output}")
+        raise TargetError(f"pgbench failed (exit status {status}): {output}")
+
+
+def _partial(windows: list[dict[str, float]], latencies_us: list[int]) -> dict[str, float]:
+    """The metrics of a run stopped early: the windows' mean tps and latency, and the
+    percentiles of the transactions it logged (when pgbench wrote any)."""
+    if not windows:
+        raise TargetError("pgbench was stopped before its first progress line")
+    out = {
+        "tps": sum(w["tps"] for w in windows) / len(windows),
+        "latency_avg_ms": sum(w["latency_avg_ms"] for w in windows) / len(windows),
+    }
+    if latencies_us:
+        logged = summarize(out["tps"], out["latency_avg_ms"], latencies_us)
+        out.update({k: logged[k] for k in ("p50_ms", "p95_ms", "p99_ms")})
+    return out
