@@ -47,8 +47,17 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.common import RESULTS_DIR, console, machine_info, show
-from bench.noise import LEVELS, SYSTEMS, System, load, redeploy, stored, tune, write_config
+from bench.common import console, machine_info, show
+from bench.noise import (
+    System,
+    load,
+    redeploy,
+    resolve_session,
+    session_arguments,
+    stored,
+    tune,
+    write_config,
+)
 from targets.registry import build_target
 from tuner.quantiles import t_ppf
 from tuner.trial import TrialStatus
@@ -231,31 +240,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.cost", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--system", choices=sorted(SYSTEMS), default="sqlite")
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--levels", default="quiet,moderate", help="comma-separated levels")
+    session_arguments(parser, seeds=5)
     parser.add_argument(
         "--arms", default="full,stop,screen",
         help=f"comma-separated, the base first (of {', '.join(ARMS)})",
     )  # fmt: skip
-    parser.add_argument("--trials", type=int, help="per session (sqlite 20, postgres 15)")
-    parser.add_argument("--measure-s", type=float, help="window (sqlite 1.0, postgres 10)")
-    parser.add_argument("--warmup-s", type=float, default=0.3, help="(postgres: rounded)")
-    parser.add_argument("--db-mb", type=float, default=16.0, help="sqlite database size")
-    parser.add_argument("--pg-scale", type=int, default=2, help="pgbench -s")
-    parser.add_argument("--redeploy", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--out", type=Path, help="default bench/results/cost/SYSTEM")
-    parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    system = args.system = SYSTEMS[args.system]
-    args.trials = args.trials or system.trials
-    args.measure_s = args.measure_s or system.measure_s
-    args.out = args.out or RESULTS_DIR / "cost" / system.name
-    levels = [lv.strip() for lv in args.levels.split(",") if lv.strip()]
-    for level in levels:
-        if level not in LEVELS:
-            parser.error(f"--levels: unknown level {level!r} (allowed: {', '.join(LEVELS)})")
+    levels = resolve_session(parser, args, "cost")
+    system: System = args.system
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if (
         len(args.arms) < 2

@@ -507,12 +507,11 @@ def plot(cells: Sequence[dict[str, Any]], path: Path, title: str) -> None:
         plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.noise", description=__doc__.split("\n")[0]
-    )
+def session_arguments(parser: argparse.ArgumentParser, seeds: int) -> None:
+    """The options of a benchmark of real sessions (``bench.noise``, ``bench.cost``): the
+    system, seeds, load levels, the session's size and the redeploy."""
     parser.add_argument("--system", choices=sorted(SYSTEMS), default="sqlite")
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=seeds)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--levels", default="quiet,moderate", help="comma-separated levels")
     parser.add_argument("--trials", type=int, help="per session (sqlite 20, postgres 15)")
@@ -521,22 +520,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--db-mb", type=float, default=16.0, help="sqlite database size")
     parser.add_argument("--pg-scale", type=int, default=2, help="pgbench -s")
     parser.add_argument("--redeploy", type=int, default=10, help="interleaved rounds")
+    parser.add_argument("--markdown", action="store_true")
+
+
+def resolve_session(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, results: str
+) -> list[str]:
+    """Fill the system's defaults into ``args`` (``args.out``: ``bench/results/RESULTS/
+    SYSTEM``); the load levels, checked."""
+    system = args.system = SYSTEMS[args.system]
+    args.trials = args.trials or system.trials
+    args.measure_s = args.measure_s or system.measure_s
+    args.out = args.out or RESULTS_DIR / results / system.name
+    levels = [lv.strip() for lv in args.levels.split(",") if lv.strip()]
+    for level in levels:
+        if level not in LEVELS:
+            parser.error(f"--levels: unknown level {level!r} (allowed: {', '.join(LEVELS)})")
+    return levels
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.noise", description=__doc__.split("\n")[0]
+    )
+    session_arguments(parser, seeds=10)
     parser.add_argument(
         "--arms", default="protocol,single,confirm",
         help=f"comma-separated sessions, protocol first (of {', '.join(ARMS)})",
     )  # fmt: skip
     parser.add_argument("--grow-to", type=int, default=10, help="the grow arm's --confirm-max")
     parser.add_argument("--out", type=Path, help="default bench/results/noise/SYSTEM")
-    parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    system = args.system = SYSTEMS[args.system]
-    args.trials = args.trials or system.trials
-    args.measure_s = args.measure_s or system.measure_s
-    args.out = args.out or RESULTS_DIR / "noise" / system.name
-    levels = [lv.strip() for lv in args.levels.split(",") if lv.strip()]
-    for level in levels:
-        if level not in LEVELS:
-            parser.error(f"--levels: unknown level {level!r} (allowed: {', '.join(LEVELS)})")
+    levels = resolve_session(parser, args, "noise")
+    system: System = args.system
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     for arm in args.arms:
         if arm not in ARMS:

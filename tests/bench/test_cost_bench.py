@@ -67,7 +67,6 @@ def test_a_tiny_run_measures_both_arms_and_redeploys(
     example.parent.mkdir()
     example.write_text(noise.to_toml(data), encoding="utf-8")
     monkeypatch.setitem(noise.SYSTEMS, "sqlite", dataclasses.replace(system, example=example))
-    monkeypatch.setattr(cost, "SYSTEMS", noise.SYSTEMS)
     code = cost.main(
         ["--seeds", "1", "--levels", "quiet", "--arms", "full,stop", "--trials", "10",
          "--measure-s", "0.1", "--warmup-s", "0.02", "--db-mb", "1", "--redeploy", "2",
