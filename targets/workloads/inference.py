@@ -17,6 +17,12 @@ window as ``window_start_s`` / ``window_end_s`` (``time.monotonic()``), which a 
 target uses to leave start-up and warm-up out of the energy. ``--device``
 ``auto`` (default) uses CUDA when torch sees a GPU, else the CPU.
 
+**Progress** (``--progress-every N``, closed loop): after every ``N`` timed batches a line
+``progress: requests_per_s=... p99_ms=...`` for that group of batches, before the JSON
+line: a command target with ``progress = 'requests_per_s=(?P<requests_per_s>[0-9.e+]+)
+p99_ms=(?P<p99_ms>[0-9.e+]+)'`` reports them as the measurement's windows (and the study
+may stop a losing trial early).
+
 **Open loop** (``--rate R`` requests per second, or ``--rate-file PATH`` holding that number,
 read at start: a daemon's load that another process changes): requests arrive as a seeded
 Poisson process instead of back to back. The server takes every request that has arrived,
@@ -89,8 +95,10 @@ def serve(
     seconds: float,
     warmup_s: float,
     device: torch.device,
+    progress_every: int = 0,
 ) -> dict[str, float]:
-    """Run batches for ``warmup_s`` untimed, then ``seconds`` timed; the metrics."""
+    """Run batches for ``warmup_s`` untimed, then ``seconds`` timed; the metrics. With
+    ``progress_every``, a progress line after every that many timed batches (module doc)."""
     model = model.to(device).eval()
     inputs = torch.randn(batch, *shape, device=device)
     latencies: list[float] = []
@@ -107,9 +115,15 @@ def serve(
     while time.perf_counter() < end:
         one()
     window_start = time.monotonic()
-    started = time.perf_counter()
+    started = group = time.perf_counter()
     while not latencies or time.perf_counter() - started < seconds:
         latencies.append(one())
+        if progress_every and len(latencies) % progress_every == 0:
+            now = time.perf_counter()
+            last = latencies[-progress_every:]
+            print(f"progress: requests_per_s={batch * len(last) / (now - group):.6g} "
+                  f"p99_ms={1000 * percentile(last, 99):.6g}", flush=True)  # fmt: skip
+            group = now
     elapsed = time.perf_counter() - started
     window_end = time.monotonic()
     requests = batch * len(latencies)
@@ -216,12 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=1.0)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--progress-every", type=int, default=0,
+        help="closed loop: a progress line after every N timed batches (0: none)",
+    )  # fmt: skip
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help="open loop: requests per second")
     load.add_argument("--rate-file", help="open loop: a file holding requests per second")
     args = parser.parse_args(argv)
-    if args.batch < 1 or args.threads < 1 or args.seconds <= 0 or args.warmup_s < 0:
-        print("batch and threads must be >= 1, seconds > 0, warmup-s >= 0", file=sys.stderr)
+    if (
+        args.batch < 1 or args.threads < 1 or args.seconds <= 0 or args.warmup_s < 0
+        or args.progress_every < 0
+    ):  # fmt: skip
+        print("batch and threads must be >= 1, seconds > 0, warmup-s and progress-every >= 0",
+              file=sys.stderr)  # fmt: skip
         return 2
     rate = args.rate
     if args.rate_file is not None:
@@ -243,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     model, shape = build_model(args.model, args.seed)
     device = torch.device(name)
     if rate is None:
-        metrics = serve(model, shape, args.batch, args.seconds, args.warmup_s, device)
+        metrics = serve(
+            model, shape, args.batch, args.seconds, args.warmup_s, device, args.progress_every
+        )
     else:
         metrics = serve_open_loop(
             model, shape, args.batch, rate, args.seconds, args.warmup_s, device, args.seed

@@ -127,3 +127,22 @@ def test_a_rate_file_without_a_number_is_named(tmp_path: Path) -> None:
         [*RUN, "--rate-file", str(rate_file)], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "expected a request rate" in done.stderr
+
+
+def test_progress_lines_are_the_windows_of_a_command_target() -> None:
+    """``--progress-every 2``: a line per two timed batches, which a command target with the
+    documented pattern reports as windows; the JSON line stays the trial's metrics."""
+    options = {
+        "command": [*RUN, "--model", "cnn", "--batch", "2", "--device", "cpu",
+                    "--progress-every", "2"],
+        "metrics": ["requests_per_s", "p99_ms"],
+        "progress": r"requests_per_s=(?P<requests_per_s>[0-9.e+]+) p99_ms=(?P<p99_ms>[0-9.e+]+)",
+        "workdir": str(ROOT),
+    }  # fmt: skip
+    heard: list[dict[str, float]] = []
+    with build_target("command", options) as target:
+        outcome = target.run_trial({}, lambda window: heard.append(window) or "")
+    assert outcome.status is TrialStatus.COMPLETED, outcome.reason
+    assert heard and all(w["requests_per_s"] > 0 and w["p99_ms"] > 0 for w in heard)
+    assert set(outcome.metrics) >= {"requests_per_s", "p99_ms", "batches"}
+    assert len(heard) == int(outcome.metrics["batches"]) // 2
