@@ -79,3 +79,16 @@ def test_a_tiny_run_measures_both_arms_and_redeploys(
     assert done["stop"]["measured_s"] <= done["full"]["measured_s"] * 1.5
     assert set(done["redeploy"]) >= {"full", "stop"}
     assert (tmp_path / "out" / "cost.png").exists()
+
+
+def test_the_trials_part_sets_the_controls_and_the_confirmation_aside() -> None:
+    session = {"measured_s": 100.0, "runs": 53, "trials": 30}  # 23 whole runs beside
+    assert cost.trial_seconds(session, 0.5, 3.0) == pytest.approx(100.0 - 23 * 3.5)
+    cells = [cell("quiet", {"full": 200.0, "stop": 150.0}, {"full": 4.0, "stop": 4.0})
+             for _ in range(2)]  # fmt: skip
+    for c in cells:
+        for arm in ("full", "stop"):
+            c[arm].update(runs=40, trials=30)  # 10 whole runs of 3.5 s: 35 s
+    [row] = cost.summarize(cells, ["full", "stop"], 0.5, 3.0)
+    assert row["trial_ratio"][0] == pytest.approx(165 / 115)
+    assert row["time_ratio"][0] == pytest.approx(200 / 150)
