@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, help="file to write (default: stdout)")
     meas = command(
         "measurements", "cli.results:cmd_measurements",
-        "list a study's measurements: repeats, controls, confirmation rounds",
+        "list a study's measurements: repeats, controls, confirmation rounds, progress windows",
     )  # fmt: skip
     meas.add_argument("study", help="the study's name")
     meas.add_argument("--trial", type=int, help="only this trial's")
