@@ -10,8 +10,9 @@ windows is noisy, and the noise shrinks as windows arrive; the full measurement 
 suite's. Each window goes to the study (``runner.memory.MemoryAPI.report_progress``, as a
 session sends it to the server), whose rule (``[study.stopping]``, ``tuner.stopping``) may
 stop the trial: it is then EARLY_STOPPED with the mean of its windows so far. As a session's
-protocol does, the default is measured again after every 5 trials (controls): the rule
-judges a metric only once the study measured its run-to-run noise. Controls are not counted
+protocol does, the default (on problems without one: the first trial) is measured again
+after every 5 trials (controls): the rule judges a metric only once the study measured its
+run-to-run noise. Controls are not counted
 in the time: a session measures them with or without stopping, and ``ours`` (which runs
 none) is the same designer without them.
 
@@ -155,12 +156,13 @@ def run(
 
 
 def control(problem: SuiteProblem, api: MemoryAPI, study: str, rng: random.Random) -> None:
-    """The default measured once more and stored as a CONTROL of the default trial: the
-    run-to-run noise the stopping rule needs, as a session's protocol measures it."""
-    default = next(
-        (t for t in api.list_trials(study) if t.step is StepKind.DEFAULT and t.status.measured),
-        None,
-    )
+    """The default measured once more and stored as a CONTROL of its trial: the run-to-run
+    noise the stopping rule needs, as a session's protocol measures it. The suite's problems
+    without a default configuration (the DB surrogates' knobs have none) re-measure their
+    first measured trial instead."""
+    measured = [t for t in api.list_trials(study) if t.status.measured]
+    default = next((t for t in measured if t.step is StepKind.DEFAULT), None)
+    default = default or (measured[0] if measured else None)
     if default is None:
         return
     again = problem.measure(default.config, rng)
