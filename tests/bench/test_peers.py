@@ -9,6 +9,7 @@ with the reason ``available()`` gives.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import replace
@@ -124,9 +125,15 @@ def _runner(name: str) -> Any:
 PEERS = [name for name in RUNNERS if name != "ours"]
 
 
+#: Methods whose budget is measured time (``bench/peers/ours_stop.py``): a stopped trial
+#: costs less than a measurement, so they may measure more configurations than the budget.
+BY_TIME = {"ours-stop", "ours-screen"}
+
+
 def _check(run: MethodRun, problem: SuiteProblem, name: str, seed: int, budget: int) -> None:
     assert (run.method, run.problem, run.seed) == (name, problem.name, seed)
-    assert len(run.configs) == len(run.measurements) == len(run.reported) == budget
+    assert len(run.configs) == len(run.measurements) and len(run.reported) == budget
+    assert len(run.configs) >= budget if name in BY_TIME else len(run.configs) == budget
     space, judge = space_of(problem), Judge(problem)
     for config in run.configs:
         assert space.validate_config(config) == config
@@ -140,7 +147,8 @@ def _check(run: MethodRun, problem: SuiteProblem, name: str, seed: int, budget: 
     }
     for i, reported in enumerate(run.reported):
         if reported is not None:
-            measured_so_far = {config_key(c) for c in run.configs[: i + 1]}
+            ran = run.configs if name in BY_TIME else run.configs[: i + 1]
+            measured_so_far = {config_key(c) for c in ran}
             assert config_key(reported) in measured_so_far
             assert config_key(reported) in feasible
     assert run.seconds >= 0
@@ -155,7 +163,7 @@ def test_peer_run_is_well_formed_and_seeded(name: str, problem: SuiteProblem, bu
     ticks: list[int] = []
     first = module.run(problem, 1, budget, on_eval=lambda: ticks.append(1))
     _check(first, problem, name, 1, budget)
-    assert len(ticks) == budget
+    assert len(ticks) == len(first.configs)
     again = module.run(problem, 1, budget)
     assert again.configs == first.configs
 
@@ -308,3 +316,36 @@ def test_ours_full_is_ours_without_the_embedding() -> None:
     plain = RUNNERS["ours"].run(MIXED, 0, MODEL_BUDGET)
     embedded = RUNNERS["ours"].run(embedded_problem, 0, MODEL_BUDGET)
     assert full.configs == plain.configs != embedded.configs
+
+
+def test_ours_stop_splits_a_measurement_into_windows_whose_mean_it_is() -> None:
+    import random
+
+    from bench.peers import ours_stop
+
+    windows = ours_stop.windows_of({"tps": 100.0, "zero": 0.0}, 0.15, random.Random(1))
+    assert len(windows) == ours_stop.WINDOWS
+    logs = [math.log(w["tps"]) for w in windows]
+    assert math.exp(sum(logs) / len(logs)) == pytest.approx(100.0)
+    assert max(w["tps"] for w in windows) > 105 and all(w["zero"] == 0.0 for w in windows)
+    assert ours_stop.window_cov(dataclasses.replace(MIXED, name="db:x~cov15")) == 0.15
+    assert ours_stop.window_cov(MIXED) == ours_stop.QUIET_COV
+
+
+def test_ours_stop_reports_by_measured_time() -> None:
+    from bench.peers import ours_stop
+    from tuner.study import StudySpec
+    from tuner.trial import Trial, TrialStatus
+
+    spec = StudySpec.from_dict(
+        {"name": "t", "knobs": [{"name": "x", "kind": "float", "low": 0, "high": 1}],
+         "objectives": [{"name": "y", "goal": "maximize"}]}
+    )  # fmt: skip
+    trials = [
+        Trial(1, {"x": 0.1}, TrialStatus.COMPLETED, {"y": 1.0}),
+        Trial(2, {"x": 0.2}, TrialStatus.EARLY_STOPPED, {"y": 0.5}),
+        Trial(3, {"x": 0.3}, TrialStatus.COMPLETED, {"y": 2.0}),
+    ]
+    spent = [1.0, 1.4, 2.4]  # the stopped trial ran 4 of its 10 windows
+    reported = ours_stop.reported_by_time(spec, trials, spent, 3)
+    assert reported == [{"x": 0.1}, {"x": 0.1}, {"x": 0.3}]
