@@ -1,4 +1,5 @@
-"""Ending a trial early: the rule that stops a measurement which cannot win.
+"""Ending a trial early: the rule that stops a measurement which cannot win, and the
+short-window screen.
 
 A trial's measurement arrives as a stream of windows (``MeasurementKind.PROGRESS``: the
 workload's metrics over each interval of the measured window). Once ``min_windows`` have
@@ -28,6 +29,13 @@ This is a race in the sense of Maron & Moore (1994, "Hoeffding races"), with the
 model of ``runner.measurement.could_win``; Vizier's automated stopping
 (``CheckTrialEarlyStoppingState``) and Optuna's pruners make the same decision from a
 trial's intermediate values, against other trials' curves instead of a noise model.
+
+The **screen** (``screen_windows``, ``screen_reason``) is the multi-fidelity step: once a
+trial has exactly ``screen_windows`` windows, their means are ranked against every other
+trial's first ``screen_windows`` windows, and only the best ``screen_keep`` share goes on
+(or a trial ahead of the incumbent's first windows). It needs no noise estimate and saves
+more time than the rule, at the risk of screening out a trial whose start was unlucky.
+``decide`` applies both, as the service and the in-memory store answer a window.
 """
 
 from __future__ import annotations
