@@ -69,15 +69,26 @@ ARMS: dict[str, dict[str, Any]] = {
     "stop": {"early_stop": True},
     "screen": {"early_stop": True, "screen_windows": 3},
 }
-#: The SQLite target's windows per measurement (its ``windows`` option's default).
+#: The targets' windows per measurement (their ``windows`` option's default).
 WINDOWS = 10
 
 
-def measured_seconds(db: Path, study: str, warmup_s: float, measure_s: float) -> float:
+def window_seconds(system: str, measure_s: float) -> float:
+    """How long one window of a measurement runs: SQLite splits its measured seconds into
+    ``WINDOWS`` equal intervals; PostgreSQL's pgbench reports progress every whole
+    ``max(1, measure_s // WINDOWS)`` seconds (the target rounds ``measure_s``)."""
+    if system == "postgres":
+        return float(max(1, max(1, round(measure_s)) // WINDOWS))
+    return measure_s / WINDOWS
+
+
+def measured_seconds(
+    db: Path, study: str, warmup_s: float, measure_s: float, window_s: float
+) -> float:
     """What the target ran for a session (module doc), from its database: every run's
-    warm-up; for a trial that reported windows (PROGRESS measurements), ``measure_s /
-    WINDOWS`` a window, else its whole window a repeat; the whole window of each control and
-    confirmation run (they report no windows)."""
+    warm-up; for a trial that reported windows (PROGRESS measurements), ``window_s`` a
+    window (at most its whole window a repeat), else its whole window a repeat; the whole
+    window of each control and confirmation run (they report no windows)."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
         (sid,) = conn.execute("SELECT id FROM studies WHERE name = ?", [study]).fetchone()
         rows = conn.execute(
@@ -93,7 +104,7 @@ def measured_seconds(db: Path, study: str, warmup_s: float, measure_s: float) ->
         whole = counts.get("control", 0) + counts.get("confirm", 0)
         repeats = counts.get("repeat", 0)
         windows = counts.get("progress", 0)
-        trial_s = windows * measure_s / WINDOWS if windows else repeats * measure_s
+        trial_s = min(windows * window_s, repeats * measure_s) if windows else repeats * measure_s
         total += (repeats + whole) * warmup_s + trial_s + whole * measure_s
     return total
 
@@ -109,7 +120,13 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, work: Path) -> dict[s
     keeps_default = found["best_trial"] is None or not found["significant"]
     return {
         "wall_s": wall,
-        "measured_s": measured_seconds(work / "tuner.db", arm, args.warmup_s, args.measure_s),
+        "measured_s": measured_seconds(
+            work / "tuner.db",
+            arm,
+            args.warmup_s,
+            args.measure_s,
+            window_seconds(args.system.name, args.measure_s),
+        ),
         "runs": runs,
         "confirm_runs": confirming,
         "stopped": sum(t.status is TrialStatus.EARLY_STOPPED for t in trials),

@@ -53,7 +53,11 @@ def test_measured_seconds_count_windows_warm_ups_and_whole_control_runs(tmp_path
     # trial 1: 3 runs (warm-up each), 3 whole windows; trial 2: 4 of 10 windows; trial 3
     # reported none: its whole window
     expected = 5 * 0.5 + 3 * 2.0 + 4 * 0.2 + 2.0
-    assert cost.measured_seconds(db, "s", 0.5, 2.0) == pytest.approx(expected)
+    assert cost.measured_seconds(db, "s", 0.5, 2.0, 0.2) == pytest.approx(expected)
+    assert cost.window_seconds("sqlite", 2.0) == 0.2
+    assert (
+        cost.window_seconds("postgres", 10.0) == 1.0 and cost.window_seconds("postgres", 4) == 1.0
+    )
 
 
 @pytest.mark.slow
