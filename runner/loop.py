@@ -79,7 +79,12 @@ class TuningAPI(Protocol):
     def heartbeat(self, study: str, trial_id: int, client_id: str | None = None) -> Trial: ...
 
     def report_progress(
-        self, study: str, trial_id: int, metrics: Mapping[str, float], client_id: str | None = None
+        self,
+        study: str,
+        trial_id: int,
+        metrics: Mapping[str, float],
+        client_id: str | None = None,
+        window: int = 0,
     ) -> Decision: ...
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from tuner.designer import FitCache
 from tuner.errors import NotFoundError, StateError
 from tuner.loop import new_trial, propose
-from tuner.stopping import Decision, decide
+from tuner.stopping import Decision, decide, next_window
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus, repeat_summary
 
@@ -133,10 +133,16 @@ class MemoryAPI:
         return self._trial(self._study(study), trial_id)
 
     def report_progress(
-        self, study: str, trial_id: int, metrics: Mapping[str, float], client_id: str | None = None
+        self,
+        study: str,
+        trial_id: int,
+        metrics: Mapping[str, float],
+        client_id: str | None = None,
+        window: int = 0,
     ) -> Decision:
-        """Keep one window of an ACTIVE trial's measurement and decide whether it stops
-        (``tuner.stopping.decide``, as the service does)."""
+        """Keep one window of an ACTIVE trial's measurement (a retried window number is not
+        kept twice) and decide whether it stops (``tuner.stopping.decide``, as the service
+        does)."""
         found = self._study(study)
         trial = self._trial(found, trial_id)
         if trial.status is not TrialStatus.ACTIVE:
@@ -145,11 +151,14 @@ class MemoryAPI:
             m.trial_id == trial_id and m.kind is MeasurementKind.PROGRESS
             for m in found.measurements
         )
-        found.measurements.append(
-            Measurement(dict(metrics), MeasurementKind.PROGRESS, time.time(), count + 1, trial_id)
-        )
+        number = next_window(window, count)
+        if number > count:
+            found.measurements.append(
+                Measurement(dict(metrics), MeasurementKind.PROGRESS, time.time(), number, trial_id)
+            )
+            count = number
         if not found.spec.stopping.stops:
-            return Decision(False, "", count + 1)
+            return Decision(False, "", count)
         return decide(found.spec, trial, found.trials, found.measurements)
 
     def _study(self, name: str) -> _Study:

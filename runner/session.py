@@ -180,8 +180,13 @@ def _measure_trial(
     window of a run goes to the study (``report_progress``), whose answer may stop the
     trial early (``tuner.stopping``; never the default's)."""
 
+    # numbered on from the windows a dead predecessor may have reported for this trial
+    reported = len(api.list_measurements(spec.name, trial.id, [MeasurementKind.PROGRESS]))
+
     def progress(window: dict[str, float]) -> str:
-        decision = api.report_progress(spec.name, trial.id, window, trial.client_id)
+        nonlocal reported
+        reported += 1  # numbered, so a retried report stores nothing twice
+        decision = api.report_progress(spec.name, trial.id, window, trial.client_id, reported)
         return decision.reason if decision.stop else ""
 
     if trial.step is StepKind.DEFAULT:

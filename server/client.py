@@ -315,11 +315,18 @@ class TunerClient:
         return convert.trial_from_proto(self._call(self._stub.Heartbeat, request))
 
     def report_progress(
-        self, study: str, trial_id: int, metrics: Mapping[str, float], client_id: str | None = None
+        self,
+        study: str,
+        trial_id: int,
+        metrics: Mapping[str, float],
+        client_id: str | None = None,
+        window: int = 0,
     ) -> Decision:
         """Report one window of an ACTIVE trial's measurement; the answer says whether to
         stop measuring now (then complete the trial EARLY_STOPPED with its reason).
-        ``client_id`` as in ``complete_trial``; a report renews the trial's lease.
+        ``client_id`` as in ``complete_trial``; a report renews the trial's lease. With the
+        window's number (from 1) a retry after a lost reply stores nothing twice; 0 sends
+        it as the next window.
 
         Raises:
             StateError: The trial is not ACTIVE.
@@ -331,6 +338,7 @@ class TunerClient:
             trial_id=trial_id,
             metrics=dict(metrics),
             client_id=self._holder(study, trial_id, client_id) or "",
+            window=window,
         )
         return convert.decision_from_proto(self._call(self._stub.ReportProgress, request))
 

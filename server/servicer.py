@@ -137,8 +137,9 @@ class TunerServicer(pb_grpc.TunerServiceServicer):
         self, request: pb.ReportProgressRequest, context: grpc.ServicerContext
     ) -> pb.StoppingDecision:
         decision = self._service.report_progress(
-            request.study, request.trial_id, dict(request.metrics), request.client_id
-        )
+            request.study, request.trial_id, dict(request.metrics), request.client_id,
+            request.window,
+        )  # fmt: skip
         return convert.decision_to_proto(decision)
 
     @grpc_errors

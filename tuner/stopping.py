@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tuner.confirmation import pooled_noise
+from tuner.errors import ValidationError
 from tuner.quantiles import t_ppf
 from tuner.study import StoppingSettings, StudySpec
 from tuner.trial import (
@@ -105,6 +106,23 @@ def decide(
         best = None if incumbent is None else firsts.get(incumbent.id)
         reason = screen_reason(resolved, firsts[trial.id], others, best)
     return Decision(bool(reason), reason, count)
+
+
+def next_window(window: object, reported: int) -> int:
+    """The number a reported window takes: ``window`` (1 to one past the ``reported``
+    windows; up to ``reported`` is a retry), or the next one for 0.
+
+    Raises:
+        ValidationError: Not an integer, negative, or past the next window.
+    """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValidationError("window", f"got {window!r}", "0 (the next) or a window number >= 1")
+    if window > reported + 1:
+        raise ValidationError(
+            "window", f"window {window} after {reported} reported windows",
+            f"1 to {reported + 1} (the next), or 0 for the next",
+        )  # fmt: skip
+    return window or reported + 1
 
 
 def screen_reason(

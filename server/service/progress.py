@@ -11,7 +11,7 @@ from server.service.checks import check_reported_metrics, holder_of, study_name
 from server.service.core import ServiceCore
 from server.storage import check_holder
 from tuner.errors import StateError, ValidationError
-from tuner.stopping import Decision, decide
+from tuner.stopping import Decision, decide, next_window
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus
 
 log = logging.getLogger("server.service")
@@ -65,14 +65,20 @@ class Progress(ServiceCore):
         trial_id: int,
         metrics: Mapping[str, float],
         client_id: str | None = None,
+        window: int = 0,
     ) -> Decision:
         """Store one window of an ACTIVE trial's measurement (a PROGRESS measurement, its
         ``round`` the window's number) and say whether the trial should stop now
         (``tuner.stopping.decide``). Only the client the trial was handed to may report
         (``client_id``, as for ``heartbeat``), and a report renews the trial's lease.
 
+        Args:
+            window: The window's number from 1 (a window already stored is a retry: nothing
+                is stored again); 0: the next one.
+
         Raises:
-            ValidationError: A metric name or value that is not allowed.
+            ValidationError: A metric name or value that is not allowed, or a window number
+                past the next one.
             StateError: The trial is not ACTIVE.
         """
         study = study_name(study)
@@ -82,14 +88,16 @@ class Progress(ServiceCore):
         with self._lock(study):
             self._spec(study)
             done = self.storage.list_measurements(study, trial_id, [MeasurementKind.PROGRESS])
-            if len(done) >= MAX_WINDOWS:
-                raise ValidationError(
-                    "trial_id", f"trial {trial_id} reported {len(done)} windows already",
-                    f"at most {MAX_WINDOWS} windows a trial",
-                )  # fmt: skip
-            window = Measurement(dict(metrics), MeasurementKind.PROGRESS, round=len(done) + 1)
-            limits.check_measurements(self.storage, study, [window])
-            self.storage.add_measurements(study, trial_id, [window])
+            number = next_window(window, len(done))
+            if number > len(done):  # else a retry of a stored window: nothing to store
+                if len(done) >= MAX_WINDOWS:
+                    raise ValidationError(
+                        "trial_id", f"trial {trial_id} reported {len(done)} windows already",
+                        f"at most {MAX_WINDOWS} windows a trial",
+                    )  # fmt: skip
+                stored = Measurement(dict(metrics), MeasurementKind.PROGRESS, round=number)
+                limits.check_measurements(self.storage, study, [stored])
+                self.storage.add_measurements(study, trial_id, [stored])
         answer = self._decision(study, trial)
         if answer.stop:
             log.info("study %s trial %d: %s", study, trial_id, answer.reason,

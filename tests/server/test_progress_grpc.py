@@ -185,3 +185,20 @@ def test_an_ask_tell_script_reports_windows_and_tells_an_early_stop(
     told = tuner("tell", STUDY, str(trial), "--early-stopped", answer["reason"], "--metric",
                  "tps=402", *window)  # fmt: skip
     assert told == f"trial {trial} EARLY_STOPPED"
+
+
+def test_a_numbered_window_sent_twice_is_stored_once_and_a_gap_is_refused(
+    client: TunerClient, stub: pb_grpc.TunerServiceStub
+) -> None:
+    trial = with_incumbent(client)
+    first = client.report_progress(STUDY, trial, {"tps": 900.0}, "w", window=1)
+    again = client.report_progress(STUDY, trial, {"tps": 900.0}, "w", window=1)  # a retry
+    assert (first.windows, again.windows) == (1, 1)
+    gap = pb.ReportProgressRequest(study=STUDY, trial_id=trial, client_id="w", window=3,
+                                   metrics={"tps": 1.0})  # fmt: skip
+    message = rpc_error(stub.ReportProgress, gap, StatusCode.INVALID_ARGUMENT)
+    assert "window 3 after 1 reported windows" in message and "1 to 2" in message
+    assert client.report_progress(STUDY, trial, {"tps": 910.0}, "w", window=2).windows == 2
+    assert client.report_progress(STUDY, trial, {"tps": 905.0}, "w").windows == 3  # 0: next
+    stored = client.list_measurements(STUDY, trial, [MeasurementKind.PROGRESS])
+    assert [(m.round, m.metrics["tps"]) for m in stored] == [(1, 900.0), (2, 910.0), (3, 905.0)]

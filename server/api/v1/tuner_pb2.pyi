@@ -597,7 +597,7 @@ class ListMeasurementsResponse(_message.Message):
     def __init__(self, measurements: _Optional[_Iterable[_Union[Measurement, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ReportProgressRequest(_message.Message):
-    __slots__ = ("study", "trial_id", "metrics", "client_id")
+    __slots__ = ("study", "trial_id", "metrics", "client_id", "window")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -609,11 +609,13 @@ class ReportProgressRequest(_message.Message):
     TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
     study: str
     trial_id: int
     metrics: _containers.ScalarMap[str, float]
     client_id: str
-    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., client_id: _Optional[str] = ...) -> None: ...
+    window: int
+    def __init__(self, study: _Optional[str] = ..., trial_id: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., client_id: _Optional[str] = ..., window: _Optional[int] = ...) -> None: ...
 
 class ShouldStopRequest(_message.Message):
     __slots__ = ("study", "trial_id")
