@@ -130,12 +130,24 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, work: Path) -> dict[s
         "runs": runs,
         "confirm_runs": confirming,
         "stopped": sum(t.status is TrialStatus.EARLY_STOPPED for t in trials),
+        "stopped_by": stop_kinds(work / "tuner.db", arm),
         "trials": len(trials),
         "reported": 1.0 if keeps_default else found["ratio"],
         "interval": found["interval"],
         "best": {} if keeps_default else found["best_config"],
         "keeps_default": keeps_default,
     }
+
+
+def stop_kinds(db: Path, study: str) -> dict[str, int]:
+    """How many trials each rule stopped, from their reasons (``tuner.stopping``): the
+    objective (``cannot beat``), a constraint (``cannot meet``) or the screen."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        reasons = [r for (r,) in conn.execute(
+            "SELECT t.reason FROM trials t JOIN studies s ON s.id = t.study_id "
+            "WHERE s.name = ? AND t.status = 'EARLY_STOPPED'", [study])]  # fmt: skip
+    kinds = {"objective": "cannot beat", "constraint": "cannot meet", "screen": "screened out"}
+    return {kind: sum(text in r for r in reasons) for kind, text in kinds.items()}
 
 
 def run_cell(level: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
