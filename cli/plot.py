@@ -1,7 +1,8 @@
 """Convergence plots: what a study found, trial by trial, as a PNG.
 
 Each measured trial is a dot (feasible) or a cross (it violated an outcome constraint);
-configurations that broke the system (INFEASIBLE, TIMED_OUT) are marked on the bottom edge.
+configurations that broke the system (INFEASIBLE, TIMED_OUT) are marked on the bottom edge,
+and a trial stopped early is a hollow grey circle at what the part it ran measured.
 The line is the best feasible value so far, and the dashed line the default configuration.
 A trial measured several times shows its mean with a bar of plus or minus one standard
 deviation of its repeats; the default's controls (re-measured between trials) are grey
@@ -229,6 +230,17 @@ def _draw_points(ax: plt.Axes, spec: StudySpec, trials: list[Trial], name: str) 
             color="tab:orange",
             marker="x",
             label="violates a constraint",
+            zorder=3,
+        )
+    stopped = [t for t in trials if t.status is TrialStatus.EARLY_STOPPED and name in t.metrics]
+    if stopped:
+        ax.scatter(
+            [t.id for t in stopped],
+            [t.metrics[name] for t in stopped],
+            s=22,
+            facecolors="none",
+            edgecolors="grey",
+            label="stopped early (what it measured)",
             zorder=3,
         )
     broken = [t for t in trials if t.status in (TrialStatus.INFEASIBLE, TrialStatus.TIMED_OUT)]
