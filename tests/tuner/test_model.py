@@ -101,6 +101,18 @@ def test_outcome_data_one_entry_per_observed_metric_objective_first() -> None:
     assert all(d.X.dtype == torch.float64 and d.Y.dtype == torch.float64 for d in data)
 
 
+def test_an_early_stopped_trial_trains_as_a_measurement_not_as_a_failure() -> None:
+    """What a stopped trial measured is a value of its configuration: it joins every
+    metric's training set, and the feasibility model does not count it as broken."""
+    spec = _spec()
+    encoder = UnitBoxEncoder(spec.space)
+    stopped = _trial(6, 0.3, S.EARLY_STOPPED, tps=60.0, p95=40.0, hit=0.5)
+    data = {d.name: d for d in outcome_data(spec, encoder, (*_history(), stopped))}
+    assert data["tps"].Y.flatten().tolist()[-1] == 60.0
+    assert data["p95"].Y.flatten().tolist()[-1] == 40.0
+    assert data[FEASIBILITY].Y.flatten().tolist() == [0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+
+
 def test_a_repeated_trial_trains_one_row_per_repeat_with_its_mean_and_spread() -> None:
     spec = _spec()
     encoder = UnitBoxEncoder(spec.space)
