@@ -9,7 +9,11 @@ The daemon cycles through two phases and keeps its place in a state file:
    that window's metrics, infeasible by measurement, so the model learns from it) and the
    daemon *rolls back*: the last good configuration is applied again before anything else
    runs, within the measurement window that saw the breach. A configuration the system
-   rejects, or a workload that fails or times out, ends the trial the same way.
+   rejects, or a workload that fails or times out, ends the trial the same way. Each
+   window also reaches the study as progress (``runner.loop.reporter``): with ``[study.
+   stopping] early_stop = true`` and ``windows_per_trial`` at least its ``min_windows``, a
+   trial whose windows show it cannot beat the round's best ends EARLY_STOPPED (no
+   rollback: it is slower, not broken), so a losing setting leaves the device sooner.
 2. **Watching**: the best feasible configuration of the round is applied and stays applied
    (when no trial met the SLO: the last good configuration, else the knobs' defaults, which
    a workload with knob placeholders needs to run at all);
@@ -63,7 +67,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from runner.loop import TuningAPI, run_loop
+from runner.loop import TuningAPI, reporter, run_loop
 from runner.measurement import Measured, control, measure_windows
 from targets.base import Target
 from tuner.errors import ValidationError
@@ -344,7 +348,9 @@ class Daemon:
         """The trial measured window by window (``runner.measurement.measure_windows``):
         each window is one repeat; a window that breaks the SLO ends the trial with that
         window alone, and a trial that broke something is rolled back to the last good
-        configuration before anything else runs."""
+        configuration before anything else runs. Each window also goes to the study as
+        progress: with ``[study.stopping] early_stop`` a trial whose windows show it cannot
+        win ends EARLY_STOPPED (the default never does)."""
         slo = self._slo(spec)
 
         def breach(metrics: Mapping[str, float]) -> str:
@@ -371,7 +377,7 @@ class Daemon:
 
         return measure_windows(
             self.target, trial.config, self.settings.windows_per_trial, breach, rollback,
-            on_breach,
+            on_breach, reporter(self.api, spec.name, trial),
         )  # fmt: skip
 
     def _slo(self, spec: StudySpec) -> StudySpec:

@@ -179,6 +179,23 @@ def complete(api: TuningAPI, study: str, trial: Trial, measured: Measured) -> Tr
     )  # fmt: skip
 
 
+def reporter(api: TuningAPI, study: str, trial: Trial) -> Callable[[dict[str, float]], str]:
+    """What hears a trial's windows (``targets.base.Progress``): each goes to the study
+    (``report_progress``), numbered on from the windows a dead predecessor may have
+    reported for this trial, so a retried report stores nothing twice; the answer is why
+    the trial stops now (``tuner.stopping``), or "" to go on. Sessions and the daemon both
+    use it."""
+    reported = len(api.list_measurements(study, trial.id, [MeasurementKind.PROGRESS]))
+
+    def progress(window: dict[str, float]) -> str:
+        nonlocal reported
+        reported += 1
+        decision = api.report_progress(study, trial.id, window, trial.client_id, reported)
+        return decision.reason if decision.stop else ""
+
+    return progress
+
+
 def run_trials(
     spec: StudySpec,
     measure: Callable[[Config], Outcome],

@@ -232,16 +232,20 @@ def measure_windows(
     breach: Callable[[Mapping[str, float]], str],
     rollback: Callable[[bool, float], None],
     on_breach: Callable[[int, str, Mapping[str, float]], None] | None = None,
+    progress: Progress | None = None,
 ) -> Measured:
     """Apply ``config`` once and measure it ``windows`` times (the daemon's trials).
 
     Each window is one repeat. A window for which ``breach(metrics)`` names a broken
     constraint ends the trial at once, COMPLETED with that window alone (infeasible by
     measurement, so the model learns from it); ``on_breach(window number, constraint,
-    metrics)`` hears of it. A target error ends the trial with the outcome it stands for
-    (``targets.base.outcome_of``). The target is restored on every way out, and then
-    ``rollback(broke, seconds the restore took)`` runs: ``broke`` is True when a breach or
-    an error ended the trial.
+    metrics)`` hears of it. Otherwise ``progress`` (the study's stop rule,
+    ``runner.loop.reporter``) hears each window, and a reason from it ends the trial
+    EARLY_STOPPED with the windows measured so far: a losing configuration leaves the
+    system sooner, and is not a broken one. A target error ends the trial with the outcome
+    it stands for (``targets.base.outcome_of``). The target is restored on every way out,
+    and then ``rollback(broke, seconds the restore took)`` runs: ``broke`` is True when a
+    breach or an error ended the trial.
     Windows whose metric names differ come back with their means as ``metrics``.
     """
     done: list[Measurement] = []
@@ -257,6 +261,9 @@ def measure_windows(
                 if on_breach is not None:
                     on_breach(index + 1, broken, metrics)
                 return Measured(TrialStatus.COMPLETED, tuple(done[-1:]))
+            stopped = progress(dict(metrics)) if progress is not None else ""
+            if stopped and index + 1 < windows:
+                return _windows_measured(done, TrialStatus.EARLY_STOPPED, stopped)
     except TargetError as exc:
         broke = True
         outcome = outcome_of(exc)
@@ -267,9 +274,14 @@ def measure_windows(
             target.restore()
         finally:
             rollback(broke, time.monotonic() - started)
+    return _windows_measured(done, TrialStatus.COMPLETED)
+
+
+def _windows_measured(done: list[Measurement], status: TrialStatus, reason: str = "") -> Measured:
+    """``done`` windows as a trial's repeats, or their means where metric names differ."""
     if len({frozenset(m.metrics) for m in done}) > 1:
-        return Measured(TrialStatus.COMPLETED, (), metrics=_means([m.metrics for m in done]))
-    return Measured(TrialStatus.COMPLETED, tuple(done))
+        return Measured(status, (), reason, metrics=_means([m.metrics for m in done]))
+    return Measured(status, tuple(done), reason)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from runner.loop import TuningAPI, run_loop
+from runner.loop import TuningAPI, reporter, run_loop
 from runner.measurement import Measured, MeasurementProtocol, control, could_win, measure
 from targets.base import Target
 from tuner.confirmation import (
@@ -180,15 +180,7 @@ def _measure_trial(
     window of a run goes to the study (``report_progress``), whose answer may stop the
     trial early (``tuner.stopping``; never the default's)."""
 
-    # numbered on from the windows a dead predecessor may have reported for this trial
-    reported = len(api.list_measurements(spec.name, trial.id, [MeasurementKind.PROGRESS]))
-
-    def progress(window: dict[str, float]) -> str:
-        nonlocal reported
-        reported += 1  # numbered, so a retried report stores nothing twice
-        decision = api.report_progress(spec.name, trial.id, window, trial.client_id, reported)
-        return decision.reason if decision.stop else ""
-
+    progress = reporter(api, spec.name, trial)
     if trial.step is StepKind.DEFAULT:
         return measure(target, trial.config, protocol.most, progress=progress)
     if protocol.most == protocol.repeats:
