@@ -9,11 +9,12 @@ The daemon cycles through two phases and keeps its place in a state file:
    that window's metrics, infeasible by measurement, so the model learns from it) and the
    daemon *rolls back*: the last good configuration is applied again before anything else
    runs, within the measurement window that saw the breach. A configuration the system
-   rejects, or a workload that fails or times out, ends the trial the same way. Each
-   window also reaches the study as progress (``runner.loop.reporter``): with ``[study.
-   stopping] early_stop = true`` and ``windows_per_trial`` at least its ``min_windows``, a
-   trial whose windows show it cannot beat the round's best ends EARLY_STOPPED (no
-   rollback: it is slower, not broken), so a losing setting leaves the device sooner.
+   rejects, or a workload that fails or times out, ends the trial the same way. With
+   ``[study.stopping] early_stop = true`` (and ``windows_per_trial`` at least its
+   ``min_windows``) each window also reaches the study as progress
+   (``runner.loop.reporter``), and a trial whose windows show it cannot beat the round's
+   best ends EARLY_STOPPED (no rollback: it is slower, not broken), so a losing setting
+   leaves the device sooner.
 2. **Watching**: the best feasible configuration of the round is applied and stays applied
    (when no trial met the SLO: the last good configuration, else the knobs' defaults, which
    a workload with knob placeholders needs to run at all);
@@ -348,9 +349,10 @@ class Daemon:
         """The trial measured window by window (``runner.measurement.measure_windows``):
         each window is one repeat; a window that breaks the SLO ends the trial with that
         window alone, and a trial that broke something is rolled back to the last good
-        configuration before anything else runs. Each window also goes to the study as
-        progress: with ``[study.stopping] early_stop`` a trial whose windows show it cannot
-        win ends EARLY_STOPPED (the default never does)."""
+        configuration before anything else runs. With ``[study.stopping] early_stop`` each
+        window also goes to the study as progress, and a trial whose windows show it cannot
+        win ends EARLY_STOPPED (the default never does). Without it nothing is reported: a
+        daemon's windows are its repeats, stored once."""
         slo = self._slo(spec)
 
         def breach(metrics: Mapping[str, float]) -> str:
@@ -377,7 +379,7 @@ class Daemon:
 
         return measure_windows(
             self.target, trial.config, self.settings.windows_per_trial, breach, rollback,
-            on_breach, reporter(self.api, spec.name, trial),
+            on_breach, reporter(self.api, spec.name, trial) if spec.stopping.stops else None,
         )  # fmt: skip
 
     def _slo(self, spec: StudySpec) -> StudySpec:

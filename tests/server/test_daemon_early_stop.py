@@ -108,7 +108,8 @@ def test_without_the_rule_every_trial_runs_all_its_windows(tmp_path: Path) -> No
     service, _, _ = _run(tmp_path, early_stop=False)
     trials = service.list_trials("d.r1")
     assert all(t.status is TrialStatus.COMPLETED and t.repeats == WINDOWS for t in trials)
-    # the windows are still stored as progress (a study may turn the rule on later)
-    windows = service.list_measurements("d.r1", kinds=[MeasurementKind.PROGRESS])
-    assert len(windows) == WINDOWS * len(trials)
+    # a daemon's windows are its repeats: without a rule they are not stored twice
+    assert not service.list_measurements("d.r1", kinds=[MeasurementKind.PROGRESS])
+    repeats = service.list_measurements("d.r1", kinds=[MeasurementKind.REPEAT])
+    assert len(repeats) == WINDOWS * len(trials)
     service.close()
