@@ -29,6 +29,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from runner.measurement import Measured
+from targets.base import Progress
 from tuner.errors import StateError, TargetError
 from tuner.space import Config
 from tuner.stopping import Decision
@@ -179,8 +180,8 @@ def complete(api: TuningAPI, study: str, trial: Trial, measured: Measured) -> Tr
     )  # fmt: skip
 
 
-def reporter(api: TuningAPI, study: str, trial: Trial) -> Callable[[dict[str, float]], str]:
-    """What hears a trial's windows (``targets.base.Progress``): each goes to the study
+def reporter(api: TuningAPI, study: str, trial: Trial) -> Progress:
+    """What hears a trial's windows: each goes to the study
     (``report_progress``), numbered on from the windows a dead predecessor may have
     reported for this trial, so a retried report stores nothing twice; the answer is why
     the trial stops now (``tuner.stopping``), or "" to go on. Sessions and the daemon both
