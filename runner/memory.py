@@ -94,9 +94,13 @@ class MemoryAPI:
         if repeats:
             values, spread = repeat_summary(repeats)
         found.measurements += repeats
+        windows = sum(
+            m.trial_id == trial_id and m.kind is MeasurementKind.PROGRESS
+            for m in found.measurements
+        )
         done = replace(
             trial, status=status, metrics=values, reason=reason, updated_at=now,
-            repeats=max(len(repeats), 1), spread=spread,
+            repeats=max(len(repeats), 1), spread=spread, windows=windows,
         )  # fmt: skip
         found.trials[trial_id - 1] = done
         return done

@@ -331,6 +331,7 @@ def trial_to_proto(trial: Trial, study: str) -> pb.Trial:
         reoffered_as=trial.reoffered_as or 0,
         step=_STEPS[trial.step],
         repeats=trial.repeats,
+        windows=trial.windows,
         spread=dict(trial.spread),
     )
 
@@ -355,6 +356,7 @@ def trial_from_proto(message: pb.Trial) -> Trial:
         reoffered_as=message.reoffered_as or None,
         step=_STEPS_BACK.get(message.step, StepKind.IMPORT),  # unset: an older server
         repeats=message.repeats or 1,  # unset: an older server, which measures once
+        windows=message.windows,
         spread=dict(message.spread),
     )
 

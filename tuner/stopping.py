@@ -22,8 +22,10 @@ windows of one run cannot show it: a session measures it from its controls and r
 the first trials before a control are never stopped), a metric with a non-positive value
 (no log scale), or a relative constraint before it is resolved; the caller never asks it
 about the default configuration or a confirmation run. A stopped trial is stored
-EARLY_STOPPED with the metrics of the part it measured, and the model learns them like a
-measurement (``TrialStatus.measured``).
+EARLY_STOPPED with the metrics of the part it measured and the number of windows that part
+had (``Trial.windows``, its fidelity); the model learns them as a measurement
+(``TrialStatus.measured``) whose noise is ``W / w`` times a full one's (``w`` of ``W``
+windows: ``designer/models/model.py``).
 
 This is a race in the sense of Maron & Moore (1994, "Hoeffding races"), with the noise
 model of ``runner.measurement.could_win``; Vizier's automated stopping

@@ -192,6 +192,12 @@ class Trial:
         repeats: How many measurements the metrics are the mean of (1 for a single one).
         spread: For a trial measured more than once: the sample standard deviation of its
             repeats, per metric (empty otherwise).
+        windows: How many windows of its measurement the trial reported in progress
+            (``MeasurementKind.PROGRESS``) before it finished: its fidelity. A trial
+            measured to the end reports them all; one EARLY_STOPPED after ``w`` of a
+            study's ``W`` windows has metrics from ``w / W`` of a full measurement, which
+            the model weighs as a noisier value (``designer/models/model.py``). 0: not
+            measured in windows.
     """
 
     id: int
@@ -212,6 +218,7 @@ class Trial:
     reoffered_as: int | None = None
     repeats: int = 1
     spread: dict[str, float] = field(default_factory=dict)
+    windows: int = 0
 
 
 def with_resolved_constraints(spec: StudySpec, trials: Iterable[Trial]) -> StudySpec:

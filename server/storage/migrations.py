@@ -269,6 +269,23 @@ def v10_early_stopping(db: Database) -> None:
         raise StorageError(f"integrity check after the schema edit: {problems[:5]}")
 
 
+#: A finished trial's windows: the PROGRESS measurements stored for it (``Trial.windows``).
+WINDOWS_OF_TRIAL = (
+    "(SELECT COUNT(*) FROM measurements m WHERE m.study_id = trials.study_id "
+    "AND m.trial_id = trials.trial_id AND m.kind = 'progress')"
+)
+
+
+def v11_trial_windows(db: Database) -> None:
+    """A trial keeps how many windows of its measurement it reported in progress before it
+    finished (``windows``): the fidelity of an EARLY_STOPPED trial's metrics, which the
+    model weighs. Trials finished before take their count from the stored windows."""
+    db.execute("ALTER TABLE trials ADD COLUMN windows INTEGER NOT NULL DEFAULT 0")
+    db.execute(
+        f"UPDATE trials SET windows = {WINDOWS_OF_TRIAL} WHERE status NOT IN ('PENDING', 'ACTIVE')"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
@@ -280,6 +297,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     v8_config_keys,
     v9_database_identity,
     v10_early_stopping,
+    v11_trial_windows,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

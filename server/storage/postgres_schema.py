@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from server.storage.migrations import check_not_newer
+from server.storage.migrations import WINDOWS_OF_TRIAL, check_not_newer
 
 # Written out, not derived from the enums: a released migration never changes.
 _STATUSES = "'PENDING', 'ACTIVE', 'COMPLETED', 'INFEASIBLE', 'FAILED', 'ABANDONED', 'TIMED_OUT'"
@@ -172,6 +172,14 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             f"trials_status_check CHECK (status IN ({_STATUSES}, 'EARLY_STOPPED'))",
             "ALTER TABLE measurements DROP CONSTRAINT measurements_kind_check, ADD CONSTRAINT "
             f"measurements_kind_check CHECK (kind IN ({_KINDS}, 'progress'))",
+        ),
+    ),
+    (
+        "v11_trial_windows",
+        (
+            "ALTER TABLE trials ADD COLUMN windows INTEGER NOT NULL DEFAULT 0",
+            f"UPDATE trials SET windows = {WINDOWS_OF_TRIAL} "
+            "WHERE status NOT IN ('PENDING', 'ACTIVE')",
         ),
     ),
 )

@@ -72,6 +72,7 @@ from server.storage.base import (
     check_text,
     check_trial_id,
 )
+from server.storage.migrations import WINDOWS_OF_TRIAL
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
@@ -396,7 +397,8 @@ class SQLStorage(Storage):
             stored = tx.later(
                 "UPDATE trials SET status = ?, reason = ?, updated_at = ?, lease_expires_at = "
                 "CASE WHEN expired_at IS NULL THEN NULL ELSE lease_expires_at END, "
-                "reported_late = ?, repeats = ?, spread_json = ? "
+                "reported_late = ?, repeats = ?, spread_json = ?, "
+                f"windows = {WINDOWS_OF_TRIAL} "
                 "WHERE study_id = ? AND trial_id = ? RETURNING *",
                 [
                     new.value, reason, now, int(late or bool(reported_late)),
@@ -912,6 +914,7 @@ def _trials(
             step=_step(row["step"]),
             repeats=int(row["repeats"]),
             spread={k: float(v) for k, v in json.loads(row["spread_json"]).items()},
+            windows=int(row["windows"]),
             **{key: row[key] for key in _TRIAL_COLUMNS},
         )
         for row in rows

@@ -108,6 +108,8 @@ def test_a_losing_trial_is_told_to_stop_and_ends_early_stopped(client: TunerClie
         answers[-1].reason, client_id="w",
     )  # fmt: skip
     assert done.status is TrialStatus.EARLY_STOPPED and done.metrics["tps"] == 502.0
+    assert done.windows == 5  # its fidelity, which the model weighs
+    assert client.get_trial(STUDY, trial).windows == 5
     windows = client.list_measurements(STUDY, trial, [MeasurementKind.PROGRESS])
     assert [(m.round, m.metrics["tps"]) for m in windows] == [(i + 1, 500.0 + i) for i in range(5)]
     with pytest.raises(StateError, match="not ACTIVE"):

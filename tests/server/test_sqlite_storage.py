@@ -377,6 +377,41 @@ def test_a_version_9_file_takes_early_stopped_trials_and_progress_and_keeps_its_
             "old", 2, TrialStatus.EARLY_STOPPED, {"qps": 4.0}, "stopped early"
         )
         assert done.status is TrialStatus.EARLY_STOPPED and done.reason == "stopped early"
+        assert done.windows == 1
     with raw(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert migrations.current_version(conn) == migrations.LATEST_VERSION == 10
+        assert migrations.current_version(conn) == migrations.LATEST_VERSION
+
+
+def test_a_version_10_file_gives_its_finished_trials_their_windows(tmp_path: Path) -> None:
+    """v11 adds ``windows``: a trial finished before counts the progress windows stored for
+    it (its controls and repeats are not windows); a trial still ACTIVE counts from 0 and
+    takes its number when it finishes."""
+    path = tmp_path / "v10.db"
+    spec = make_spec("old")
+    with Database(path) as db:
+        migrations.migrate(db, migrations.MIGRATIONS[:10])
+        db.execute(
+            "INSERT INTO studies (id, name, spec_json, fingerprint, created_at) "
+            "VALUES (1, 'old', ?, ?, 0)",
+            [json.dumps(spec.to_dict()), spec.fingerprint()],
+        )
+        for i, status in ((1, "EARLY_STOPPED"), (2, "COMPLETED"), (3, "ACTIVE")):
+            db.execute(
+                "INSERT INTO trials (study_id, trial_id, status, source, created_at, updated_at) "
+                "VALUES (1, ?, ?, 'sobol', 0, 0)",
+                [i, status],
+            )
+        for trial, kind, n in ((1, "progress", 3), (2, "progress", 10), (2, "control", 2),
+                               (3, "progress", 4)):  # fmt: skip
+            for number in range(1, n + 1):
+                db.execute(
+                    "INSERT INTO measurements (study_id, trial_id, kind, round, at, metrics_json) "
+                    "VALUES (1, ?, ?, ?, 1, '{\"qps\": 5.0}')",
+                    [trial, kind, number if kind == "progress" else 0],
+                )
+    with SQLiteStorage(path) as storage:
+        assert [t.windows for t in storage.list_trials("old")] == [3, 10, 0]
+        done = storage.finish_trial("old", 3, TrialStatus.EARLY_STOPPED, {"qps": 4.0}, "slow")
+        assert done.windows == 4
+        assert [t.windows for t in storage.list_trials("old")] == [3, 10, 4]

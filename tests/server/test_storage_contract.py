@@ -542,6 +542,9 @@ def test_an_active_trial_takes_windows_in_progress_and_may_end_early_stopped(
         "stopped early after 2 windows",
     )  # fmt: skip
     assert (done.status, done.metrics) == (TrialStatus.EARLY_STOPPED, {"tps": 11.0})
+    assert done.windows == 2 == storage.get_trial("pg-oltp", trial_id).windows  # its fidelity
+    other = add_one(storage)  # measured in one piece: no windows
+    assert storage.finish_trial("pg-oltp", other, TrialStatus.COMPLETED, {"tps": 9.0}).windows == 0
     with pytest.raises(StateError, match="only an ACTIVE trial"):
         storage.add_measurements("pg-oltp", trial_id, windows[:1])
     kinds = [MeasurementKind.PROGRESS]

@@ -16,7 +16,7 @@ from botorch.optim.closures import get_loss_closure_with_grads
 from botorch.optim.fit import fit_gpytorch_mll_scipy
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from tuner.designer.models.likelihood import fit_plain, loss_closure
+from tuner.designer.models.likelihood import ScaledNoiseLikelihood, fit_plain, loss_closure
 from tuner.designer.models.model import build_model, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
@@ -34,7 +34,14 @@ MIXED: list[dict[str, Any]] = [
 ]
 
 
-def _mll(knobs: list[dict[str, Any]], trend: bool = False, constrained: bool = False) -> Any:
+def _mll(
+    knobs: list[dict[str, Any]],
+    trend: bool = False,
+    constrained: bool = False,
+    stopped: bool = False,
+) -> Any:
+    """The MLL of a GP on 40 trials; ``stopped``: every fourth trial EARLY_STOPPED after 3 of
+    the 10 windows the others reported."""
     spec = StudySpec.from_dict(
         {
             "name": "likelihood",
@@ -50,12 +57,14 @@ def _mll(knobs: list[dict[str, Any]], trend: bool = False, constrained: bool = F
     for i, row in enumerate(X):
         y = float(torch.sin(5 * row).sum() + 0.3 * row[0] ** 2)
         metrics = {"y": y, "c": float(row.mean())}
+        short = stopped and i % 4 == 1
         trials.append(
             Trial(
                 id=i + 1,
                 config=encoder.decode(row.tolist()),
-                status=TrialStatus.COMPLETED,
+                status=TrialStatus.EARLY_STOPPED if short else TrialStatus.COMPLETED,
                 metrics=metrics,
+                windows=(3 if short else 10) if stopped else 0,
             )
         )
     data = outcome_data(spec, encoder, tuple(trials))
@@ -66,10 +75,15 @@ def _mll(knobs: list[dict[str, Any]], trend: bool = False, constrained: bool = F
 
 
 @pytest.mark.parametrize(
-    ("knobs", "trend"), [(BOX, False), (MIXED, False), (MIXED, True)], ids=["box", "mixed", "trend"]
+    ("knobs", "trend", "stopped"),
+    [(BOX, False, False), (MIXED, False, False), (MIXED, True, False), (MIXED, False, True)],
+    ids=["box", "mixed", "trend", "stopped"],
 )
-def test_value_and_gradients_are_gpytorchs(knobs: list[dict[str, Any]], trend: bool) -> None:
-    mll = _mll(knobs, trend)
+def test_value_and_gradients_are_gpytorchs(
+    knobs: list[dict[str, Any]], trend: bool, stopped: bool
+) -> None:
+    mll = _mll(knobs, trend, stopped=stopped)
+    assert (type(mll.likelihood) is ScaledNoiseLikelihood) is stopped
     parameters = {name: p for name, p in mll.named_parameters() if p.requires_grad}
     tensors = list(parameters.values())
     reference = get_loss_closure_with_grads(mll, parameters)
@@ -111,3 +125,27 @@ def test_batched_outputs_are_left_to_botorch() -> None:
     assert mll.model.num_outputs == 2
     assert loss_closure(mll) is None
     assert fit_plain(mll, 10) is None
+
+
+def test_a_row_s_noise_is_its_factor_times_the_level() -> None:
+    """With trials stopped after 3 of 10 windows, the loss is the Gaussian log density with
+    covariance ``K + s^2 diag(r)``, ``r = 10 / 3`` at those rows and 1 elsewhere (computed
+    here from the formula, not through GPyTorch), plus the priors."""
+    mll = _mll(BOX, stopped=True)
+    model = mll.model
+    plain = loss_closure(mll)
+    assert plain is not None
+    r = model.likelihood.scale
+    assert sorted(set(r.tolist())) == [1.0, pytest.approx(10 / 3)]
+    assert r.tolist()[1] == pytest.approx(10 / 3) and r.tolist()[0] == 1.0
+    X, y = model.train_inputs[0], model.train_targets
+    with torch.no_grad():
+        covariance = model.covar_module(X).to_dense() + model.likelihood.noise * torch.diag(r)
+        density = torch.distributions.MultivariateNormal(
+            model.mean_module(X), covariance_matrix=covariance
+        ).log_prob(y)
+        priors = sum(
+            prior.log_prob(closure(module)).sum()
+            for _, module, prior, closure, _ in model.named_priors()
+        )
+        assert torch.allclose(plain(), -(density + priors) / len(y), rtol=1e-10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -112,6 +113,46 @@ def test_an_early_stopped_trial_trains_as_a_measurement_not_as_a_failure() -> No
     assert tps.Y.flatten().tolist()[-1] == pytest.approx(math.log(60.0) if tps.log else 60.0)
     assert p95.Y.flatten().tolist()[-1] == pytest.approx(math.log(40.0) if p95.log else 40.0)
     assert data[FEASIBILITY].Y.flatten().tolist() == [0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_a_trial_stopped_after_part_of_its_windows_weighs_as_a_noisier_value() -> None:
+    """Its row's noise factor is ``W / w`` (full trials' windows over its own), 1 for every
+    other row; with no completed trial measured in windows there is nothing to compare with,
+    and no factor. A misleading value measured over 2 of 10 windows moves the fitted GP at
+    its configuration less than the same value measured in full, and a far-off short value
+    leaves the GP nearer the truth there."""
+    spec = StudySpec.from_dict(
+        {
+            "name": "fidelity",
+            "knobs": [{"name": "x", "kind": "float"}],
+            "objectives": [{"name": "y", "goal": "maximize"}],
+        }
+    )
+    encoder = UnitBoxEncoder(spec.space)
+    xs = [i / 19 for i in range(20)]
+    truth = [math.sin(6 * x) for x in xs]
+    full = [Trial(i + 1, {"x": x}, S.COMPLETED, {"y": v}, windows=10)
+            for i, (x, v) in enumerate(zip(xs, truth, strict=True))]  # fmt: skip
+    odd = 10  # its truth is sin(6 * 10 / 19); the measurement says 3 more
+    measured = truth[odd] + 3.0
+
+    def fitted(status: TrialStatus, windows: int) -> tuple[OutcomeData, float]:
+        trials = list(full)
+        trials[odd] = replace(trials[odd], status=status, metrics={"y": measured}, windows=windows)
+        (data,) = outcome_data(spec, encoder, tuple(trials))
+        model = fit_models([data], encoder)
+        with torch.no_grad():
+            mean = model.posterior(data.X[odd : odd + 1]).mean.item()
+        return data, mean
+
+    short, short_mean = fitted(S.EARLY_STOPPED, 2)
+    long, long_mean = fitted(S.COMPLETED, 10)
+    assert short.scale is not None and long.scale is None
+    assert short.scale.tolist() == [5.0 if i == odd else 1.0 for i in range(20)]
+    assert abs(short_mean - truth[odd]) < abs(long_mean - truth[odd])
+    unknown = [replace(t, windows=0) for t in full]
+    unknown[odd] = replace(unknown[odd], status=S.EARLY_STOPPED, windows=2)
+    assert outcome_data(spec, encoder, tuple(unknown))[0].scale is None
 
 
 def test_a_repeated_trial_trains_one_row_per_repeat_with_its_mean_and_spread() -> None:

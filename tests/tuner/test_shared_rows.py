@@ -22,6 +22,7 @@ import tuner.designer.fast.candidate_samples as candidate_samples_module
 import tuner.designer.fast.shared_rows as shared_rows_module
 from tuner.designer.acquisition.criteria import build_acquisition
 from tuner.designer.fast.shared_rows import SharedRowsModel, shared_rows, training_marginals
+from tuner.designer.models.likelihood import ScaledNoiseLikelihood
 from tuner.designer.models.model import fit_models, outcome_data
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
@@ -43,7 +44,7 @@ def _spec(case: str) -> StudySpec:
     objectives = [{"name": "y", "goal": "maximize"}]
     if case == "hypervolume":
         objectives.append({"name": "c", "goal": "minimize"})
-    constrained = case in ("constrained", "feasibility", "no-feasible")
+    constrained = case in ("constrained", "feasibility", "no-feasible", "stopped")
     return StudySpec.from_dict(
         {
             "name": "shared-rows",
@@ -66,8 +67,13 @@ def _trials(spec: StudySpec, case: str, n: int = 30) -> list[Trial]:
         status, metrics = TrialStatus.COMPLETED, {"y": y, "c": c}
         if case == "feasibility" and i % 7 == 3:
             status, metrics = TrialStatus.INFEASIBLE, {}
+        windows = 0
+        if case == "stopped":  # every fifth stopped after 4 of 10 windows: a noise per row
+            status, windows = (TrialStatus.EARLY_STOPPED, 4) if i % 5 == 2 else (status, 10)
         config = encoder.decode(row.tolist())
-        trials.append(Trial(id=i + 1, config=config, status=status, metrics=metrics))
+        trials.append(
+            Trial(id=i + 1, config=config, status=status, metrics=metrics, windows=windows)
+        )
     return trials
 
 
@@ -78,7 +84,7 @@ def _botorch_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(candidate_samples_module, "candidate_samples", lambda *args: None)
 
 
-CASES = ["plain", "constrained", "feasibility", "hypervolume", "no-feasible"]
+CASES = ["plain", "constrained", "feasibility", "hypervolume", "no-feasible", "stopped"]
 
 
 @pytest.mark.parametrize("path", ["direct", "lazy"])
@@ -243,7 +249,7 @@ def test_gradients_equal_the_plain_call(
     assert gradient.abs().max() > 0
 
 
-@pytest.mark.parametrize("case", ["plain", "constrained", "feasibility"])
+@pytest.mark.parametrize("case", ["plain", "constrained", "feasibility", "stopped"])
 def test_training_marginals_equal_the_posterior_s(case: str) -> None:
     """At the training inputs, ``training_marginals`` gives GPyTorch's posterior means and
     variances (``_contenders`` bounds the baseline's points with them), also for a model
@@ -256,6 +262,8 @@ def test_training_marginals_equal_the_posterior_s(case: str) -> None:
     for fresh in (True, False):
         model = fit_models(data, encoder)
         model.eval()
+        if case == "stopped":  # one batched GP whose rows have their own noise
+            assert type(model.likelihood) is ScaledNoiseLikelihood
         if not fresh:
             model.posterior(X[:2])
         with torch.no_grad():

@@ -283,8 +283,10 @@ def training_marginals(model: Model, X: Tensor) -> tuple[Tensor, Tensor] | None:
 
     (``K = (K + s^2 I) - s^2 I``), which cost ``O(n^2)`` where GPyTorch's variances cost a
     ``n x n`` by ``n x n`` product: 0.15 s an output at ``n = 1000``. They agree to rounding
-    (3e-13 relative measured at n = 1000; the tests check 1e-9). Covered: the models
-    ``model_moments`` covers, each output a ``GaussianLikelihood`` (one noise level) trained
+    (3e-13 relative measured at n = 1000; the tests check 1e-9); with a noise per row
+    (``ScaledNoiseLikelihood``) ``s^2`` is that row's, the same identities row by row.
+    Covered: the models ``model_moments`` covers, each output a ``GaussianLikelihood`` (or
+    its per-row ``ScaledNoiseLikelihood``) trained
     on exactly ``X``, its ``covar_cache`` the exact inverse root (a Cholesky factor: at most
     ``max_cholesky_size`` rows, or GPyTorch's fast root decomposition off, as
     ``tuner.runtime`` sets it). A model without its caches yet is given them by a posterior
@@ -298,7 +300,8 @@ def training_marginals(model: Model, X: Tensor) -> tuple[Tensor, Tensor] | None:
         return None  # GPyTorch's covar_cache would be a low-rank Lanczos root
     means, variances = [], []
     for gp in gps:
-        if type(gp.likelihood) is not GaussianLikelihood:
+        noise = row_noise(gp)
+        if noise is None:
             return None
         train = gp.train_inputs[0]
         m = gp.num_outputs
@@ -312,7 +315,6 @@ def training_marginals(model: Model, X: Tensor) -> tuple[Tensor, Tensor] | None:
         with gpt_posterior_settings():
             root = to_dense(strategy.covar_cache)  # (m x) n x n
             weights = strategy.mean_cache  # (m x) n
-        noise = gp.likelihood.noise.detach().reshape(m, 1) if m > 1 else gp.likelihood.noise
         mean = gp.train_targets - noise * weights
         variance = noise - noise.square() * root.square().sum(dim=-1)
         if m == 1:
@@ -325,6 +327,19 @@ def training_marginals(model: Model, X: Tensor) -> tuple[Tensor, Tensor] | None:
         means.append(mean.detach())
         variances.append(variance.detach())
     return torch.cat(means).transpose(0, 1), torch.cat(variances).transpose(0, 1)
+
+
+def row_noise(gp: SingleTaskGP) -> Tensor | None:
+    """The noise variance of ``gp``'s likelihood at each training row, ``(m x) n``, as
+    GPyTorch adds it in the marginal likelihood and the prediction caches: one level for a
+    ``GaussianLikelihood``, a level per row for a subclass that scales it (the models'
+    ``ScaledNoiseLikelihood``); None for another likelihood."""
+    likelihood = gp.likelihood
+    if not isinstance(likelihood, GaussianLikelihood):
+        return None
+    X = gp.train_inputs[0]
+    covariance = likelihood._shaped_noise_covar(gp.train_targets.shape, X)
+    return covariance.diagonal(dim1=-2, dim2=-1).detach()
 
 
 def output_gps(model: Model) -> list[SingleTaskGP] | None:

@@ -16,6 +16,11 @@ priors GPyTorch registers (a log-normal one by its formula, any other by its ``l
 ``-ExactMarginalLogLikelihood(...)`` as BoTorch's closure computes it, up to rounding, for
 every ``n`` (GPyTorch switches to iterative solves above 800 points; this stays exact).
 
+A study whose trials were measured at different fidelities (a trial EARLY_STOPPED after part
+of its windows: ``models/model.py``) gets ``ScaledNoiseLikelihood``: the same one learned
+noise level ``s^2``, times a known factor per training row (``s^2 r_i``, ``r_i >= 1``); the
+closure then adds ``s^2 diag(r)`` instead of ``s^2 I``.
+
 BoTorch's ``scipy_minimize`` drives it exactly as ``fit_gpytorch_mll_scipy`` does (the same
 parameters, bounds, options and status), so only the evaluation changes. Models of another
 structure, and batched multi-output GPs (BoTorch fits their outputs independently, with its
@@ -30,13 +35,17 @@ from typing import Any
 
 import torch
 from botorch.models import SingleTaskGP
+from botorch.models.utils.gpytorch_modules import MIN_INFERRED_NOISE_LEVEL
 from botorch.optim.core import OptimizationResult, scipy_minimize
 from botorch.optim.utils import get_parameters_and_bounds
+from gpytorch.constraints import GreaterThan
 from gpytorch.kernels import Kernel, ProductKernel, RBFKernel
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean, LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import LogNormalPrior, Prior
+from linear_operator import LinearOperator
+from linear_operator.operators import DiagLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
@@ -45,6 +54,44 @@ from tuner.designer.models.kernels import OneHotCategoricalKernel
 _LOG_2PI = math.log(2 * math.pi)
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 _KERNELS = (RBFKernel, OneHotCategoricalKernel)
+
+
+class ScaledNoiseLikelihood(GaussianLikelihood):
+    """GaussianLikelihood whose noise at the ``n`` training rows is ``s^2 * scale``: one
+    learned level ``s^2`` (BoTorch's default prior and bound), a known factor per row.
+
+    GPyTorch applies a likelihood's noise to the training rows only (the marginal
+    likelihood, and the prediction caches of an exact GP); a posterior asked for with
+    observation noise at other points gets ``s^2``, the noise of a full measurement. The
+    rows are recognised by their number, ``n``: the models here never ask for observation
+    noise at ``n`` new points at once.
+
+    Args:
+        scale: ``n`` factors, each at least 1 (1: a full measurement).
+        batch_shape: The GP's batch shape (one noise level per output).
+    """
+
+    def __init__(self, scale: Tensor, batch_shape: torch.Size) -> None:
+        prior = LogNormalPrior(loc=-4.0, scale=1.0)  # BoTorch's default likelihood's
+        super().__init__(
+            noise_prior=prior,
+            batch_shape=batch_shape,
+            noise_constraint=GreaterThan(
+                MIN_INFERRED_NOISE_LEVEL, transform=None, initial_value=prior.mode
+            ),
+        )
+        self.scale = scale.detach().reshape(-1)
+
+    def _shaped_noise_covar(
+        self, base_shape: torch.Size, *params: Any, **kwargs: Any
+    ) -> Tensor | LinearOperator:
+        noise = super()._shaped_noise_covar(base_shape, *params, **kwargs)
+        if noise.shape[-1] != self.scale.shape[-1]:
+            return noise  # not the training rows: full measurements' noise
+        return DiagLinearOperator(noise.diagonal(dim1=-2, dim2=-1) * self.scale)
+
+
+_LIKELIHOODS = (GaussianLikelihood, ScaledNoiseLikelihood)
 
 
 def fit_plain(mll: ExactMarginalLogLikelihood, maxiter: int) -> OptimizationResult | None:
@@ -77,7 +124,7 @@ def loss_closure(mll: ExactMarginalLogLikelihood) -> Callable[[], Tensor] | None
     if type(mll) is not ExactMarginalLogLikelihood or mll.likelihood is not model.likelihood:
         return None
     likelihood = model.likelihood
-    if type(likelihood) is not GaussianLikelihood or list(model.added_loss_terms()):
+    if type(likelihood) not in _LIKELIHOODS or list(model.added_loss_terms()):
         return None
     mean = model.mean_module
     if type(mean) is not ConstantMean and not _linear(mean):
@@ -94,6 +141,8 @@ def loss_closure(mll: ExactMarginalLogLikelihood) -> Callable[[], Tensor] | None
     priors = [(prior, closure, module) for _, module, prior, closure, _ in model.named_priors()]
     n = y.shape[-1]
     eye = torch.eye(n, dtype=X.dtype)
+    if type(likelihood) is ScaledNoiseLikelihood:
+        eye = torch.diag(likelihood.scale.to(X.dtype))  # s^2 diag(r) for s^2 I
 
     def loss() -> Tensor:
         covariance = None

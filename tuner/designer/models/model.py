@@ -24,6 +24,15 @@ single measurement's noise: a lucky single sample no longer outweighs a well-mea
 configuration. (A per-trial fixed noise from two or three repeats would be a poor estimate
 of the noise; one pooled, inferred noise level is the better-determined model.)
 
+A trial EARLY_STOPPED after ``w`` of the ``W`` windows a full measurement takes (``Trial.windows``;
+``W`` the most any COMPLETED trial of the study reported) has the mean of a part of a
+measurement: its row gets the noise ``s^2 W / w`` where a full measurement's gets ``s^2``
+(``likelihood.ScaledNoiseLikelihood``; the same pooled ``s^2``). That is the variance of a
+mean of ``w`` windows where the noise is the windows' own; where the runs also differ by
+more than their windows show, it weighs the short measurement a little less than it
+deserves, which errs on the side of trusting it less. Without the factor a trial screened
+out after 3 of 10 windows would count as much as a full measurement.
+
 With ``impute_failures`` (the designer sets it for candidate-list studies) the objective's
 GP of a single-objective study also learns from the configurations that broke the system:
 each INFEASIBLE or TIMED_OUT trial without an objective value counts as the worst value
@@ -91,10 +100,10 @@ from linear_operator.utils.errors import NanError, NotPSDError
 from torch.nn import Parameter
 
 from tuner.designer.models.kernels import OneHotCategoricalKernel
-from tuner.designer.models.likelihood import fit_plain
+from tuner.designer.models.likelihood import ScaledNoiseLikelihood, fit_plain
 from tuner.space import Config
 from tuner.study import StudySpec
-from tuner.trial import Trial
+from tuner.trial import Trial, TrialStatus
 
 #: Numerical trouble in a fit or an acquisition: a model-based step falls back to
 #: quasi-random points, a posterior ranking to the measured values.
@@ -153,12 +162,15 @@ class OutcomeData:
         X: ``n x d`` unit-box inputs.
         Y: ``n x 1`` targets (log-transformed when ``log``).
         log: Whether ``Y`` holds ``log(metric)``.
+        scale: ``n`` noise factors, one per row (``fidelity_scale``), or None where every
+            row is a full measurement.
     """
 
     name: str
     X: torch.Tensor
     Y: torch.Tensor
     log: bool = False
+    scale: torch.Tensor | None = None
 
     def transform(self, value: float) -> float:
         """Map a bound in metric units to the model's units."""
@@ -230,6 +242,7 @@ def outcome_data(
     ``impute_failures``: see the module doc (single-objective studies only).
     """
     linear = {o.name for o in spec.objectives} if spec.multi_objective else set()
+    scales = fidelity_scale(observed)
     out: list[OutcomeData] = []
     for name in spec.metric_names:
         found = [(t, replicates(t, name)) for t in observed if finite(t.metrics.get(name))]
@@ -237,6 +250,7 @@ def outcome_data(
             continue
         rows = [t for t, values in found for _ in values]
         values = torch.tensor([[v] for _, vs in found for v in vs], dtype=torch.float64)
+        factors = [scales.get(t.id, 1.0) for t in rows]
         use_log = (
             bool((values > 0).all())
             and float(values.max() / values.min()) > LOG_SPAN
@@ -252,7 +266,9 @@ def outcome_data(
                 worst = Y.max() if spec.objective.goal.value == "minimize" else Y.min()
                 X = torch.cat([X, encoder.encode_many([t.config for t in broken])])
                 Y = torch.cat([Y, worst.reshape(1, 1).expand(len(broken), 1)])
-        out.append(OutcomeData(name, X, Y, use_log))
+                factors += [1.0] * len(broken)
+        scale = torch.tensor(factors, dtype=torch.float64) if max(factors) > 1.0 else None
+        out.append(OutcomeData(name, X, Y, use_log, scale))
     if any(not t.status.measured for t in observed):
         labels = [[0.0 if t.status.measured else 1.0] for t in observed]
         out.append(
@@ -263,6 +279,18 @@ def outcome_data(
             )
         )
     return out
+
+
+def fidelity_scale(observed: tuple[Trial, ...]) -> dict[int, float]:
+    """Per EARLY_STOPPED trial with part of a measurement, its noise factor ``W / w``
+    (module doc): ``w`` its windows, ``W`` the most windows a COMPLETED trial reported.
+    Empty while no completed trial was measured in windows."""
+    full = max((t.windows for t in observed if t.status is TrialStatus.COMPLETED), default=0)
+    return {
+        t.id: full / t.windows
+        for t in observed
+        if t.status is TrialStatus.EARLY_STOPPED and 0 < t.windows < full
+    }
 
 
 def replicates(trial: Trial, name: str) -> list[float]:
@@ -413,9 +441,11 @@ def build_model(group: list[OutcomeData], encoder: Encoder, trend: bool = False)
     cat_dims = sorted(encoder.cat_dims)
     other = [i for i in range(d) if i not in encoder.cat_dims]
     batch = torch.Size([len(group)]) if len(group) > 1 else None
+    scale = group[0].scale  # the outcomes of a group share their rows, so their factors
     return SingleTaskGP(
         X,  # already normalized: the unit-box encoding of the knobs' ranges
         Y,
+        likelihood=None if scale is None else ScaledNoiseLikelihood(scale, batch or torch.Size()),
         covar_module=_kernel(other, cat_dims, [encoder.cat_dims[i] for i in cat_dims], batch),
         mean_module=ZeroLinearMean(d, batch or torch.Size([])) if trend else None,
         outcome_transform=Standardize(m=len(group)),
@@ -475,11 +505,17 @@ def _groups(data: list[OutcomeData]) -> list[list[OutcomeData]]:
     groups: list[list[OutcomeData]] = []
     for outcome in data:
         last = groups[-1][0] if groups else None
-        if last is not None and last.X.shape == outcome.X.shape and torch.equal(last.X, outcome.X):
+        if last is not None and _same(last.X, outcome.X) and _same(last.scale, outcome.scale):
             groups[-1].append(outcome)
         else:
             groups.append([outcome])
     return groups
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and torch.equal(a, b)
 
 
 def _hyperparameters(model: GPyTorchModel) -> dict[str, torch.Tensor]:

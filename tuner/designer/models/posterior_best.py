@@ -39,6 +39,7 @@ from statistics import NormalDist
 import torch
 from botorch.models import SingleTaskGP
 
+from tuner.designer.fast.shared_rows import row_noise
 from tuner.designer.models.model import (
     NUMERICAL_ERRORS,
     finite,
@@ -143,8 +144,9 @@ def outliers(spec: StudySpec, trials: Sequence[Trial]) -> set[int]:
             X: torch.Tensor = model.train_inputs[0]
             y: torch.Tensor = model.train_targets
             covariance = model.covar_module(X).to_dense()
-            noise = model.likelihood.noise.reshape(-1)[0]
-            K = covariance + noise * torch.eye(len(y), dtype=X.dtype)
+            noise = row_noise(model)  # per row where the trials' fidelities differ
+            assert noise is not None  # fit_models builds Gaussian likelihoods
+            K = covariance + torch.diag(noise.reshape(-1))
             inverse = torch.cholesky_inverse(torch.linalg.cholesky(K))
             z = (inverse @ (y - model.mean_module(X))) / torch.sqrt(torch.diagonal(inverse))
     except NUMERICAL_ERRORS as err:
