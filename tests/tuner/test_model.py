@@ -116,7 +116,7 @@ def test_an_early_stopped_trial_trains_as_a_measurement_not_as_a_failure() -> No
 
 
 def test_a_trial_stopped_after_part_of_its_windows_weighs_as_a_noisier_value() -> None:
-    """Its row's noise factor is ``W / w`` (full trials' windows over its own), 1 for every
+    """Its row's noise factor is ``W / w`` (a full run's windows over its own), 1 for every
     other row; with no completed trial measured in windows there is nothing to compare with,
     and no factor. A misleading value measured over 2 of 10 windows moves the fitted GP at
     its configuration less than the same value measured in full, and a far-off short value
@@ -153,6 +153,17 @@ def test_a_trial_stopped_after_part_of_its_windows_weighs_as_a_noisier_value() -
     unknown = [replace(t, windows=0) for t in full]
     unknown[odd] = replace(unknown[odd], status=S.EARLY_STOPPED, windows=2)
     assert outcome_data(spec, encoder, tuple(unknown))[0].scale is None
+    # the daemon's windows are its repeats: 10 rows for a full trial, 2 for one stopped
+    # after 2 windows, which already weighs it; no factor on top
+    daemon = [replace(t, repeats=10, windows=10, spread={"y": 0.1}) for t in full]
+    daemon[odd] = replace(daemon[odd], status=S.EARLY_STOPPED, repeats=2, windows=2)
+    (data,) = outcome_data(spec, encoder, tuple(daemon))
+    assert data.scale is None and data.X.shape[0] == 19 * 10 + 2
+    # a session measuring 2 runs of 10 windows: one stopped in its first run after 4
+    twice = [replace(t, repeats=2, windows=20, spread={"y": 0.1}) for t in full]
+    twice[odd] = replace(twice[odd], status=S.EARLY_STOPPED, repeats=1, windows=4)
+    (data,) = outcome_data(spec, encoder, tuple(twice))
+    assert data.scale is not None and max(data.scale.tolist()) == 2.5
 
 
 def test_a_repeated_trial_trains_one_row_per_repeat_with_its_mean_and_spread() -> None:

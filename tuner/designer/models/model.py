@@ -25,7 +25,7 @@ configuration. (A per-trial fixed noise from two or three repeats would be a poo
 of the noise; one pooled, inferred noise level is the better-determined model.)
 
 A trial EARLY_STOPPED after ``w`` of the ``W`` windows a full measurement takes (``Trial.windows``;
-``W`` the most any COMPLETED trial of the study reported) has the mean of a part of a
+``W`` the most one run of a COMPLETED trial of the study reported) has the mean of a part of a
 measurement: its row gets the noise ``s^2 W / w`` where a full measurement's gets ``s^2``
 (``likelihood.ScaledNoiseLikelihood``; the same pooled ``s^2``). That is the variance of a
 mean of ``w`` windows where the noise is the windows' own; where the runs also differ by
@@ -282,14 +282,21 @@ def outcome_data(
 
 
 def fidelity_scale(observed: tuple[Trial, ...]) -> dict[int, float]:
-    """Per EARLY_STOPPED trial with part of a measurement, its noise factor ``W / w``
-    (module doc): ``w`` its windows, ``W`` the most windows a COMPLETED trial reported.
-    Empty while no completed trial was measured in windows."""
-    full = max((t.windows for t in observed if t.status is TrialStatus.COMPLETED), default=0)
+    """Per EARLY_STOPPED trial measured in one part-run, its noise factor ``W / w`` (module
+    doc): ``w`` its windows, ``W`` the most windows one run of a COMPLETED trial reported
+    (its windows over its repeats). Empty while no completed trial was measured in windows.
+
+    A trial with several repeats already weighs by their number (``replicates``): the
+    daemon's windows are its repeats, so a trial it stopped after ``w`` windows trains
+    ``w`` rows where a full one trains ``W``, and gets no factor on top."""
+    full = max(
+        (t.windows / t.repeats for t in observed if t.status is TrialStatus.COMPLETED),
+        default=0.0,
+    )
     return {
         t.id: full / t.windows
         for t in observed
-        if t.status is TrialStatus.EARLY_STOPPED and 0 < t.windows < full
+        if t.status is TrialStatus.EARLY_STOPPED and t.repeats == 1 and 0 < t.windows < full
     }
 
 
