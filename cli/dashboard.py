@@ -118,7 +118,8 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
     ``best`` (the study's best trial's id, one objective: the one ``tuner best`` names,
     ``cli.verdict``), ``verdict`` (its headline, ``tone`` and ``basis``), ``front`` (ids
     on the Pareto front), ``trials`` (id order; each with ``status``, ``step``, ``feasible``
-    (true/false/null), ``repeats``, ``metrics``, ``spread``, ``config``, ``changed`` (the
+    (true/false/null), ``repeats``, ``metrics``, ``spread``, ``windows`` (progress windows
+    reported: an EARLY_STOPPED trial's fidelity), ``config``, ``changed`` (the
     knobs that differ from the default), ``reason``, ``best_so_far``), ``controls`` (the
     default re-measured between trials: ``after`` (the last trial finished before it),
     ``metrics``), ``confirmation`` (None, or the verdict, the ratio's interval and the best
@@ -207,6 +208,7 @@ def _trial(
         "repeats": trial.repeats if trial.status.is_final else None,
         "metrics": trial.metrics,
         "spread": trial.spread if trial.repeats > 1 else {},
+        "windows": trial.windows,
         "config": trial.config,
         "changed": changes(trial.config, reference, spec.space),
         "unused": sorted(spec.space.inactive(trial.config)),
