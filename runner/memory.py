@@ -94,13 +94,9 @@ class MemoryAPI:
         if repeats:
             values, spread = repeat_summary(repeats)
         found.measurements += repeats
-        windows = sum(
-            m.trial_id == trial_id and m.kind is MeasurementKind.PROGRESS
-            for m in found.measurements
-        )
         done = replace(
             trial, status=status, metrics=values, reason=reason, updated_at=now,
-            repeats=max(len(repeats), 1), spread=spread, windows=windows,
+            repeats=max(len(repeats), 1), spread=spread, windows=_windows(found, trial_id),
         )  # fmt: skip
         found.trials[trial_id - 1] = done
         return done
@@ -151,10 +147,7 @@ class MemoryAPI:
         trial = self._trial(found, trial_id)
         if trial.status is not TrialStatus.ACTIVE:
             raise StateError(f"trial {trial_id} is {trial.status.value}, not ACTIVE")
-        count = sum(
-            m.trial_id == trial_id and m.kind is MeasurementKind.PROGRESS
-            for m in found.measurements
-        )
+        count = _windows(found, trial_id)
         number = next_window(window, count)
         if number > count:
             found.measurements.append(
@@ -175,3 +168,10 @@ class MemoryAPI:
         if not 1 <= trial_id <= len(study.trials):
             raise NotFoundError(f"study {study.spec.name!r} has no trial {trial_id}")
         return study.trials[trial_id - 1]
+
+
+def _windows(study: _Study, trial_id: int) -> int:
+    """How many progress windows ``study`` keeps of trial ``trial_id``."""
+    return sum(
+        m.trial_id == trial_id and m.kind is MeasurementKind.PROGRESS for m in study.measurements
+    )
