@@ -35,10 +35,9 @@ from typing import Any
 
 import torch
 from botorch.models import SingleTaskGP
-from botorch.models.utils.gpytorch_modules import MIN_INFERRED_NOISE_LEVEL
+from botorch.models.utils.gpytorch_modules import get_gaussian_likelihood_with_lognormal_prior
 from botorch.optim.core import OptimizationResult, scipy_minimize
 from botorch.optim.utils import get_parameters_and_bounds
-from gpytorch.constraints import GreaterThan
 from gpytorch.kernels import Kernel, ProductKernel, RBFKernel
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean, LinearMean
@@ -72,13 +71,11 @@ class ScaledNoiseLikelihood(GaussianLikelihood):
     """
 
     def __init__(self, scale: Tensor, batch_shape: torch.Size) -> None:
-        prior = LogNormalPrior(loc=-4.0, scale=1.0)  # BoTorch's default likelihood's
+        default = get_gaussian_likelihood_with_lognormal_prior(batch_shape)  # its prior, bound
         super().__init__(
-            noise_prior=prior,
+            noise_prior=default.noise_covar.noise_prior,
             batch_shape=batch_shape,
-            noise_constraint=GreaterThan(
-                MIN_INFERRED_NOISE_LEVEL, transform=None, initial_value=prior.mode
-            ),
+            noise_constraint=default.noise_covar.raw_noise_constraint,
         )
         self.scale = scale.detach().reshape(-1)
 
@@ -140,9 +137,10 @@ def loss_closure(mll: ExactMarginalLogLikelihood) -> Callable[[], Tensor] | None
     # the model's priors (the likelihood's among them, once), as GPyTorch's MLL adds them
     priors = [(prior, closure, module) for _, module, prior, closure, _ in model.named_priors()]
     n = y.shape[-1]
-    eye = torch.eye(n, dtype=X.dtype)
+    # the noise s^2 times this: I, or a ScaledNoiseLikelihood's diag(r)
+    per_row = torch.eye(n, dtype=X.dtype)
     if type(likelihood) is ScaledNoiseLikelihood:
-        eye = torch.diag(likelihood.scale.to(X.dtype))  # s^2 diag(r) for s^2 I
+        per_row = torch.diag(likelihood.scale.to(X.dtype))
 
     def loss() -> Tensor:
         covariance = None
@@ -150,7 +148,7 @@ def loss_closure(mll: ExactMarginalLogLikelihood) -> Callable[[], Tensor] | None
             term = kernel.forward(x, x)
             covariance = term if covariance is None else covariance * term
         assert covariance is not None
-        covariance = covariance + likelihood.noise * eye
+        covariance = covariance + likelihood.noise * per_row
         factor = psd_safe_cholesky(covariance)
         residual = (y - mean.forward(X)).unsqueeze(-1)
         whitened = torch.linalg.solve_triangular(factor, residual, upper=False)
