@@ -269,7 +269,8 @@ def v10_early_stopping(db: Database) -> None:
         raise StorageError(f"integrity check after the schema edit: {problems[:5]}")
 
 
-#: A finished trial's windows: the PROGRESS measurements stored for it (``Trial.windows``).
+#: A finished trial's windows: the PROGRESS measurements stored for it (``Trial.windows``),
+#: as v11 counts them on both backends (written for the migration; ``sql.py`` has its own).
 WINDOWS_OF_TRIAL = (
     "(SELECT COUNT(*) FROM measurements m WHERE m.study_id = trials.study_id "
     "AND m.trial_id = trials.trial_id AND m.kind = 'progress')"

@@ -72,7 +72,6 @@ from server.storage.base import (
     check_text,
     check_trial_id,
 )
-from server.storage.migrations import WINDOWS_OF_TRIAL
 from tuner.errors import (
     AlreadyExistsError,
     NotFoundError,
@@ -100,6 +99,12 @@ _SIZE_SQL = f"""SELECT
     + (SELECT COALESCE(SUM(LENGTH(event) + LENGTH(detail) + {ROW_CHARS}), 0)
        FROM trial_events WHERE study_id = ?),
     (SELECT COUNT(*) FROM trials WHERE study_id = ? AND status IN (?, ?))"""
+#: A trial's progress windows, counted as it finishes (``Trial.windows``). Its own text, not
+#: the migrations' (``migrations.WINDOWS_OF_TRIAL``): a released migration never changes.
+_WINDOWS = (
+    "(SELECT COUNT(*) FROM measurements m WHERE m.study_id = trials.study_id "
+    "AND m.trial_id = trials.trial_id AND m.kind = 'progress')"
+)
 _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "updated_at")
 _NEW_TRIAL_COLUMNS = (
     "study_id", "trial_id", "status", "client_id", "source", "step", "warning",
@@ -398,7 +403,7 @@ class SQLStorage(Storage):
                 "UPDATE trials SET status = ?, reason = ?, updated_at = ?, lease_expires_at = "
                 "CASE WHEN expired_at IS NULL THEN NULL ELSE lease_expires_at END, "
                 "reported_late = ?, repeats = ?, spread_json = ?, "
-                f"windows = {WINDOWS_OF_TRIAL} "
+                f"windows = {_WINDOWS} "
                 "WHERE study_id = ? AND trial_id = ? RETURNING *",
                 [
                     new.value, reason, now, int(late or bool(reported_late)),
