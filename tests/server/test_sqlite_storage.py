@@ -295,18 +295,25 @@ def test_unreadable_stored_spec_raises_storage_error(storage: SQLiteStorage, db_
         storage.get_study("sqlite-bench")
 
 
+def _old_study(db: Database, version: int) -> None:
+    """Bring ``db`` to schema ``version`` and store study 1, ``old``, as that version's
+    files hold it (the migration tests then add that version's rows)."""
+    migrations.migrate(db, migrations.MIGRATIONS[:version])
+    spec = make_spec("old")
+    db.execute(
+        "INSERT INTO studies (id, name, spec_json, fingerprint, created_at) "
+        "VALUES (1, 'old', ?, ?, 0)",
+        [json.dumps(spec.to_dict()), spec.fingerprint()],
+    )
+
+
 def test_a_version_4_file_gets_step_kinds_from_its_source_labels(tmp_path: Path) -> None:
     """Before v5 a trial said what made it only in free text; the migration reads each old
     label once, and from then on the step is an enum the designer reads."""
     path = tmp_path / "v4.db"
     labels = ["default", "sobol", "bo", "random", "fallback", "import:other", ""]
     with Database(path) as db:
-        migrations.migrate(db, migrations.MIGRATIONS[:4])
-        db.execute(
-            "INSERT INTO studies (id, name, spec_json, fingerprint, created_at) "
-            "VALUES (1, 'old', ?, ?, 0)",
-            [json.dumps(make_spec("old").to_dict()), make_spec("old").fingerprint()],
-        )
+        _old_study(db, 4)
         for i, label in enumerate(labels, 1):
             db.execute(
                 "INSERT INTO trials (study_id, trial_id, status, source, created_at, updated_at) "
@@ -347,14 +354,8 @@ def test_a_version_9_file_takes_early_stopped_trials_and_progress_and_keeps_its_
     ``trials`` would cascade-delete what refers to it): every stored row stays, and the new
     status and measurement kind are taken."""
     path = tmp_path / "v9.db"
-    spec = make_spec("old")
     with Database(path) as db:
-        migrations.migrate(db, migrations.MIGRATIONS[:9])
-        db.execute(
-            "INSERT INTO studies (id, name, spec_json, fingerprint, created_at) "
-            "VALUES (1, 'old', ?, ?, 0)",
-            [json.dumps(spec.to_dict()), spec.fingerprint()],
-        )
+        _old_study(db, 9)
         for i in (1, 2):
             db.execute(
                 "INSERT INTO trials (study_id, trial_id, status, source, created_at, updated_at) "
@@ -388,14 +389,8 @@ def test_a_version_10_file_gives_its_finished_trials_their_windows(tmp_path: Pat
     it (its controls and repeats are not windows); a trial still ACTIVE counts from 0 and
     takes its number when it finishes."""
     path = tmp_path / "v10.db"
-    spec = make_spec("old")
     with Database(path) as db:
-        migrations.migrate(db, migrations.MIGRATIONS[:10])
-        db.execute(
-            "INSERT INTO studies (id, name, spec_json, fingerprint, created_at) "
-            "VALUES (1, 'old', ?, ?, 0)",
-            [json.dumps(spec.to_dict()), spec.fingerprint()],
-        )
+        _old_study(db, 10)
         for i, status in ((1, "EARLY_STOPPED"), (2, "COMPLETED"), (3, "ACTIVE")):
             db.execute(
                 "INSERT INTO trials (study_id, trial_id, status, source, created_at, updated_at) "
