@@ -205,6 +205,11 @@ def _build_one(
     return _yahpo(rest, half, budget, data_dir, yahpo_python)
 
 
+def db_problem(base: str, budget: int, data_dir: Path = DATA) -> SuiteProblem:
+    """``db:<base>`` outside the suite's halves (``bench/transfer.py`` picks its own split)."""
+    return _db(base, "transfer", budget, data_dir)
+
+
 def _db(base: str, half: str, budget: int, data_dir: Path) -> SuiteProblem:
     data_dir = data_dir.resolve()
     if base in dbsurrogate.SAMPLE_SETS:

@@ -211,6 +211,9 @@ function renderSummary(study) {
                       : "", v ? v.text : ""));
   }
   cards.push(confirmationCard(study));
+  if (study.learned_from) {
+    cards.push(card("Transfer", "earlier studies", study.learned_from));
+  }
   $("summary").replaceChildren(...cards);
 }
 

@@ -62,6 +62,7 @@ from cli.render import (
     confirmed,
     default_config,
     default_trial,
+    learned_from,
 )
 from cli.verdict import headline, reported_best
 from server.security import ServerSecurity, check_exposure, is_loopback
@@ -119,11 +120,14 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
     ``cli.verdict``), ``verdict`` (its headline, ``tone`` and ``basis``), ``front`` (ids
     on the Pareto front), ``trials`` (id order; each with ``status``, ``step``, ``feasible``
     (true/false/null), ``repeats``, ``metrics``, ``spread``, ``windows`` (progress windows
-    reported: an EARLY_STOPPED trial's fidelity), ``config``, ``changed`` (the
+    reported: an EARLY_STOPPED trial's fidelity), ``transfer`` (what each transfer source
+    weighed in its suggestion, the study's own model as ``""``), ``config``, ``changed`` (the
     knobs that differ from the default), ``reason``, ``best_so_far``), ``controls`` (the
     default re-measured between trials: ``after`` (the last trial finished before it),
     ``metrics``), ``confirmation`` (None, or the verdict, the ratio's interval and the best
-    in metric units) and ``ratio`` (best / default, oriented so that more than 1 is better).
+    in metric units), ``ratio`` (best / default, oriented so that more than 1 is better) and
+    ``learned_from`` (``cli.render.learned_from``: the latest weights of the transfer sources,
+    or None).
     """
     spec = api.get_study(name).spec
     trials = sorted(api.list_trials(name), key=lambda t: t.id)
@@ -154,6 +158,7 @@ def study_view(api: Any, name: str) -> dict[str, Any]:
         "trials": [_trial(resolved, t, reference, b) for t, b in zip(trials, so_far, strict=True)],
         "controls": [{"after": _after(trials, m.at), "metrics": m.metrics} for m in controls],
         "confirmation": _confirmation(spec, None if found is None else found.confirmation),
+        "learned_from": learned_from(trials) or None,
     }
     return view
 
@@ -209,6 +214,7 @@ def _trial(
         "metrics": trial.metrics,
         "spread": trial.spread if trial.repeats > 1 else {},
         "windows": trial.windows,
+        "transfer": dict(trial.transfer),
         "config": trial.config,
         "changed": changes(trial.config, reference, spec.space),
         "unused": sorted(spec.space.inactive(trial.config)),

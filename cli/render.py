@@ -443,7 +443,22 @@ def trial_dict(trial: Trial) -> dict[str, Any]:
         "client_id": trial.client_id,
         "warning": trial.warning,
         **({"embedded": list(trial.embedded)} if trial.embedded else {}),
+        **({"transfer": dict(trial.transfer)} if trial.transfer else {}),
     }
+
+
+def learned_from(trials: Sequence[Trial]) -> str:
+    """What the latest suggestion learned from its transfer sources, for people ("learned
+    from: tpcc 0.62, ycsb 0.05; its own trials 0.33"), or "" for a study without them."""
+    latest = max((t for t in trials if t.transfer), key=lambda t: t.id, default=None)
+    if latest is None:
+        return ""
+    weights = dict(latest.transfer)
+    own = weights.pop("", 0.0)
+    sources = ", ".join(
+        f"{name} {w:.2f}" for name, w in sorted(weights.items(), key=lambda kv: -kv[1])
+    )
+    return f"learned from: {sources}; its own trials {own:.2f} (trial {latest.id})"
 
 
 def constraints_text(spec: StudySpec, none: str = "no constraints") -> str:

@@ -25,6 +25,7 @@ from cli.render import (
     constraints_text,
     default_config,
     fmt,
+    learned_from,
     mean_and_spread,
     print_front,
     print_metrics,
@@ -107,7 +108,10 @@ def trial_table(spec: StudySpec, trials: Sequence[Trial], every_knob: bool = Fal
     resolved = with_resolved_constraints(spec, trials)
     reference = default_config(spec, trials)
     metrics = list(spec.metric_names)
-    table = Table(show_lines=False, caption=_show_caption(spec, reference, every_knob))
+    caption = _show_caption(spec, reference, every_knob)
+    if learned := learned_from(trials):
+        caption += f"\n{learned}"
+    table = Table(show_lines=False, caption=caption)
     for column in ("id", "status", "step", "ok", "n", *metrics):
         table.add_column(column, overflow="fold")
     names = list(spec.space.names) if every_knob else ["changed knobs"]

@@ -63,7 +63,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -72,7 +72,7 @@ from runner.loop import TuningAPI, reporter, run_loop
 from runner.measurement import Measured, control, measure_windows
 from targets.base import Target
 from tuner.errors import ValidationError
-from tuner.study import StudySpec
+from tuner.study import MAX_TRANSFER_SOURCES, StudySpec, TransferSource
 from tuner.trial import (
     Trial,
     best_trial,
@@ -305,7 +305,18 @@ class Daemon:
 
     # -- tuning -------------------------------------------------------------------------
     def round_spec(self) -> StudySpec:
-        return self.spec.with_name(f"{self.spec.name}.r{self.state.round}")
+        """Round ``k``'s study: ``<name>.r<k>``, learning from the earlier rounds (the most
+        recent first, as many as fit beside the config's own sources) when its designer fits
+        models (``tuner.transfer``): their best configurations, the one applied among them,
+        seed its design, and their models weigh by how well they rank its trials."""
+        spec = self.spec.with_name(f"{self.spec.name}.r{self.state.round}")
+        if not spec.learns_from_sources:
+            return spec
+        room = MAX_TRANSFER_SOURCES - len(spec.transfer_from)
+        earlier = [
+            TransferSource(f"{self.spec.name}.r{k}") for k in range(self.state.round - 1, 0, -1)
+        ]
+        return replace(spec, transfer_from=(*spec.transfer_from, *earlier[: max(room, 0)]))
 
     def _tune_round(self) -> None:
         spec = self.round_spec()

@@ -23,6 +23,7 @@ from tuner.errors import NotFoundError, StateError
 from tuner.loop import new_trial, propose
 from tuner.stopping import Decision, decide, next_window
 from tuner.study import StudySpec
+from tuner.transfer import read_sources
 from tuner.trial import Measurement, MeasurementKind, Trial, TrialStatus, repeat_summary
 
 
@@ -56,11 +57,14 @@ class MemoryAPI:
         ]
         if len(mine) >= count:
             return mine[:count]
-        made = propose(found.spec, found.trials, count - len(mine), found.cache)
+        sources, problems = read_sources(found.spec, self._source)
+        made = propose(found.spec, found.trials, count - len(mine), found.cache, sources=sources)
         now = time.time()
         new = [
             replace(
-                new_trial(len(found.trials) + i + 1, s, client_id), created_at=now, updated_at=now
+                new_trial(len(found.trials) + i + 1, s, client_id, problems.warning()),
+                created_at=now,
+                updated_at=now,
             )
             for i, s in enumerate(made)
         ]
@@ -100,6 +104,20 @@ class MemoryAPI:
         )  # fmt: skip
         found.trials[trial_id - 1] = done
         return done
+
+    def import_trials(self, study: str, trials: Sequence[Trial]) -> list[Trial]:
+        """Add finished trials measured elsewhere (a warm start, or a transfer source made
+        in another process): each renumbered after the study's, its configuration checked
+        against the study's space, its step IMPORT unless it has one."""
+        found = self._study(study)
+        added: list[Trial] = []
+        for i, trial in enumerate(trials):
+            if not trial.status.is_final:
+                raise StateError(f"trials[{i}] is {trial.status.value}: only finished trials")
+            config = found.spec.space.validate_config(dict(trial.config), f"trials[{i}].config")
+            added.append(replace(trial, id=len(found.trials) + len(added) + 1, config=config))
+        found.trials += added
+        return added
 
     def add_measurements(
         self, study: str, trial_id: int, measurements: Sequence[Measurement]
@@ -157,6 +175,11 @@ class MemoryAPI:
         if not found.spec.stopping.stops:
             return Decision(False, "", count)
         return decide(found.spec, trial, found.trials, found.measurements)
+
+    def _source(self, name: str) -> tuple[StudySpec, list[Trial]] | None:
+        """A transfer source's spec and trials (``tuner.transfer.read_sources``)."""
+        found = self._studies.get(name)
+        return None if found is None else (found.spec, list(found.trials))
 
     def _study(self, name: str) -> _Study:
         if name not in self._studies:

@@ -97,6 +97,9 @@ def spec_to_proto(spec: StudySpec) -> pb.StudySpec:
         allow_unsafe=spec.allow_unsafe,
         embedding=_embedding_to_proto(spec.embedding),
         stopping=_stopping_to_proto(spec.stopping),
+        transfer_from=[
+            pb.TransferSource(study=t.study, knobs=dict(t.knobs)) for t in spec.transfer_from
+        ],
         candidates=[
             pb.Candidate(
                 config=config_to_proto(c),
@@ -186,6 +189,11 @@ def spec_from_proto(message: pb.StudySpec, path: str = "spec") -> StudySpec:
             data["embedding"] = _embedding_from_proto(message.embedding)
         if message.HasField("stopping"):
             data["stopping"] = _stopping_from_proto(message.stopping)
+        if message.transfer_from:
+            data["transfer_from"] = [
+                {"study": t.study, **({"knobs": dict(t.knobs)} if t.knobs else {})}
+                for t in message.transfer_from
+            ]
         if message.candidates:
             data["candidates"] = [
                 config_from_proto(c.config, f"candidates[{i}].config")
@@ -333,6 +341,7 @@ def trial_to_proto(trial: Trial, study: str) -> pb.Trial:
         repeats=trial.repeats,
         windows=trial.windows,
         spread=dict(trial.spread),
+        transfer=dict(trial.transfer),
     )
 
 
@@ -358,6 +367,7 @@ def trial_from_proto(message: pb.Trial) -> Trial:
         repeats=message.repeats or 1,  # unset: an older server, which measures once
         windows=message.windows,
         spread=dict(message.spread),
+        transfer=tuple(sorted(message.transfer.items())),
     )
 
 

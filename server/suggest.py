@@ -30,6 +30,7 @@ from tuner import runtime
 from tuner.errors import TunerError
 from tuner.loop import propose
 from tuner.study import StudySpec
+from tuner.transfer import SourceStudy
 from tuner.trial import Trial
 
 if TYPE_CHECKING:  # imported by the first suggestion: a server's import stays light
@@ -55,8 +56,10 @@ class Designer(Protocol):
         count: int,
         cache: FitCache,
         salt: int = 0,
+        sources: Sequence[SourceStudy] = (),
     ) -> list[Suggestion]:
-        """``tuner.loop.propose``'s suggestions (``salt``: its draws, after a lost race)."""
+        """``tuner.loop.propose``'s suggestions (``salt``: its draws, after a lost race;
+        ``sources``: the study's transfer sources, read)."""
         ...
 
     def retry_after(self) -> float:
@@ -76,8 +79,9 @@ class InlineDesigner:
         count: int,
         cache: FitCache,
         salt: int = 0,
+        sources: Sequence[SourceStudy] = (),
     ) -> list[Suggestion]:
-        return propose(spec, trials, count, cache, salt)
+        return propose(spec, trials, count, cache, salt, sources)
 
     def retry_after(self) -> float:
         return MIN_RETRY_S
@@ -127,17 +131,20 @@ class WorkerPool:
         count: int,
         cache: FitCache,
         salt: int = 0,
+        sources: Sequence[SourceStudy] = (),
     ) -> list[Suggestion]:
         from tuner.designer.factory import fits_models
 
         if not fits_models(spec):
             # quasi-random points take milliseconds: computed here, they never wait behind
             # other studies' fits, nor for the workers of a server that just started
-            return propose(spec, trials, count, cache, salt)
+            return propose(spec, trials, count, cache, salt, sources)
         entries = cache.export(spec.name)
         begun = time.monotonic()
         try:
-            suggestions, entries = self._run(spec, list(trials), count, entries, salt)
+            suggestions, entries = self._run(
+                spec, list(trials), count, entries, salt, list(sources)
+            )
         finally:
             with self._guard:
                 took = time.monotonic() - begun
@@ -176,7 +183,13 @@ class WorkerPool:
         )
 
     def _run(
-        self, spec: StudySpec, trials: list[Trial], count: int, entries: CacheEntries, salt: int
+        self,
+        spec: StudySpec,
+        trials: list[Trial],
+        count: int,
+        entries: CacheEntries,
+        salt: int,
+        sources: list[SourceStudy],
     ) -> tuple[list[Suggestion], CacheEntries]:
         for attempt in (1, 2):
             with self._guard:
@@ -185,7 +198,7 @@ class WorkerPool:
                 executor = self._executor
             future: Future[tuple[list[Suggestion], CacheEntries]]
             try:
-                future = executor.submit(_propose_job, spec, trials, count, entries, salt)
+                future = executor.submit(_propose_job, spec, trials, count, entries, salt, sources)
                 return future.result()
             except BrokenProcessPool:
                 log.error("study %s: a designer worker died (attempt %d); restarting the pool",
@@ -222,10 +235,17 @@ def _ready() -> int:
 
 
 def _propose_job(
-    spec: StudySpec, trials: list[Trial], count: int, entries: CacheEntries, salt: int = 0
+    spec: StudySpec,
+    trials: list[Trial],
+    count: int,
+    entries: CacheEntries,
+    salt: int = 0,
+    sources: Sequence[SourceStudy] = (),
 ) -> tuple[list[Suggestion], CacheEntries]:
+    """A worker's job; the sources' fitted models stay cached in the worker
+    (``models/transfer.py``), so each worker fits a source once."""
     from tuner.designer import FitCache
 
     cache = FitCache()
     cache.update(entries)
-    return propose(spec, trials, count, cache, salt), cache.export(spec.name)
+    return propose(spec, trials, count, cache, salt, sources), cache.export(spec.name)

@@ -144,6 +144,18 @@ class HeSBOEmbedding:
         return {row.knob.name: self._value(row, (row.sign * zq[row.dim] + 1.0) / 2.0)
                 for row in self.rows}  # fmt: skip
 
+    def axis_table(self, grid: int) -> list[tuple[int, float, list[float]]]:
+        """Per knob, how ``project`` moves its unit-box coordinate (``tuner.encoding``): the
+        coordinate it reads, its sign, and its encoded value at ``grid`` evenly spaced points
+        of its axis ``u = (sign * z + 1) / 2`` from 0 to 1 (for a vectorized projection)."""
+        out = []
+        for row in self.rows:
+            values = [
+                _encode_value(row.knob, self._value(row, i / (grid - 1))) for i in range(grid)
+            ]
+            out.append((row.dim, row.sign, values))
+        return out
+
     def _value(self, row: _Row, u: float) -> float | int | str | bool:
         u = min(1.0, max(0.0, u))
         knob = row.knob

@@ -21,6 +21,7 @@ from tuner.trial import Trial, TrialStatus, with_resolved_constraints
 
 if TYPE_CHECKING:  # the designer (torch) is imported when a suggestion is made
     from tuner.designer import FitCache, Suggestion
+    from tuner.transfer import SourceStudy
 
 
 def propose(
@@ -29,11 +30,13 @@ def propose(
     count: int,
     cache: FitCache | None = None,
     salt: int = 0,
+    sources: Sequence[SourceStudy] = (),
 ) -> list[Suggestion]:
     """``count`` new suggestions for a study with these trials (fewer when the space runs out).
 
     ``salt``: 0, or a number for draws unlike those another call with these trials made
-    (``tuner.designer.base.History.salt``).
+    (``tuner.designer.base.History.salt``). ``sources``: the study's transfer sources, read
+    (``tuner.transfer.read_sources``).
 
     Raises:
         StateError: Nothing can be suggested: the search space is exhausted.
@@ -42,19 +45,23 @@ def propose(
     pending = [t for t in trials if not t.status.is_final]
     from tuner.designer import make_designer
 
-    designer = make_designer(with_resolved_constraints(spec, completed), cache)
+    designer = make_designer(with_resolved_constraints(spec, completed), cache, sources)
     return designer.suggest(count, completed, pending, salt)
 
 
-def new_trial(trial_id: int, suggestion: Suggestion, client_id: str = "") -> Trial:
-    """The ACTIVE trial a suggestion becomes."""
+def new_trial(
+    trial_id: int, suggestion: Suggestion, client_id: str = "", warning: str = ""
+) -> Trial:
+    """The ACTIVE trial a suggestion becomes (``warning``: the caller's, after the
+    suggestion's own)."""
     return Trial(
         id=trial_id,
         config=suggestion.config,
         status=TrialStatus.ACTIVE,
         client_id=client_id,
         source=suggestion.step.value,
-        warning=suggestion.warning,
+        warning="; ".join(w for w in (suggestion.warning, warning) if w),
         embedded=suggestion.embedded,
         step=suggestion.step,
+        transfer=suggestion.transfer,
     )

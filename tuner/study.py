@@ -37,7 +37,11 @@ _SPEC_FIELDS = (
     "candidates",
     "candidate_features",
     "stopping",
+    "transfer_from",
 )
+_TRANSFER_FIELDS = ("study", "knobs")
+# Sources a study may learn from: each is one more GP in every model-based step.
+MAX_TRANSFER_SOURCES = 8
 # A candidate list is scored whole on every model-based suggestion; beyond this many the
 # space is better described by knob ranges and parameter constraints.
 MAX_CANDIDATES = 100_000
@@ -214,6 +218,61 @@ class DesignerSettings:
         if self.portfolio:  # the same
             out["portfolio"] = True
         return out
+
+
+@dataclass(frozen=True)
+class TransferSource:
+    """An earlier study this one learns from (``[study] transfer_from``; ``tuner.transfer``).
+
+    Attributes:
+        study: The source study's name, in the same storage.
+        knobs: Renamed knobs: this study's knob name -> the source's name for it. Knobs
+            matched neither by this table nor by an equal name are ignored on either side.
+    """
+
+    study: str
+    knobs: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.study, str) or not _STUDY_NAME.fullmatch(self.study):
+            raise ValidationError(
+                "transfer_from.study",
+                f"invalid study name {self.study!r}",
+                "an existing study's name",
+            )
+        for mine, theirs in self.knobs:
+            if not (isinstance(mine, str) and mine and isinstance(theirs, str) and theirs):
+                raise ValidationError(
+                    "transfer_from.knobs", f"got {mine!r} = {theirs!r}", 'this knob = "source knob"'
+                )
+
+    def source_name(self, knob: str) -> str:
+        """The source's name for this study's ``knob``."""
+        return dict(self.knobs).get(knob, knob)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"study": self.study, **({"knobs": dict(self.knobs)} if self.knobs else {})}
+
+    @classmethod
+    def from_value(cls, data: Any, i: int) -> TransferSource:
+        """A source from a name (``"tpcc"``) or a table (``{study = "tpcc", knobs = {...}}``)."""
+        where = f"transfer_from[{i}]"
+        if isinstance(data, str):
+            data = {"study": data}
+        if not isinstance(data, dict):
+            raise ValidationError(where, "must be a study name or a table", _TRANSFER_FIELDS)
+        unknown = sorted(set(data) - set(_TRANSFER_FIELDS))
+        if unknown:
+            raise ValidationError(
+                f"{where}.{unknown[0]}", "unknown transfer setting", _TRANSFER_FIELDS
+            )
+        knobs = data.get("knobs", {})
+        if not isinstance(knobs, dict):
+            raise ValidationError(f"{where}.knobs", 'must be a table: this knob = "source knob"')
+        try:
+            return cls(data.get("study", ""), tuple(sorted(knobs.items())))
+        except ValidationError as error:
+            raise relocate(error, "transfer_from", where, f"source {i}") from None
 
 
 @dataclass(frozen=True)
@@ -417,6 +476,9 @@ class StudySpec:
             order), which the model uses besides the knobs.
         stopping: When a trial's measurement may end early (``[study.stopping]``,
             ``tuner.stopping``); never by default.
+        transfer_from: Earlier studies of related workloads to learn from
+            (``tuner.transfer``): their names, or ``{ study = "...", knobs = { mine =
+            "theirs" } }`` tables; none by default.
     """
 
     name: str
@@ -430,6 +492,7 @@ class StudySpec:
     candidates: tuple[Config, ...] = ()
     candidate_features: tuple[dict[str, float], ...] = ()
     stopping: StoppingSettings = field(default_factory=StoppingSettings)
+    transfer_from: tuple[TransferSource, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _STUDY_NAME.fullmatch(self.name):
@@ -496,6 +559,44 @@ class StudySpec:
         object.__setattr__(
             self, "candidate_features", self._checked_features(self.candidate_features)
         )
+        object.__setattr__(self, "transfer_from", self._checked_sources(self.transfer_from))
+
+    def _checked_sources(self, sources: Any) -> tuple[TransferSource, ...]:
+        """Distinct earlier studies, not this one, whose renames name this study's knobs."""
+        sources = tuple(sources)
+        if len(sources) > MAX_TRANSFER_SOURCES:
+            raise ValidationError(
+                "transfer_from", f"got {len(sources)}", f"at most {MAX_TRANSFER_SOURCES} studies"
+            )
+        if sources and self.multi_objective:
+            raise ValidationError(
+                "transfer_from",
+                "transfer learns one objective; this study has several",
+                "no transfer_from with several objectives",
+            )
+        seen: set[str] = set()
+        for i, source in enumerate(sources):
+            if not isinstance(source, TransferSource):
+                raise ValidationError(f"transfer_from[{i}]", f"got {source!r}", "a study name")
+            if source.study == self.name:
+                raise ValidationError(
+                    f"transfer_from[{i}].study", "a study cannot learn from itself", "another study"
+                )
+            if source.study in seen:
+                raise ValidationError(
+                    f"transfer_from[{i}].study",
+                    f"{source.study!r} is named twice",
+                    "distinct studies",
+                )
+            seen.add(source.study)
+            for mine, _ in source.knobs:
+                if mine not in self.space:
+                    raise ValidationError(
+                        f"transfer_from[{i}].knobs.{mine}",
+                        "names no knob of this study",
+                        self.space.names,
+                    )
+        return sources
 
     def _checked_candidates(self, candidates: Any) -> tuple[Config, ...]:
         """The allowed configurations, each validated; empty means "the whole space".
@@ -632,6 +733,18 @@ class StudySpec:
         return self.objectives[0]
 
     @property
+    def fits_models(self) -> bool:
+        """Whether the study's designer may fit a model (BO, or anything in an embedding); the
+        quasi-random designer (``sobol``, ``random``) never does, and suggests in milliseconds."""
+        return self.embedding is not None or self.designer.algorithm == "bo"
+
+    @property
+    def learns_from_sources(self) -> bool:
+        """Whether transfer sources reach its designer: BO (in an embedding or not) with one
+        objective (``tuner/designer/models/transfer.py``)."""
+        return self.designer.algorithm == "bo" and not self.multi_objective
+
+    @property
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
 
@@ -669,6 +782,11 @@ class StudySpec:
             ),
             # only when set: specs that stop no trial early keep their fingerprints
             **({} if self.stopping.default else {"stopping": self.stopping.to_dict()}),
+            **(
+                {"transfer_from": [t.to_dict() for t in self.transfer_from]}
+                if self.transfer_from
+                else {}
+            ),
         }
 
     def fingerprint(self) -> str:
@@ -711,6 +829,9 @@ class StudySpec:
             candidates=tuple(_list(data, "candidates")),
             candidate_features=tuple(_list(data, "candidate_features")),
             stopping=StoppingSettings.from_dict(data.get("stopping")),
+            transfer_from=tuple(
+                TransferSource.from_value(t, i) for i, t in enumerate(_list(data, "transfer_from"))
+            ),
         )
 
 

@@ -50,6 +50,7 @@ class StepKind(StrEnum):
     IMPORT = "import"  # not made by the designer: imported, or measured by the user
     FOREST = "forest"  # the portfolio: expected improvement on a random forest (SMAC-style)
     EXPLORE = "explore"  # the portfolio after stagnation: farthest from every configuration
+    TRANSFER = "transfer"  # a transfer source's best configuration, in the initial design
 
     @property
     def model_based(self) -> bool:
@@ -198,6 +199,9 @@ class Trial:
             study's ``W`` windows has metrics from ``w / W`` of a full measurement, which
             the model weighs as a noisier value (``designer/models/model.py``). 0: not
             measured in windows.
+        transfer: For a study with transfer sources: how much each source weighed in the
+            model that chose the configuration, ``(source, weight)`` pairs with the study's
+            own model as ``""`` (``designer/models/transfer.py``); empty otherwise.
     """
 
     id: int
@@ -219,6 +223,7 @@ class Trial:
     repeats: int = 1
     spread: dict[str, float] = field(default_factory=dict)
     windows: int = 0
+    transfer: tuple[tuple[str, float], ...] = ()
 
 
 def with_resolved_constraints(spec: StudySpec, trials: Iterable[Trial]) -> StudySpec:

@@ -25,6 +25,7 @@ from typing import Any
 from bench.common import Measured
 from bench.contract import Measurement, MethodRun, SuiteProblem, run_rng
 from runner.loop import run_trials
+from runner.memory import MemoryAPI
 from tuner.confirmation import best_of
 from tuner.space import Config
 from tuner.study import StudySpec
@@ -73,7 +74,25 @@ def run(
     name: str = NAME,
 ) -> MethodRun:
     """``budget`` trials of our designer (module doc), named ``name`` in the logs."""
-    spec = study_spec(problem, seed, designer)
+    return run_study(problem, study_spec(problem, seed, designer), seed, budget, on_eval, name)[0]
+
+
+def run_study(
+    problem: SuiteProblem,
+    spec: StudySpec,
+    seed: int,
+    budget: int,
+    on_eval: Callable[[], None] | None = None,
+    name: str = NAME,
+    api: MemoryAPI | None = None,
+) -> tuple[MethodRun, list[Trial]]:
+    """``budget`` new trials of ``spec`` on ``problem`` in ``api`` (a new store by default;
+    one holding the study's transfer sources, or trials imported into it), and the study's
+    trials. The reported configuration is ``best_of`` the study's trials so far, imported
+    ones included."""
+    api = api if api is not None else MemoryAPI()
+    api.create_study(spec)
+    before = api.list_trials(spec.name)
     rng = run_rng(problem.name, seed)
     measurements: list[Measurement] = []
 
@@ -90,22 +109,24 @@ def run(
             on_eval()
 
     start = time.perf_counter()
-    trials = run_trials(spec, measure, budget, on_trial=tick)
+    trials = run_trials(spec, measure, budget + len(before), api=api, on_trial=tick)
     seconds = time.perf_counter() - start
+    new = trials[len(before) :]
     reported: list[Config | None] = []
-    for i in range(len(trials)):
-        best = best_of(spec, trials[: i + 1], ()).trial
+    for i in range(len(new)):
+        best = best_of(spec, [*before, *new[: i + 1]], ()).trial
         reported.append(None if best is None else dict(best.config))
-    steps = Counter(t.step.value for t in trials)
-    steps["warnings"] = sum(bool(t.warning) for t in trials)
-    return MethodRun(
+    steps = Counter(t.step.value for t in new)
+    steps["warnings"] = sum(bool(t.warning) for t in new)
+    run = MethodRun(
         method=name,
         problem=problem.name,
         seed=seed,
-        configs=[dict(t.config) for t in trials],
+        configs=[dict(t.config) for t in new],
         measurements=measurements,
         reported=reported,
         seconds=seconds,
         notes=dict(steps),
-        generators=[t.step.value for t in trials],
+        generators=[t.step.value for t in new],
     )
+    return run, trials

@@ -19,7 +19,7 @@ from server.service.queue import Queue
 from server.storage import Request, Storage
 from server.suggest import Designer, InlineDesigner
 from tuner.confirmation import Best
-from tuner.errors import StateError, ValidationError
+from tuner.errors import NotFoundError, StateError, ValidationError
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
 
@@ -122,6 +122,15 @@ class ServiceCore:
         if spec is None:
             spec = self._specs[study] = self.storage.get_study(study).spec
         return spec
+
+    def _source(self, study: str) -> tuple[StudySpec, list[Trial]] | None:
+        """A transfer source's spec and trials as stored now (``tuner.transfer.read_sources``),
+        or None when no such study exists (deleted, or never created)."""
+        try:
+            spec = self.storage.get_study(study).spec
+            return spec, self.storage.list_trials(study)
+        except NotFoundError:
+            return None
 
     def _lease_end(self) -> float | None:
         return None if self.leases is None else self._clock() + self.leases.ttl_s

@@ -12,6 +12,7 @@ from server.storage import NewBatch, NewTrial, Request
 from tuner.errors import AlreadyExistsError, OverloadedError, TakenError, ValidationError
 from tuner.loop import new_trial
 from tuner.study import StudySpec
+from tuner.transfer import read_sources
 from tuner.trial import Trial
 
 if TYPE_CHECKING:
@@ -169,12 +170,16 @@ class Suggestions(ServiceCore):
             spec = self._spec(study)
             need = sum(ask.need for ask in batch)
             salt = 0
+            # read once per designer run (the designer caches their fitted models)
+            sources, problems = read_sources(spec, self._source)
             for attempt in range(MAX_TAKEN_RETRIES + 1):
                 trials = self.storage.list_trials(study)  # a snapshot: no lock needed
                 since = trials[-1].id if trials else 0
-                suggestions = self._designer.propose(spec, trials, need, self.fit_cache, salt)
+                suggestions = self._designer.propose(
+                    spec, trials, need, self.fit_cache, salt, sources
+                )
                 try:
-                    self._store_batch(study, spec, batch, suggestions, since)
+                    self._store_batch(study, spec, batch, suggestions, since, problems.warning())
                     return
                 except TakenError as taken:
                     log.info("study %s: suggesting again (%d): %s", study, attempt + 1, taken,
@@ -198,18 +203,22 @@ class Suggestions(ServiceCore):
         batch: list[Ask],
         suggestions: list[Suggestion],
         since: int,
+        warning: str = "",
     ) -> None:
         """Store ``batch``'s share of ``suggestions`` (chosen from the trials up to trial
-        ``since``) for each of its calls, or raise ``TakenError`` storing nothing."""
+        ``since``) for each of its calls, or raise ``TakenError`` storing nothing.
+        ``warning``: on every trial, after the suggestion's own (a missing transfer source)."""
         with self._lock(study):
             lease = self._lease_end()
             batches = []
             for ask in batch:
                 part, suggestions = suggestions[: ask.need], suggestions[ask.need :]
-                made = [new_trial(0, s, ask.client_id) for s in part]  # storage numbers them
+                # storage numbers them
+                made = [new_trial(0, s, ask.client_id, warning) for s in part]
                 new = [
                     NewTrial(t.config, t.client_id, t.source, t.warning, embedded=t.embedded,
-                             lease_expires_at=lease, step=t.step, key=trial_key(spec, t.config))
+                             lease_expires_at=lease, step=t.step, key=trial_key(spec, t.config),
+                             transfer=t.transfer)
                     for t in made
                 ]  # fmt: skip
                 batches.append(NewBatch(new, ask.request, ask.mine))

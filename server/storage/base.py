@@ -71,7 +71,8 @@ class StoredSize:
 
     Attributes:
         chars: Characters of text stored for it: the spec's JSON; each trial's texts
-            (client, source, warning, reason, embedded point and spread as JSON), parameter
+            (client, source, warning, reason, embedded point, spread and transfer weights as
+            JSON), parameter
             names and JSON values, metric names; each measurement's metrics as JSON; each
             event's text; plus ``ROW_CHARS`` for every row but the study's.
         unfinished: Its PENDING and ACTIVE trials, whose results are still to come.
@@ -135,6 +136,8 @@ class NewTrial:
         key: The configuration's identity (``tuner.config_key.key_text``), which
             ``Storage.add_trial_batches`` checks against what others stored meanwhile;
             empty: none (never checked).
+        transfer: What each transfer source weighed in the model that suggested it
+            (``Trial.transfer``): source names (``""``: the study's own) and weights in [0, 1].
     """
 
     config: Config
@@ -146,9 +149,11 @@ class NewTrial:
     lease_expires_at: float | None = None
     step: StepKind = StepKind.IMPORT
     key: str = ""
+    transfer: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", check_config(self.config))
+        object.__setattr__(self, "transfer", check_weights(self.transfer, "trial.transfer"))
         object.__setattr__(self, "embedded", check_point(self.embedded, "trial.embedded"))
         if not isinstance(self.step, StepKind):
             raise ValidationError("trial.step", f"got {self.step!r}", [k.value for k in StepKind])
@@ -630,6 +635,24 @@ def check_point(value: Any, field_: str) -> tuple[float, ...]:
         if number is None:
             raise ValidationError(f"{field_}[{i}]", f"must be a finite number, got {item!r}")
         out.append(number)
+    return tuple(out)
+
+
+def check_weights(value: Any, field_: str) -> tuple[tuple[str, float], ...]:
+    """``value`` as ``(name, weight)`` pairs, each weight a number in [0, 1]; else
+    ``ValidationError``."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ValidationError(field_, f"must be a list of (source, weight) pairs, got {value!r}")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, str | bytes) or not isinstance(item, Sequence) or len(item) != 2:
+            raise ValidationError(f"{field_}[{i}]", f"got {item!r}", "a (source, weight) pair")
+        name, weight = item
+        check_text(name, f"{field_}[{i}].source")
+        number = _finite_float(weight)
+        if number is None or not 0.0 <= number <= 1.0:
+            raise ValidationError(f"{field_}[{i}].weight", f"got {weight!r}", "a number in [0, 1]")
+        out.append((str(name), number))
     return tuple(out)
 
 

@@ -287,6 +287,13 @@ def v11_trial_windows(db: Database) -> None:
     )
 
 
+def v12_transfer_weights(db: Database) -> None:
+    """A trial keeps what each transfer source weighed in the model that suggested it
+    (``Trial.transfer``, ``[[source, weight], ...]``; ``""`` is the study's own model).
+    Trials written before had no sources: an empty list."""
+    db.execute("ALTER TABLE trials ADD COLUMN transfer_json TEXT NOT NULL DEFAULT '[]'")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     v1_initial_schema,
     v2_embedded_points,
@@ -299,6 +306,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     v9_database_identity,
     v10_early_stopping,
     v11_trial_windows,
+    v12_transfer_weights,
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -182,6 +182,10 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "WHERE status NOT IN ('PENDING', 'ACTIVE')",
         ),
     ),
+    (
+        "v12_transfer_weights",
+        ("ALTER TABLE trials ADD COLUMN transfer_json TEXT NOT NULL DEFAULT '[]'",),
+    ),
 )
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -89,7 +89,7 @@ _FORGET_EVERY_S = 60.0  # how often a process deletes requests older than the re
 _SIZE_SQL = f"""SELECT
     (SELECT LENGTH(spec_json) FROM studies WHERE id = ?)
     + (SELECT COALESCE(SUM(LENGTH(client_id) + LENGTH(source) + LENGTH(warning) + LENGTH(reason)
-        + LENGTH(embedded_json) + LENGTH(spread_json) + {ROW_CHARS}), 0)
+        + LENGTH(embedded_json) + LENGTH(spread_json) + LENGTH(transfer_json) + {ROW_CHARS}), 0)
        FROM trials WHERE study_id = ?)
     + (SELECT COALESCE(SUM(LENGTH(name) + LENGTH(value_json) + {ROW_CHARS}), 0)
        FROM parameters WHERE study_id = ?)
@@ -109,7 +109,7 @@ _TRIAL_COLUMNS = ("reason", "client_id", "source", "warning", "created_at", "upd
 _NEW_TRIAL_COLUMNS = (
     "study_id", "trial_id", "status", "client_id", "source", "step", "warning",
     "embedded_json", "reason", "created_at", "updated_at", "heartbeat_at", "lease_expires_at",
-    "config_key",
+    "config_key", "transfer_json",
 )  # fmt: skip
 
 
@@ -601,6 +601,7 @@ class SQLStorage(Storage):
                         embedded=trial.embedded,
                         step=trial.step,
                         key=keys.get(trial.id) or "",
+                        transfer=trial.transfer,
                     )
                     detail = f"PENDING, re-offer of trial {trial.id}"
                     copy = _insert_trials(
@@ -793,6 +794,7 @@ def _trial_row(trial: NewTrial, now: float) -> dict[str, Any]:
         "step": trial.step.value,
         "warning": trial.warning,
         "embedded_json": json.dumps(list(trial.embedded)),
+        "transfer_json": json.dumps([list(pair) for pair in trial.transfer]),
         "reason": "",
         "created_at": now,
         "updated_at": now,
@@ -920,6 +922,7 @@ def _trials(
             repeats=int(row["repeats"]),
             spread={k: float(v) for k, v in json.loads(row["spread_json"]).items()},
             windows=int(row["windows"]),
+            transfer=tuple((str(n), float(w)) for n, w in json.loads(row["transfer_json"])),
             **{key: row[key] for key in _TRIAL_COLUMNS},
         )
         for row in rows

@@ -95,10 +95,10 @@ def test_a_batch_is_pending_while_it_is_measured() -> None:
 
     original = memory.propose
 
-    def counted(spec: StudySpec, trials: Any, count: int, cache: Any = None) -> Any:
+    def counted(spec: StudySpec, trials: Any, count: int, cache: Any = None, **more: Any) -> Any:
         asked.append(len(calls))  # measurements done when the designer is asked
         assert all(t.status.is_final for t in trials)
-        return original(spec, trials, count, cache)
+        return original(spec, trials, count, cache, **more)
 
     memory.propose = counted  # type: ignore[assignment]
     try:

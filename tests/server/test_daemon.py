@@ -132,7 +132,13 @@ def test_tunes_applies_watches_and_retunes_when_the_load_drifts(tmp_path: Path) 
             assert len(trials) == 6 and trials[0].step is StepKind.DEFAULT
             assert all(t.status is TrialStatus.COMPLETED for t in trials)
         second = storage.list_trials("daemon-example.r2")
+        learns = storage.get_study("daemon-example.r2").spec.transfer_from
     assert all(t.metrics["requests_per_s"] == 600.0 for t in second)  # measured at the new load
+    # the second round learns from the first: its design starts from the configuration the
+    # first applied (unless that is the default, which every round measures first)
+    assert [s.study for s in learns] == ["daemon-example.r1"]
+    if applied[0]["config"] != second[0].config:
+        assert second[1].step is StepKind.TRANSFER and second[1].config == applied[0]["config"]
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from server.suggest import InlineDesigner
 from tuner.designer import FitCache, Suggestion
 from tuner.errors import OverloadedError
 from tuner.study import StudySpec
+from tuner.transfer import SourceStudy
 from tuner.trial import StepKind, Trial, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,11 +65,13 @@ class Lockstep(InlineDesigner):
         count: int,
         cache: FitCache,
         salt: int = 0,
+        sources: Sequence[SourceStudy] = (),
     ) -> list[Suggestion]:
         self.salts.append(salt)
         if len(self.salts) == 1:
             self.barrier.wait(60)
-        return super().propose(spec, trials, count, cache, *([salt] if salt else []))
+        salted = [salt] if salt else []
+        return super().propose(spec, trials, count, cache, *salted, sources=sources)
 
 
 Opener = Callable[[], Storage]

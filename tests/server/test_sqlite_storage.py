@@ -410,3 +410,23 @@ def test_a_version_10_file_gives_its_finished_trials_their_windows(tmp_path: Pat
         done = storage.finish_trial("old", 3, TrialStatus.EARLY_STOPPED, {"qps": 4.0}, "slow")
         assert done.windows == 4
         assert [t.windows for t in storage.list_trials("old")] == [3, 10, 4]
+
+
+def test_a_version_11_file_gives_its_trials_no_transfer_weights(tmp_path: Path) -> None:
+    """v12 adds ``transfer_json``: trials written before had no sources (empty weights), and a
+    new trial keeps the weights it is given."""
+    path = tmp_path / "v11.db"
+    with Database(path) as db:
+        _old_study(db, 11)
+        db.execute(
+            "INSERT INTO trials (study_id, trial_id, status, source, created_at, updated_at) "
+            "VALUES (1, 1, 'COMPLETED', 'global', 0, 0)"
+        )
+    with SQLiteStorage(path) as storage:
+        assert [t.transfer for t in storage.list_trials("old")] == [()]
+        (new,) = storage.add_trials(
+            "old", [NewTrial({}, step=StepKind.GLOBAL, transfer=(("", 1.0),))]
+        )
+        assert storage.get_trial("old", new.id).transfer == (("", 1.0),)
+    with raw(path) as conn:
+        assert migrations.current_version(conn) == migrations.LATEST_VERSION

@@ -726,7 +726,7 @@ def test_stored_size_counts_what_a_study_holds_alike_on_every_backend(storage: S
     total = len(json.dumps(spec.to_dict(), allow_nan=False))
     assert storage.stored_size("pg-oltp") == StoredSize(total, 0)
     add_one(storage, client_id="wörker")
-    total += len("wörker") + len("[]") + len("{}") + ROW_CHARS  # the trial's row
+    total += len("wörker") + len("[]") + len("{}") + len("[]") + ROW_CHARS  # the trial's row
     total += sum(len(name) + len(json.dumps(v)) + ROW_CHARS for name, v in CONFIG.items())
     total += len("created") + len("ACTIVE, client 'wörker'") + ROW_CHARS  # its event
     assert storage.stored_size("pg-oltp") == StoredSize(total, 1)
@@ -739,6 +739,29 @@ def test_stored_size_counts_what_a_study_holds_alike_on_every_backend(storage: S
     assert storage.stored_size("pg-oltp") == StoredSize(total, 0)
     with pytest.raises(NotFoundError, match="'nope'"):
         storage.stored_size("nope")
+
+
+def test_a_trial_keeps_its_transfer_weights_alike_on_every_backend(storage: Storage) -> None:
+    """What each transfer source weighed in a suggestion (``Trial.transfer``) reads back as
+    stored, through finishing and re-offering; bad weights are refused by name."""
+    storage.create_study(make_spec())
+    weights = (("", 0.25), ("src-tpcc", 0.7), ("ycsb é", 0.05))
+    trial_id = add_one(storage, transfer=weights)
+    assert storage.get_trial("pg-oltp", trial_id).transfer == weights
+    done = storage.finish_trial(
+        "pg-oltp", trial_id, TrialStatus.COMPLETED, {"tps": 1.0, "p95_ms": 2.0}
+    )
+    assert done.transfer == weights == storage.list_trials("pg-oltp")[0].transfer
+    assert storage.get_trial("pg-oltp", add_one(storage)).transfer == ()
+    cases = [
+        ((("a", 1.5),), "trial.transfer[0].weight"),
+        ((("a",),), "trial.transfer[0]"),
+        (((3, 0.5),), "trial.transfer[0].source"),
+    ]
+    for bad, field in cases:
+        with pytest.raises(ValidationError) as raised:
+            NewTrial(dict(CONFIG), transfer=bad)  # type: ignore[arg-type]
+        assert raised.value.field == field
 
 
 # -- configurations stored meanwhile ----------------------------------------------------------

@@ -28,6 +28,7 @@ from tuner.designer import FitCache, Suggestion
 from tuner.errors import OverloadedError, TunerError
 from tuner.space import FloatKnob, IntKnob, SearchSpace
 from tuner.study import DesignerSettings, Goal, Objective, StudySpec
+from tuner.transfer import SourceStudy
 from tuner.trial import StepKind, Trial, TrialStatus
 
 
@@ -65,11 +66,12 @@ class Gate(InlineDesigner):
         count: int,
         cache: FitCache,
         salt: int = 0,
+        sources: Sequence[SourceStudy] = (),
     ) -> list[Suggestion]:
         self.runs.append((count, [t.id for t in trials]))
         self.started.release()
         assert self._open.wait(30), "the test never released the designer"
-        return super().propose(spec, trials, count, cache, salt)
+        return super().propose(spec, trials, count, cache, salt, sources)
 
     def release(self) -> None:
         self._open.set()

@@ -17,6 +17,7 @@ from tuner.designer.strategy import (
     PRIOR,
     RANDOM,
     SOBOL,
+    TRANSFER,
     TREND,
     LocalStep,
     Situation,
@@ -140,10 +141,19 @@ def test_constants_live_on_their_steps() -> None:
     assert (TREND.narrow, TREND.probe, TREND.keep) == (2.0, 6, 0.4)
     assert PRIOR.phase == 2 and GLOBAL.candidate_margin == 0.5
     assert PORTFOLIO.improvement == LOCAL.improvement
-    steps = (DEFAULT, SOBOL, RANDOM, PRIOR, GLOBAL, LOCAL, TREND, FOREST, EXPLORE)
+    steps = (DEFAULT, TRANSFER, SOBOL, RANDOM, PRIOR, GLOBAL, LOCAL, TREND, FOREST, EXPLORE)
     assert {s.kind for s in steps} == {
         k for k in StepKind if k not in (StepKind.FILL_IN, StepKind.FALLBACK, StepKind.IMPORT)
     }
+
+
+def test_transfer_seeds_take_the_design_slots_after_the_default() -> None:
+    first = Situation(default_due=True, designed=0, initial=4, seeds=2)
+    steps = plan(_spec(), History((), ()), first, 6)
+    assert steps == [DEFAULT, TRANSFER, TRANSFER, SOBOL, SOBOL, SOBOL]
+    # seeds only fill the initial design: past it, the model steps as without sources
+    late = Situation(designed=4, initial=4, seeds=1, learned=True)
+    assert next_step(late) == GLOBAL
 
 
 # -- the portfolio's choice, from the study's own trials ------------------------------------

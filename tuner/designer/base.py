@@ -42,12 +42,16 @@ class Suggestion:
         warning: Numerical trouble met while producing it (recorded on the trial).
         embedded: The low-dimensional point it was projected from, for studies searched in
             an embedding (stored with the trial so the history replays exactly); else empty.
+        transfer: What the transfer sources weighed in the model that made it: ``(source,
+            weight)`` pairs, the study's own model as ``""`` (``models/transfer.py``); empty
+            without sources or for a step without a model.
     """
 
     config: Config
     step: StepKind
     warning: str = ""
     embedded: tuple[float, ...] = ()
+    transfer: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

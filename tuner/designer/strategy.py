@@ -6,6 +6,8 @@ designers: every suggestion is one *step*, and ``next_step`` chooses it from a
 decision table, in order (the first row that applies wins)::
 
     default configuration wanted, not taken yet        -> DEFAULT
+    initial design not complete, a transfer source's
+      best configuration not taken yet                  -> TRANSFER
     initial design not complete, or nothing COMPLETED   -> SOBOL   (space-filling)
     this slot's draw of designer.random_fraction        -> RANDOM
     expert priors, fewer than 2 x initial designed      -> PRIOR   (BO inside the region)
@@ -58,6 +60,18 @@ class SobolStep:
     ``min(10, max(5, d + 1))``); squeezed into the recommended region with expert priors."""
 
     kind: ClassVar[StepKind] = StepKind.SOBOL
+
+
+@dataclass(frozen=True)
+class TransferStep:
+    """The best configuration of a transfer source (``StudySpec.transfer_from``;
+    ``models/transfer.py``), in place of a Sobol point of the initial design: sources in
+    their order, each source's best by its own measurements, the knobs it lacks at this
+    study's defaults. Only sources whose best configuration another source also expects to be
+    better than its average are seeded ("when the sources agree", ``transfer_seeds``); a
+    single source is seeded."""
+
+    kind: ClassVar[StepKind] = StepKind.TRANSFER
 
 
 @dataclass(frozen=True)
@@ -200,6 +214,7 @@ class PortfolioStep:
 
 Step = (
     DefaultStep
+    | TransferStep
     | SobolStep
     | RandomStep
     | PriorStep
@@ -212,6 +227,7 @@ Step = (
 
 DEFAULT = DefaultStep()
 SOBOL = SobolStep()
+TRANSFER = TransferStep()
 RANDOM = RandomStep()
 PRIOR = PriorStep()
 GLOBAL = GlobalStep()
@@ -230,6 +246,7 @@ class Situation:
         default_due: The study wants its default configuration measured, and it is not taken.
         designed: Trials that count toward the initial design (all but the default).
         initial: Size of the initial design.
+        seeds: Transfer sources' best configurations not taken yet (``TransferStep``).
         learned: Some trial COMPLETED: a model has something to learn from.
         random_draw: This slot's draw of ``designer.random_fraction`` came up.
         prior_region: The study has expert priors with a recommended region.
@@ -246,6 +263,7 @@ class Situation:
     default_due: bool = False
     designed: int = 0
     initial: int = 5
+    seeds: int = 0
     learned: bool = False
     random_draw: bool = False
     prior_region: bool = False
@@ -261,6 +279,8 @@ def next_step(s: Situation) -> Step:
     """The whole decision table (module doc)."""
     if s.default_due:
         return DEFAULT
+    if s.designed < s.initial and s.seeds > 0:
+        return TRANSFER
     if s.designed < s.initial or not s.learned:
         return SOBOL
     if s.random_draw:
@@ -318,6 +338,10 @@ def plan(spec: StudySpec, history: History, first: Situation, count: int) -> lis
         steps.append(step)
         if isinstance(step, DefaultStep):
             situation = replace(situation, default_due=False)
+        elif isinstance(step, TransferStep):
+            situation = replace(
+                situation, designed=situation.designed + 1, seeds=situation.seeds - 1
+            )
         else:
             situation = replace(situation, designed=situation.designed + 1)
     return steps

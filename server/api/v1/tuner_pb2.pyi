@@ -44,6 +44,7 @@ class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_KIND_IMPORT: _ClassVar[StepKind]
     STEP_KIND_FOREST: _ClassVar[StepKind]
     STEP_KIND_EXPLORE: _ClassVar[StepKind]
+    STEP_KIND_TRANSFER: _ClassVar[StepKind]
 
 class MeasurementKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -87,6 +88,7 @@ STEP_KIND_FALLBACK: StepKind
 STEP_KIND_IMPORT: StepKind
 STEP_KIND_FOREST: StepKind
 STEP_KIND_EXPLORE: StepKind
+STEP_KIND_TRANSFER: StepKind
 MEASUREMENT_KIND_UNSPECIFIED: MeasurementKind
 MEASUREMENT_KIND_REPEAT: MeasurementKind
 MEASUREMENT_KIND_CONTROL: MeasurementKind
@@ -223,7 +225,7 @@ class Embedding(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., dims: _Optional[int] = ..., special_bias: _Optional[float] = ..., buckets: _Optional[int] = ..., seed: _Optional[int] = ..., grow_after: _Optional[int] = ...) -> None: ...
 
 class StudySpec(_message.Message):
-    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding", "candidates", "stopping")
+    __slots__ = ("name", "knobs", "objectives", "outcome_constraints", "parameter_constraints", "designer", "allow_unsafe", "embedding", "candidates", "stopping", "transfer_from")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KNOBS_FIELD_NUMBER: _ClassVar[int]
     OBJECTIVES_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +236,7 @@ class StudySpec(_message.Message):
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     STOPPING_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FROM_FIELD_NUMBER: _ClassVar[int]
     name: str
     knobs: _containers.RepeatedCompositeFieldContainer[Knob]
     objectives: _containers.RepeatedCompositeFieldContainer[Objective]
@@ -244,7 +247,23 @@ class StudySpec(_message.Message):
     embedding: Embedding
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
     stopping: StoppingSettings
-    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingSettings, _Mapping]] = ...) -> None: ...
+    transfer_from: _containers.RepeatedCompositeFieldContainer[TransferSource]
+    def __init__(self, name: _Optional[str] = ..., knobs: _Optional[_Iterable[_Union[Knob, _Mapping]]] = ..., objectives: _Optional[_Iterable[_Union[Objective, _Mapping]]] = ..., outcome_constraints: _Optional[_Iterable[str]] = ..., parameter_constraints: _Optional[_Iterable[str]] = ..., designer: _Optional[_Union[DesignerSettings, _Mapping]] = ..., allow_unsafe: _Optional[bool] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingSettings, _Mapping]] = ..., transfer_from: _Optional[_Iterable[_Union[TransferSource, _Mapping]]] = ...) -> None: ...
+
+class TransferSource(_message.Message):
+    __slots__ = ("study", "knobs")
+    class KnobsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STUDY_FIELD_NUMBER: _ClassVar[int]
+    KNOBS_FIELD_NUMBER: _ClassVar[int]
+    study: str
+    knobs: _containers.ScalarMap[str, str]
+    def __init__(self, study: _Optional[str] = ..., knobs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StoppingSettings(_message.Message):
     __slots__ = ("early_stop", "confidence", "min_windows", "screen_windows", "screen_keep")
@@ -304,7 +323,7 @@ class Parameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Trial(_message.Message):
-    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point", "lease_expires_at", "expired_at", "reported_late", "reoffered_as", "step", "repeats", "spread", "windows")
+    __slots__ = ("id", "study", "config", "status", "metrics", "reason", "client_id", "source", "warning", "created_at", "updated_at", "embedded_point", "lease_expires_at", "expired_at", "reported_late", "reoffered_as", "step", "repeats", "spread", "windows", "transfer")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +332,13 @@ class Trial(_message.Message):
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     class SpreadEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class TransferEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +365,7 @@ class Trial(_message.Message):
     REPEATS_FIELD_NUMBER: _ClassVar[int]
     SPREAD_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FIELD_NUMBER: _ClassVar[int]
     id: int
     study: str
     config: _containers.RepeatedCompositeFieldContainer[Parameter]
@@ -359,7 +386,8 @@ class Trial(_message.Message):
     repeats: int
     spread: _containers.ScalarMap[str, float]
     windows: int
-    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reported_late: _Optional[bool] = ..., reoffered_as: _Optional[int] = ..., step: _Optional[_Union[StepKind, str]] = ..., repeats: _Optional[int] = ..., spread: _Optional[_Mapping[str, float]] = ..., windows: _Optional[int] = ...) -> None: ...
+    transfer: _containers.ScalarMap[str, float]
+    def __init__(self, id: _Optional[int] = ..., study: _Optional[str] = ..., config: _Optional[_Iterable[_Union[Parameter, _Mapping]]] = ..., status: _Optional[_Union[TrialStatus, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ..., client_id: _Optional[str] = ..., source: _Optional[str] = ..., warning: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedded_point: _Optional[_Iterable[float]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reported_late: _Optional[bool] = ..., reoffered_as: _Optional[int] = ..., step: _Optional[_Union[StepKind, str]] = ..., repeats: _Optional[int] = ..., spread: _Optional[_Mapping[str, float]] = ..., windows: _Optional[int] = ..., transfer: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Measurement(_message.Message):
     __slots__ = ("trial_id", "kind", "metrics", "at", "round")

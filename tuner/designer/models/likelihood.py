@@ -49,6 +49,7 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from tuner.designer.models.kernels import OneHotCategoricalKernel
+from tuner.designer.models.means import PriorMean
 
 _LOG_2PI = math.log(2 * math.pi)
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -124,7 +125,7 @@ def loss_closure(mll: ExactMarginalLogLikelihood) -> Callable[[], Tensor] | None
     if type(likelihood) not in _LIKELIHOODS or list(model.added_loss_terms()):
         return None
     mean = model.mean_module
-    if type(mean) is not ConstantMean and not _linear(mean):
+    if type(mean) is not ConstantMean and not _linear(mean) and type(mean) is not PriorMean:
         return None
     factors = _factors(model.covar_module)
     if factors is None:

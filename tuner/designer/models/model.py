@@ -101,6 +101,7 @@ from torch.nn import Parameter
 
 from tuner.designer.models.kernels import OneHotCategoricalKernel
 from tuner.designer.models.likelihood import ScaledNoiseLikelihood, fit_plain
+from tuner.designer.models.means import Prior, PriorMean
 from tuner.space import Config
 from tuner.study import StudySpec
 from tuner.trial import Trial, TrialStatus
@@ -341,6 +342,7 @@ def fit_models(
     cache: FitCache | None = None,
     cache_scope: str = "",
     trend: bool = False,
+    prior: Prior | None = None,
 ) -> Model:
     """Fit the outcomes' GPs, warm-started from the cache; outputs keep ``data``'s order.
 
@@ -352,12 +354,17 @@ def fit_models(
     A batched multi-output GP is never put inside a ``ModelListGP``: BoTorch 0.18 then lays
     out the joint posterior's covariance wrongly (the variances of the second output show up
     in the first output's slots for half the points), which silently breaks the acquisition.
+
+    ``prior``: one outcome's prior mean (``models/transfer.py``: what earlier studies say);
+    it replaces the trend's linear mean where both are asked for.
     """
     groups = _groups(data)
     scope = cache_scope + ":trend" if trend else cache_scope
+    if prior is not None:
+        scope, trend = cache_scope + ":transfer", False
     if len(groups) == 1:
-        return _fit(groups[0], encoder, cache, scope, trend)
-    return ModelListGP(*[_fit([o], encoder, cache, scope, trend) for o in data])
+        return _fit(groups[0], encoder, cache, scope, trend, prior)
+    return ModelListGP(*[_fit([o], encoder, cache, scope, trend, prior) for o in data])
 
 
 def _fit(
@@ -366,13 +373,14 @@ def _fit(
     cache: FitCache | None,
     scope: str,
     trend: bool = False,
+    prior: Prior | None = None,
 ) -> GPyTorchModel:
     """One outcome's GP, or a batched GP over outcomes sharing inputs whose hyperparameters
     are each outcome's own GP's (module doc: the outputs are fitted one by one)."""
     if len(group) == 1:
-        return _fit_one(group[0], encoder, cache, scope, trend)
-    singles = [_fit_one(o, encoder, cache, scope, trend) for o in group]
-    model = build_model(group, encoder, trend)
+        return _fit_one(group[0], encoder, cache, scope, trend, prior)
+    singles = [_fit_one(o, encoder, cache, scope, trend, prior) for o in group]
+    model = build_model(group, encoder, trend, prior)
     fitted = [dict(s.named_parameters()) for s in singles]
     for name, parameter in model.named_parameters():
         own = torch.stack([f[name].detach() for f in fitted])
@@ -392,11 +400,12 @@ def _fit_one(
     cache: FitCache | None,
     scope: str,
     trend: bool = False,
+    prior: Prior | None = None,
 ) -> GPyTorchModel:
     key = (scope, outcome.name)
     state = cache.get(key, encoder.d) if cache is not None else None
     rows = outcome.X.shape[0]
-    model = build_model([outcome], encoder, trend)
+    model = build_model([outcome], encoder, trend, prior)
     if state is not None:
         model.load_state_dict(state, strict=False)
         fitted = cache.fitted_rows(key, encoder.d) if cache is not None else None
@@ -405,7 +414,7 @@ def _fit_one(
             return model  # the cached hyperparameters still describe the data
         full = rows % _FULL_FIT_EVERY == 0
         if not _optimize(model, _FIT_MAXITER if full else _WARM_MAXITER):
-            model = build_model([outcome], encoder, trend)  # the warm start misled it
+            model = build_model([outcome], encoder, trend, prior)  # the warm start misled it
             _optimize(model, _FIT_MAXITER)
     else:
         _optimize(model, _FIT_MAXITER)
@@ -426,6 +435,11 @@ def _keeps(fitted: int, rows: int) -> bool:
     return 0 <= rows - fitted < refit_interval(rows)
 
 
+def optimize_hyperparameters(model: GPyTorchModel, maxiter: int = _FIT_MAXITER) -> bool:
+    """Fit a single-output GP's hyperparameters from where they are (``_optimize``)."""
+    return _optimize(model, maxiter)
+
+
 def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
     """Maximize a single-output GP's marginal likelihood with L-BFGS-B; whether it ended
     normally (converged or ran its ``maxiter`` steps)."""
@@ -437,10 +451,14 @@ def _optimize(model: GPyTorchModel, maxiter: int) -> bool:
     return result.status in (OptimizationStatus.SUCCESS, OptimizationStatus.STOPPED)
 
 
-def build_model(group: list[OutcomeData], encoder: Encoder, trend: bool = False) -> GPyTorchModel:
+def build_model(
+    group: list[OutcomeData], encoder: Encoder, trend: bool = False, prior: Prior | None = None
+) -> GPyTorchModel:
     """An unfitted GP for outcomes sharing inputs; categorical knobs get a categorical kernel.
 
     ``trend``: a linear prior mean over all inputs (module doc) instead of a constant.
+    ``prior``: ``prior.function`` plus a constant as the prior mean of outcome
+    ``prior.outcome``, a constant for the others (``models/transfer.py``).
     """
     d = encoder.d
     X = group[0].X
@@ -449,12 +467,16 @@ def build_model(group: list[OutcomeData], encoder: Encoder, trend: bool = False)
     other = [i for i in range(d) if i not in encoder.cat_dims]
     batch = torch.Size([len(group)]) if len(group) > 1 else None
     scale = group[0].scale  # the outcomes of a group share their rows, so their factors
+    mean = ZeroLinearMean(d, batch or torch.Size([])) if trend else None
+    if prior is not None:
+        active = [o.name == prior.outcome for o in group]
+        mean = PriorMean(prior.function, active, batch or torch.Size([]))
     return SingleTaskGP(
         X,  # already normalized: the unit-box encoding of the knobs' ranges
         Y,
         likelihood=None if scale is None else ScaledNoiseLikelihood(scale, batch or torch.Size()),
         covar_module=_kernel(other, cat_dims, [encoder.cat_dims[i] for i in cat_dims], batch),
-        mean_module=ZeroLinearMean(d, batch or torch.Size([])) if trend else None,
+        mean_module=mean,
         outcome_transform=Standardize(m=len(group)),
     )
 

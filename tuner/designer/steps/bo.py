@@ -47,6 +47,7 @@ from dataclasses import replace
 
 import torch
 from botorch.acquisition import AcquisitionFunction
+from botorch.models import SingleTaskGP
 
 from tuner import runtime
 from tuner.designer.acquisition.criteria import (
@@ -58,6 +59,7 @@ from tuner.designer.acquisition.criteria import (
 from tuner.designer.acquisition.local_search import LocalSearch
 from tuner.designer.base import History, Suggestion, checked
 from tuner.designer.models import forest
+from tuner.designer.models.means import Prior
 from tuner.designer.models.model import (
     NUMERICAL_ERRORS,
     FitCache,
@@ -65,6 +67,7 @@ from tuner.designer.models.model import (
     fit_models,
     outcome_data,
 )
+from tuner.designer.models.transfer import Transfer
 from tuner.designer.sampling.priors import PriorRegion
 from tuner.designer.sampling.quasirandom import QuasiRandomDesigner
 from tuner.designer.strategy import (
@@ -77,6 +80,7 @@ from tuner.designer.strategy import (
     RandomStep,
     SobolStep,
     Step,
+    TransferStep,
     TrendStep,
     plan,
     read_situation,
@@ -102,12 +106,14 @@ class BODesigner(QuasiRandomDesigner):
         settings: OptimizerSettings | None = None,
         trust_region: bool = False,
         trend_probe: bool = False,
+        transfer: Transfer | None = None,
     ) -> None:
         super().__init__(spec)
         self.cache = cache
         self.settings = settings or OptimizerSettings()
         self.trust_region = trust_region
         self.trend_probe = trend_probe
+        self.transfer = transfer
 
     def suggest(
         self, count: int, completed: Sequence[Trial], pending: Sequence[Trial], salt: int = 0
@@ -119,6 +125,8 @@ class BODesigner(QuasiRandomDesigner):
         for step in steps:  # in order: the default, then the design
             if isinstance(step, DefaultStep):
                 out += self.default_suggestion(history)
+            elif isinstance(step, TransferStep):
+                out += self._seed(history, out)
             elif isinstance(step, SobolStep):
                 out += self.space_filling(history, out, 1, StepKind.SOBOL)
         model_steps = [s for s in steps if s.kind.model_based]
@@ -138,8 +146,30 @@ class BODesigner(QuasiRandomDesigner):
             trust_region=self.trust_region,
             trend_probe=self.trend_probe,
         )
-        first = replace(first, default_due=self.default_due(history))
+        first = replace(
+            first, default_due=self.default_due(history), seeds=len(self._seeds(history, []))
+        )
         return plan(self.spec, history, first, count)
+
+    def _seeds(self, history: History, chosen: list[Suggestion]) -> list[Config]:
+        """The transfer seeds (``TransferStep``) not taken yet, each made valid."""
+        if self.transfer is None:
+            return []
+        taken = set(history.taken) | {self.encoder.key(s.config) for s in chosen}
+        out = []
+        for seed in self.transfer.seeds:
+            config = self.sampler.feasible(seed)
+            if config is not None and self.encoder.key(config) not in taken:
+                taken.add(self.encoder.key(config))
+                out.append(config)
+        return out
+
+    def _seed(self, history: History, chosen: list[Suggestion]) -> list[Suggestion]:
+        """The next transfer seed, or a Sobol point when another suggestion took it."""
+        seeds = self._seeds(history, chosen)
+        if not seeds:
+            return self.space_filling(history, chosen, 1, StepKind.SOBOL)
+        return [Suggestion(seeds[0], StepKind.TRANSFER)]
 
     def _model_based(
         self, history: History, chosen: list[Suggestion], steps: list[Step]
@@ -151,7 +181,7 @@ class BODesigner(QuasiRandomDesigner):
             seed = history.seed(self.spec.designer.seed, "bo", history.size, len(made))
             try:
                 with MODEL_LOCK:
-                    configs = self._propose(step, q, history, made, seed)
+                    configs, weights = self._propose(step, q, history, made, seed)
             except NUMERICAL_ERRORS as err:  # numerical trouble is never the client's problem
                 if runtime.STRICT:
                     raise
@@ -168,17 +198,20 @@ class BODesigner(QuasiRandomDesigner):
                 )
                 continue
             fresh = self._deduplicated(history, made, configs, step.kind)
+            if weights:
+                fresh = [replace(s, transfer=tuple(sorted(weights.items()))) for s in fresh]
             out += fresh
             out += self.space_filling(history, made + fresh, q - len(fresh), StepKind.FILL_IN)
         return out
 
     def _propose(
         self, step: Step, q: int, history: History, chosen: list[Suggestion], seed: int
-    ) -> list[Config]:
-        """``q`` configurations of a model-based ``step`` (not yet de-duplicated)."""
+    ) -> tuple[list[Config], dict[str, float]]:
+        """``q`` configurations of a model-based ``step`` (not yet de-duplicated), and the
+        transfer weights of the model that chose them (empty without sources)."""
         if isinstance(step, ForestStep):  # no GP: the forest alone (``models/forest.py``)
             rows = forest.propose(self.spec, self.encoder, history.observed, q, seed)
-            return [self.encoder.decode(row) for row in rows]
+            return [self.encoder.decode(row) for row in rows], {}
         pool = self.sampler.pool
         # a candidate list: what the model sees of each (``sampling/candidates.py``), failures
         # imputed
@@ -189,7 +222,15 @@ class BODesigner(QuasiRandomDesigner):
         any_feasible = any(is_feasible(self.spec, t) for t in history.observed)
         trend = isinstance(step, TrendStep) or (isinstance(step, LocalStep) and step.trend_mean)
         leaders = _leaders(self.spec, history.observed, 1)
-        model = fit_models(data, encoder, self.cache, self.spec.name, trend=trend)
+        prior: Prior | None = None
+        weights: dict[str, float] = {}
+        objective = self.spec.objective.name
+        if self.transfer is not None and pool is None and data and data[0].name == objective:
+            # the study's own GP first (cached as always): its ranking is the sources' yardstick
+            plain = fit_models(data[:1], encoder, self.cache, self.spec.name)
+            assert isinstance(plain, SingleTaskGP)  # one outcome: one GP
+            prior, weights = self.transfer.step(objective, plain, seed)
+        model = fit_models(data, encoder, self.cache, self.spec.name, trend=trend, prior=prior)
         if isinstance(step, LocalStep) and leaders:
             center = self.encoder.encode(leaders[0])
             initial = self.spec.designer.initial_size(len(self.spec.space))
@@ -198,20 +239,20 @@ class BODesigner(QuasiRandomDesigner):
             candidates = thompson_candidates(
                 self.spec, model, data, center, box.lows, box.highs, q, seed
             )
-        else:
-            reference = reference_point(self.spec, history.observed)
-            y = data[0].Y
-            margin = 0.0
-            if pool is not None and not self.spec.multi_objective and y.numel() > 1:
-                margin = GLOBAL.candidate_margin * float(y.std())
-            acquisition = build_acquisition(
-                self.spec, model, data, distinct_rows(data[0].X), X_pending, any_feasible, seed,
-                reference,
-                margin,
-            )  # fmt: skip
-            region = self.region if isinstance(step, PriorStep) else None
-            candidates = self._maximize(acquisition, history, chosen, q, seed, region)
-        return [self.encoder.decode(row.tolist()) for row in candidates]
+            return [self.encoder.decode(row.tolist()) for row in candidates], weights
+        reference = reference_point(self.spec, history.observed)
+        y = data[0].Y
+        margin = 0.0
+        if pool is not None and not self.spec.multi_objective and y.numel() > 1:
+            margin = GLOBAL.candidate_margin * float(y.std())
+        acquisition = build_acquisition(
+            self.spec, model, data, distinct_rows(data[0].X), X_pending, any_feasible, seed,
+            reference,
+            margin,
+        )  # fmt: skip
+        region = self.region if isinstance(step, PriorStep) else None
+        candidates = self._maximize(acquisition, history, chosen, q, seed, region)
+        return [self.encoder.decode(row.tolist()) for row in candidates], weights
 
     def _maximize(
         self,

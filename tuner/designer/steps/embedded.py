@@ -58,12 +58,13 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tuner.designer.acquisition.criteria import OptimizerSettings
 from tuner.designer.base import Designer, History, Suggestion, checked, derive_seed
 from tuner.designer.models.model import FitCache
+from tuner.designer.models.transfer import Transfer, inner_transfer
 from tuner.designer.sampling.quasirandom import QuasiRandomDesigner
 from tuner.designer.steps.bo import BODesigner
 from tuner.designer.strategy import TREND
@@ -104,7 +105,12 @@ class Stage:
     inner: Designer
 
     def low_config(self, point: tuple[float, ...]) -> Config:
-        return dict(zip(self.embedding.low_names, self.embedding.levels(point), strict=True))
+        return _low_config(self.embedding)(point)
+
+
+def _low_config(embedding: HeSBOEmbedding) -> Callable[[tuple[float, ...]], Config]:
+    """Low-dimensional point -> the inner designer's configuration (bucket indices)."""
+    return lambda point: dict(zip(embedding.low_names, embedding.levels(point), strict=True))
 
 
 class EmbeddedDesigner(Designer):
@@ -115,12 +121,14 @@ class EmbeddedDesigner(Designer):
         spec: StudySpec,
         cache: FitCache | None = None,
         settings: OptimizerSettings | None = None,
+        transfer: Transfer | None = None,
     ) -> None:
         if spec.embedding is None:
             raise ValueError(f"study {spec.name} has no embedding")
         super().__init__(spec)
         self.settings = spec.embedding
         self._cache, self._optimizer = cache, settings
+        self._transfer = transfer
         self._stages: dict[int, Stage] = {}
         base = self.stage(0)
         self.embedding, self.low_spec = base.embedding, base.low_spec  # level 0
@@ -132,8 +140,18 @@ class EmbeddedDesigner(Designer):
             embedding = HeSBOEmbedding(self.spec.space, self.settings, level)
             low_spec = low_dimensional_spec(self.spec, embedding)
             narrow = len(self.spec.space) <= TREND.narrow * embedding.sizes[0]
+            transfer = None
+            if self._transfer is not None:  # the sources, reached through this embedding
+                transfer = inner_transfer(self._transfer, embedding, _low_config(embedding))
             inner: Designer = (
-                BODesigner(low_spec, self._cache, self._optimizer, True, trend_probe=narrow)
+                BODesigner(
+                    low_spec,
+                    self._cache,
+                    self._optimizer,
+                    True,
+                    trend_probe=narrow,
+                    transfer=transfer,
+                )
                 if self.spec.designer.algorithm == "bo"
                 else QuasiRandomDesigner(low_spec)
             )
@@ -210,7 +228,7 @@ class EmbeddedDesigner(Designer):
                 key = self.encoder.key(config)
                 if key not in taken:
                     taken.add(key)
-                    out.append(Suggestion(config, suggestion.step, suggestion.warning, point))
+                    out.append(replace(suggestion, config=config, embedded=point))
                     continue
                 repeats += 1
                 id_ = -2000 - len(low_completed) - len(low_pending)
