@@ -272,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--csv", type=Path, help="one row per trial: knob columns, metric columns, [status, reason]"
     )
     source.add_argument("--from-study", metavar="STUDY", help="another study with the same knobs")
+    source.add_argument(
+        "--export", type=Path, metavar="FILE",
+        help="a study exported as JSON (tuner export --format json); creates the study from it "
+        "when it does not exist (without its embedding), e.g. to name it in transfer_from",
+    )  # fmt: skip
     beat = command(
         "heartbeat", "cli.trials:cmd_heartbeat", "renew the lease of a trial that is running"
     )

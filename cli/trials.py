@@ -21,7 +21,7 @@ from typing import Any
 
 from cli.common import connect, err
 from targets.command.target import env_name, format_value
-from tuner.errors import ValidationError
+from tuner.errors import NotFoundError, ValidationError
 from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob
 from tuner.study import StudySpec
 from tuner.trial import (
@@ -34,24 +34,65 @@ def cmd_import(args: argparse.Namespace) -> int:
     from server.records import ImportedTrial
 
     with connect(args.server, args.db, writable=True) as api:
-        spec = api.get_study(args.study).spec
         items: list[ImportedTrial]
-        if args.from_study:
+        if args.export:
+            exported, items = read_export(args.export, args.study)
+            try:
+                api.get_study(args.study)  # an existing study takes the trials as it is
+            except NotFoundError:
+                api.create_study(exported)
+        elif args.from_study:
             other = api.list_trials(args.from_study, list(OBSERVED))
             items = [
                 ImportedTrial(t.config, t.status, t.metrics, t.reason, f"import:{args.from_study}")
                 for t in other
             ]
         else:
-            items = read_trials_csv(args.csv, spec)
+            items = read_trials_csv(args.csv, api.get_study(args.study).spec)
         if not items:
-            raise ValidationError("--from-study" if args.from_study else "--csv", "no trials")
+            where = "--export" if args.export else "--from-study" if args.from_study else "--csv"
+            raise ValidationError(where, "no trials")
         stored = api.import_trials(args.study, items)
     counts = Counter(t.status.value for t in stored)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     print(f"imported {len(stored)} trials into {args.study} ({summary}): "
           f"ids {stored[0].id}-{stored[-1].id}")  # fmt: skip
     return 0
+
+
+def read_export(path: Path, name: str) -> tuple[StudySpec, list[Any]]:
+    """A study exported by ``tuner export --format json``: its spec under ``name``, without
+    its embedding and sources (a study made from an export holds evidence, e.g. for another
+    study's ``transfer_from``; an embedding's model would not see imported trials), and its
+    finished trials as imported ones (``import:<exported name>``).
+
+    Raises:
+        ValidationError: The file cannot be read, or is not such an export (``--export``).
+    """
+    from server.records import ImportedTrial
+
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        data = dict(document["study"])
+        trials = list(document["trials"])
+    except OSError as exc:
+        raise ValidationError("--export", f"cannot read {path}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValidationError(
+            "--export",
+            f"{path} is not a study exported as JSON ({exc})",
+            "tuner export --format json",
+        ) from None
+    origin = str(data.get("name", ""))
+    data = {k: v for k, v in data.items() if k not in ("embedding", "transfer_from")}
+    spec = StudySpec.from_dict({**data, "name": name})
+    observed = {s.value for s in OBSERVED}
+    items = [
+        ImportedTrial(t["config"], TrialStatus(t["status"]), t.get("metrics", {}),
+                      t.get("reason", "") or "", f"import:{origin}")
+        for t in trials if t.get("status") in observed
+    ]  # fmt: skip
+    return spec, items
 
 
 def read_trials_csv(path: Path, spec: StudySpec) -> list[Any]:

@@ -16,7 +16,7 @@ from server.api.v1 import tuner_pb2_grpc as pb_grpc
 from server.app import build_server, stop_server
 from server.client import TunerClient
 from server.service import ImportedTrial, TuningService
-from server.storage import SQLiteStorage
+from server.storage import NewTrial, SQLiteStorage
 from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import TrialStatus
@@ -168,3 +168,37 @@ def test_tuner_import_reads_a_csv_and_copies_another_study(
     table.write_text("x,mode,y\n0.2,a,0.5\n0.3,c,0.1\n")
     assert main(["import", "warm", "--csv", str(table), "--db", str(db)]) == 1
     assert "csv line 3, column mode" in capsys.readouterr().err
+
+
+def test_tuner_import_makes_a_transfer_source_of_an_exported_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An export from another machine (another database) becomes a study here, without its
+    embedding, that a new study names in ``transfer_from``; a file that is no export is an
+    error naming ``--export``."""
+    there, here = tmp_path / "there.db", tmp_path / "here.db"
+    study = tmp_path / "study.toml"
+    study.write_text(
+        '[study]\nname = "old"\nobjectives = [{ name = "y", goal = "minimize" }]\n'
+        'embedding = { kind = "llamatune", dims = 1 }\n'
+        '[[study.knobs]]\nname = "x"\nkind = "float"\nlow = 0.0\nhigh = 1.0\n'
+        '[[study.knobs]]\nname = "z"\nkind = "float"\nlow = 0.0\nhigh = 1.0\n'
+    )
+    assert main(["create", str(study), "--db", str(there)]) == 0
+    with SQLiteStorage(there) as storage:  # an embedded study refuses imports: fill it directly
+        for x, z, y in ((0.1, 0.5, 3.0), (0.4, 0.5, 1.0), (0.8, 0.1, 2.0)):
+            (trial,) = storage.add_trials("old", [NewTrial({"x": x, "z": z})])
+            storage.finish_trial("old", trial.id, TrialStatus.COMPLETED, {"y": y})
+    exported = tmp_path / "old.json"
+    exporting = ["export", "old", "--format", "json", "--out", str(exported), "--db", str(there)]
+    assert main(exporting) == 0
+    assert main(["import", "tpcc", "--export", str(exported), "--db", str(here)]) == 0
+    assert "imported 3 trials into tpcc (3 COMPLETED)" in capsys.readouterr().out
+    with SQLiteStorage(here) as storage:
+        made = storage.get_study("tpcc").spec
+        assert made.embedding is None and made.space.names == ("x", "z")
+        assert {t.source for t in storage.list_trials("tpcc")} == {"import:old"}
+    table = tmp_path / "old.csv"
+    table.write_text("not json")
+    assert main(["import", "tpcc", "--export", str(table), "--db", str(here)]) == 1
+    assert "--export" in capsys.readouterr().err
