@@ -22,7 +22,9 @@ knobs are unmatched and ignored).
   with the middle of each knob's range where a source lacks the knob, and the embedding's
   model does not see them, as ``ImportTrials`` documents; the reported best may be one of
   them); ``unrelated``: ``transfer_from`` the four other workloads with each source's values
-  shuffled across its trials (the knobs match, the evidence says nothing).
+  shuffled across its trials (the knobs match, the evidence says nothing);
+  ``transfer-short``: ``transfer`` with an initial design of ``SHORT_DESIGN`` trials (the
+  variant of ``bench/NOTES.md``, run only when asked for).
 * **Scores**: each run's curve of the true (noise-free) throughput of its reported best
   (``bench/suite_score.py``), ``budget`` (50) new trials. The table gives, per target and
   variant, each arm's mean best at 10, 25 and 50 and the trials the arm's mean curve takes to
@@ -62,7 +64,10 @@ from tuner.trial import Trial, TrialStatus
 WORKLOADS = ("tpcc", "ycsb", "seats", "tatp", "voter")
 TARGETS = {"develop": ("tpcc", "ycsb"), "report": ("seats", "tatp", "voter")}
 VARIANTS = ("100", "20")
-ARMS = ("none", "transfer", "import", "unrelated")
+ARMS = ("none", "transfer", "import", "unrelated", "transfer-short")
+#: ``transfer-short``'s initial design: the four sources' seeds and ``MIN_RANKED`` (3) Sobol
+#: points (``bench/NOTES.md``, issue 59: the one variant considered on develop).
+SHORT_DESIGN = 4 + 3
 SOURCE_BUDGET = 100
 BUDGET = 50
 MARKS = (10, 25, 50)
@@ -101,8 +106,9 @@ def run_target(
         api.create_study(source_spec)
         api.import_trials(source_spec.name, trials)
         names.append(source_spec.name)
-    spec = ours.study_spec(task, seed).with_name("target")
-    if arm in ("transfer", "unrelated"):
+    designer = {"initial_trials": SHORT_DESIGN} if arm == "transfer-short" else None
+    spec = ours.study_spec(task, seed, designer).with_name("target")
+    if arm in ("transfer", "unrelated", "transfer-short"):
         spec = replace(spec, transfer_from=tuple(TransferSource(n) for n in names))
     api.create_study(spec)
     if arm == "import":
@@ -211,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--half", choices=sorted(TARGETS), default="develop")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--arms", default=",".join(ARMS[:4]))
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--budget", type=int, default=BUDGET)
     parser.add_argument("--jobs", type=int, default=1)
