@@ -91,6 +91,7 @@ DAEMON_KEYS = (
     "max_windows",
     "max_rounds",
     "control_every",
+    "transfer",
 )
 TUNING, WATCHING = "tuning", "watching"
 
@@ -111,6 +112,7 @@ class DaemonSettings:
         max_windows: Stop after this many watch windows in all (0: never).
         max_rounds: Stop after this many tuning rounds, once watching (0: never).
         control_every: Re-measure the default every this many watch windows (0: never).
+        transfer: A round learns from the earlier rounds (``DaemonRunner.round_spec``).
     """
 
     state: Path
@@ -124,6 +126,7 @@ class DaemonSettings:
     max_windows: int = 0  # stop after this many watch windows in all (0: never)
     max_rounds: int = 0  # stop after this many tuning rounds, once watching (0: never)
     control_every: int = 0  # re-measure the default every this many watch windows (0: never)
+    transfer: bool = True  # a round learns from the earlier rounds
 
 
 def parse_daemon(table: Mapping[str, Any], spec: StudySpec, db: Path) -> DaemonSettings:
@@ -155,6 +158,7 @@ def parse_daemon(table: Mapping[str, Any], spec: StudySpec, db: Path) -> DaemonS
         max_windows=_int(table, "max_windows", 0, 0, 10**9),
         max_rounds=_int(table, "max_rounds", 0, 0, 10**6),
         control_every=_int(table, "control_every", 0, 0, 10**6),
+        transfer=_flag(table, "transfer", True),
     )
 
 
@@ -310,7 +314,7 @@ class Daemon:
         models (``tuner.transfer``): their best configurations, the one applied among them,
         seed its design, and their models weigh by how well they rank its trials."""
         spec = self.spec.with_name(f"{self.spec.name}.r{self.state.round}")
-        if not spec.learns_from_sources:
+        if not (self.settings.transfer and spec.learns_from_sources):
             return spec
         room = MAX_TRANSFER_SOURCES - len(spec.transfer_from)
         earlier = [
@@ -559,6 +563,13 @@ def _int(table: Mapping[str, Any], key: str, default: int, low: int, high: int) 
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValidationError(f"daemon.{key}", f"got {value!r}", f"an integer in [{low}, {high}]")
+    return value
+
+
+def _flag(table: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(f"daemon.{key}", f"got {value!r}", "true or false")
     return value
 
 

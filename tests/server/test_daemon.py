@@ -287,6 +287,7 @@ def test_daemon_settings_are_validated_naming_the_field(tmp_path: Path) -> None:
         ("watch", "p99_ms", "daemon.watch"),
         ("interval", 1, "daemon.interval"),
         ("drift", -1, "daemon.drift"),
+        ("transfer", "yes", "daemon.transfer"),
     ]:
         data = json.loads(json.dumps(base))
         data["daemon"][key] = value
