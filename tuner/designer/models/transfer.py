@@ -374,12 +374,25 @@ def embedding_lift(embedding: HeSBOEmbedding) -> Callable[[Tensor], Tensor]:
     the inner designer's unit box (bucket indices ``v / (buckets - 1)``) -> ``... x D``
     (``HeSBOEmbedding.project`` then the unit-box encoding, to a grid point of each axis).
     Piecewise constant: no gradient flows through it (the inner designer's knobs are
-    integers, searched without gradients)."""
-    table = embedding.axis_table(LIFT_GRID)
-    dims = torch.tensor([t[0] for t in table], dtype=torch.long)
-    signs = torch.tensor([t[1] for t in table], dtype=torch.float64)
-    values = torch.tensor([t[2] for t in table], dtype=torch.float64)  # D x grid
-    columns = torch.arange(len(table))
+    integers, searched without gradients). Its tables are built once per process and
+    embedding (a designer is built for every suggestion; the tables took a second at 100
+    knobs)."""
+    key = _embedding_key(embedding)
+    with _LIFT_LOCK:
+        tables = _LIFT_TABLES.get(key)
+    if tables is None:
+        table = embedding.axis_table(LIFT_GRID)
+        tables = (
+            torch.tensor([t[0] for t in table], dtype=torch.long),
+            torch.tensor([t[1] for t in table], dtype=torch.float64),
+            torch.tensor([t[2] for t in table], dtype=torch.float64),  # D x grid
+        )
+        with _LIFT_LOCK:
+            _LIFT_TABLES[key] = tables
+            while len(_LIFT_TABLES) > _LIFT_CACHE_SIZE:
+                _LIFT_TABLES.popitem(last=False)
+    dims, signs, values = tables
+    columns = torch.arange(values.shape[0])
 
     def lift(X: Tensor) -> Tensor:
         z = 2.0 * X.detach().index_select(-1, dims) - 1.0
@@ -388,6 +401,20 @@ def embedding_lift(embedding: HeSBOEmbedding) -> Callable[[Tensor], Tensor]:
         return values[columns, index]
 
     return lift
+
+
+_LIFT_TABLES: OrderedDict[str, tuple[Tensor, Tensor, Tensor]] = OrderedDict()
+_LIFT_LOCK = threading.Lock()
+_LIFT_CACHE_SIZE = 8  # a 100-knob embedding's tables: 1.6 MB
+
+
+def _embedding_key(embedding: HeSBOEmbedding) -> str:
+    blob = json.dumps(
+        [[k.to_dict() for k in embedding.space.knobs], embedding.settings.to_dict(),
+         embedding.level],
+        sort_keys=True, default=str,
+    )  # fmt: skip
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def inner_transfer(
