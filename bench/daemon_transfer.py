@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR
-from server.storage import SQLiteStorage
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "daemon_cpu.toml"
@@ -94,11 +93,7 @@ def run_daemon(seed: int, arm: str, trials: int, rates: tuple[float, float], sec
         if proc.returncode != 0:
             err = (folder / "stderr.log").read_text()[-2000:]
             raise RuntimeError(f"seed {seed} {arm}: daemon exited {proc.returncode}: {err}")
-        with SQLiteStorage(folder / "tuner.db", read_only=True) as storage:
-            rounds = [
-                [(t.step.value, t.metrics.get("p99_ms")) for t in storage.list_trials(study)]
-                for study in ("daemon-cpu.r1", "daemon-cpu.r2")
-            ]
+        rounds = [_trials(folder, study) for study in ("daemon-cpu.r1", "daemon-cpu.r2")]
     score = scores(rounds[0], rounds[1], trials)
     took = round(time.monotonic() - start, 1)
     return {"seed": seed, "arm": arm, "rates": list(rates), "seconds": took,
@@ -121,6 +116,19 @@ def _gain(trials: Sequence[tuple[str, float | None]]) -> float:
     if default is None or not measured:
         return 1.0
     return default / min(measured)
+
+
+def _trials(folder: Path, study: str) -> list[tuple[str, float | None]]:
+    """``(step, p99_ms)`` of each of the study's trials, read as a user would
+    (``tuner export --format json``; a designer's trial's ``source`` is its step)."""
+    exported = subprocess.run(
+        [sys.executable, "-m", "cli.main", "export", study, "--format", "json",
+         "--db", str(folder / "tuner.db")],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return [
+        (t["source"], t["metrics"].get("p99_ms")) for t in json.loads(exported.stdout)["trials"]
+    ]
 
 
 def _events(folder: Path) -> list[str]:

@@ -31,6 +31,7 @@ LETTERS = {
     StepKind.IMPORT: "I",
     StepKind.FOREST: "F",
     StepKind.EXPLORE: "E",
+    StepKind.TRANSFER: "X",
 }
 
 
