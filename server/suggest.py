@@ -133,9 +133,7 @@ class WorkerPool:
         salt: int = 0,
         sources: Sequence[SourceStudy] = (),
     ) -> list[Suggestion]:
-        from tuner.designer.factory import fits_models
-
-        if not fits_models(spec):
+        if not spec.fits_models:
             # quasi-random points take milliseconds: computed here, they never wait behind
             # other studies' fits, nor for the workers of a server that just started
             return propose(spec, trials, count, cache, salt, sources)

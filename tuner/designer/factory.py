@@ -32,7 +32,3 @@ def make_designer(
         return BODesigner(spec, cache, transfer=transfer)
     return QuasiRandomDesigner(spec)
 
-
-def fits_models(spec: StudySpec) -> bool:
-    """``StudySpec.fits_models``."""
-    return spec.fits_models
