@@ -31,4 +31,3 @@ def make_designer(
     if spec.designer.algorithm == "bo":
         return BODesigner(spec, cache, transfer=transfer)
     return QuasiRandomDesigner(spec)
-

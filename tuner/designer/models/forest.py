@@ -9,7 +9,7 @@ point is the trees' mean and its uncertainty their spread, as in SMAC.
 
 The training set is the study's observed trials on the unit box (``UnitBoxEncoder``), the
 objective signed so that lower is better, in log space when it is positive and spans more
-than ``model.LOG_SPAN`` (the GP's rule). A trial that broke the system (INFEASIBLE,
+than ``model.LOG_SPAN`` (the GP's rule, ``model.spans_decades``). A trial that broke the system (INFEASIBLE,
 TIMED_OUT, FAILED) or a constraint counts as the worst value measured, as SMAC imputes a
 crashed run's cost: the forest learns where not to go without a second model.
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.quasirandom import SobolEngine
 
-from tuner.designer.models.model import LOG_SPAN, finite
+from tuner.designer.models.model import finite, spans_decades
 from tuner.encoding import UnitBoxEncoder
 from tuner.study import StudySpec
 from tuner.trial import Trial, is_feasible
@@ -55,7 +55,7 @@ def training_set(
     if not measured:
         return None
     raw = np.array([float(t.metrics[name]) for t in measured])
-    log = bool((raw > 0).all()) and float(raw.max() / raw.min()) > LOG_SPAN
+    log = spans_decades(raw)
     values = {t.id: sign * (math.log(v) if log else v) for t, v in zip(measured, raw, strict=True)}
     feasible = [values[t.id] for t in measured if is_feasible(spec, t)]
     if not feasible:

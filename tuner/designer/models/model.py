@@ -252,11 +252,7 @@ def outcome_data(
         rows = [t for t, values in found for _ in values]
         values = torch.tensor([[v] for _, vs in found for v in vs], dtype=torch.float64)
         factors = [scales.get(t.id, 1.0) for t in rows]
-        use_log = (
-            bool((values > 0).all())
-            and float(values.max() / values.min()) > LOG_SPAN
-            and name not in linear
-        )
+        use_log = spans_decades(values) and name not in linear
         Y = values.log() if use_log else values
         X = encoder.encode_many([t.config for t in rows])
         if impute_failures and name == spec.objective.name and not spec.multi_objective:
@@ -280,6 +276,12 @@ def outcome_data(
             )
         )
     return out
+
+
+def spans_decades(values: torch.Tensor | np.ndarray) -> bool:
+    """Whether positive metric values span more than ``LOG_SPAN`` (max over min): such a
+    metric is modelled in log space (module doc)."""
+    return bool((values > 0).all()) and float(values.max() / values.min()) > LOG_SPAN
 
 
 def fidelity_scale(observed: tuple[Trial, ...]) -> dict[int, float]:

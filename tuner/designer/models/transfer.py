@@ -3,7 +3,7 @@ own trials, as the prior mean of this study's objective GP.
 
 Each source (``tuner.transfer.SourceStudy``: an earlier study's measured configurations in
 this study's knob names) gets its own GP over the knobs it shares with this study, fitted
-once on its values made comparable: log-scaled where they span more than ``LOG_SPAN``,
+once on its values made comparable: log-scaled where the study's GP would (``spans_decades``),
 standardized, and negated when the source's goal is the opposite of this study's (a source
 that minimized latency tells a study maximizing throughput where throughput is *high* by
 where its latency was low). The GPs are cached by the sources' evidence (``SourceStudy.digest``),
@@ -46,7 +46,7 @@ from torch import Tensor
 
 from tuner.config_key import unit_value
 from tuner.designer.models.means import Prior, PriorMean
-from tuner.designer.models.model import optimize_hyperparameters
+from tuner.designer.models.model import optimize_hyperparameters, spans_decades
 from tuner.embedding import HeSBOEmbedding
 from tuner.space import Config, SearchSpace
 from tuner.study import StudySpec
@@ -60,7 +60,6 @@ DILUTION_QUANTILE = 0.95
 #: The target's own GP is scored only from this many trials on; before, the sources share
 #: the weight equally (nothing to rank them by).
 MIN_RANKED = 3
-LOG_SPAN = 10.0
 _CACHE_SIZE = 64
 _FIT_MAXITER = 200
 TARGET = ""  # the target's own model, in a weights table
@@ -149,7 +148,7 @@ def fit_source(source: SourceStudy, space: SearchSpace, goal: str) -> SourceMode
     if not names or len(rows) < 2:
         return None
     y = torch.tensor(values, dtype=torch.float64)
-    if bool((y > 0).all()) and float(y.max() / y.min()) > LOG_SPAN:
+    if spans_decades(y):
         y = y.log()
     if float(y.std()) <= 0:
         return None
