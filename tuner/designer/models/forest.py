@@ -9,9 +9,9 @@ point is the trees' mean and its uncertainty their spread, as in SMAC.
 
 The training set is the study's observed trials on the unit box (``UnitBoxEncoder``), the
 objective signed so that lower is better, in log space when it is positive and spans more
-than ``model.LOG_SPAN`` (the GP's rule, ``model.spans_decades``). A trial that broke the system (INFEASIBLE,
-TIMED_OUT, FAILED) or a constraint counts as the worst value measured, as SMAC imputes a
-crashed run's cost: the forest learns where not to go without a second model.
+than ``model.LOG_SPAN`` (the GP's rule, ``model.spans_decades``). A trial that broke the
+system (INFEASIBLE, TIMED_OUT, FAILED) or a constraint counts as the worst value measured, as
+SMAC imputes a crashed run's cost: the forest learns where not to go without a second model.
 
 ``propose`` maximizes the expected improvement over the best feasible value over scrambled
 Sobol points and, from the best of those and the study's best trials, an iterated local
