@@ -342,6 +342,25 @@ def row_noise(gp: SingleTaskGP) -> Tensor | None:
     return covariance.diagonal(dim1=-2, dim2=-1).detach()
 
 
+def training_precision(gp: SingleTaskGP) -> tuple[Tensor, Tensor]:
+    """A fitted single-output GP's ``P = (K + N)^-1`` over its training rows (``K`` its
+    kernel, ``N`` its noise at each row, ``row_noise``) and ``P (y - m(X))``, in its training
+    units and with its fitted hyperparameters: what its leave-one-out predictions are made
+    of (Rasmussen & Williams 2006, section 5.4.2).
+
+    Raises:
+        TypeError: The GP's likelihood is not Gaussian.
+    """
+    noise = row_noise(gp)
+    if noise is None:
+        raise TypeError(f"a Gaussian likelihood is needed, not {type(gp.likelihood).__name__}")
+    with torch.no_grad():
+        X = gp.train_inputs[0]
+        covariance = gp.covar_module(X).to_dense() + torch.diag(noise.reshape(-1))
+        precision = torch.cholesky_inverse(torch.linalg.cholesky(covariance))
+        return precision, precision @ (gp.train_targets - gp.mean_module(X))
+
+
 def output_gps(model: Model) -> list[SingleTaskGP] | None:
     """The ``SingleTaskGP``s whose outputs are ``model``'s, in order: the model itself, or
     the members of a ``ModelListGP`` of single-output ones; None for any other model."""

@@ -39,7 +39,7 @@ from statistics import NormalDist
 import torch
 from botorch.models import SingleTaskGP
 
-from tuner.designer.fast.shared_rows import row_noise
+from tuner.designer.fast.shared_rows import training_precision
 from tuner.designer.models.model import (
     NUMERICAL_ERRORS,
     finite,
@@ -140,15 +140,9 @@ def outliers(spec: StudySpec, trials: Sequence[Trial]) -> set[int]:
     try:
         model = fit_models(data, encoder)
         assert isinstance(model, SingleTaskGP) and model.num_outputs == 1  # one outcome
-        with torch.no_grad():
-            X: torch.Tensor = model.train_inputs[0]
-            y: torch.Tensor = model.train_targets
-            covariance = model.covar_module(X).to_dense()
-            noise = row_noise(model)  # per row where the trials' fidelities differ
-            assert noise is not None  # fit_models builds Gaussian likelihoods
-            K = covariance + torch.diag(noise.reshape(-1))
-            inverse = torch.cholesky_inverse(torch.linalg.cholesky(K))
-            z = (inverse @ (y - model.mean_module(X))) / torch.sqrt(torch.diagonal(inverse))
+        # the noise is per row where the trials' fidelities differ
+        precision, weighted = training_precision(model)  # fit_models builds Gaussian ones
+        z = weighted / torch.sqrt(torch.diagonal(precision))
     except NUMERICAL_ERRORS as err:
         log.warning("no outlier test: the objective's GP failed (%s)", err)
         return set()

@@ -45,6 +45,7 @@ from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scal
 from torch import Tensor
 
 from tuner.config_key import unit_value
+from tuner.designer.fast.shared_rows import training_precision
 from tuner.designer.models.means import Prior, PriorMean
 from tuner.designer.models.model import optimize_hyperparameters, spans_decades
 from tuner.embedding import HeSBOEmbedding
@@ -256,15 +257,7 @@ def leave_one_out(model: SingleTaskGP) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     rows): mean and standard deviation (each ``n``, in the model's training units)."""
     train = model.train_inputs[0]
     targets = model.train_targets
-    with torch.no_grad():
-        K = model.covar_module(train).to_dense()
-        noise = model.likelihood.noise.reshape(-1)
-        scale = getattr(model.likelihood, "scale", None)
-        diagonal = noise * (scale.to(train.dtype) if scale is not None else 1.0)
-        K = K + torch.diag(diagonal.expand(train.shape[0]))
-        mean = model.mean_module(train)
-        inverse = torch.cholesky_inverse(torch.linalg.cholesky(K))
-        weighted = inverse @ (targets - mean)
+    inverse, weighted = training_precision(model)
     groups: dict[tuple[float, ...], list[int]] = {}
     for i, row in enumerate(train.tolist()):
         groups.setdefault(tuple(row), []).append(i)
