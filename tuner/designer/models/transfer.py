@@ -38,6 +38,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import torch
 from botorch.models import SingleTaskGP
@@ -61,7 +63,6 @@ DILUTION_QUANTILE = 0.95
 #: The target's own GP is scored only from this many trials on; before, the sources share
 #: the weight equally (nothing to rank them by).
 MIN_RANKED = 3
-_CACHE_SIZE = 64
 _FIT_MAXITER = 200
 TARGET = ""  # the target's own model, in a weights table
 
@@ -100,35 +101,40 @@ class SourceModel:
         return _mvn_samples(mean, covariance, count, generator)
 
 
-class _Cache:
-    """Fitted source models by (source evidence, target knobs); thread-safe, bounded."""
+class _Bounded:
+    """The last ``size`` values made, by key: thread-safe; a missing value is made outside
+    the lock (two threads may make the same one; both get an equal value)."""
 
-    def __init__(self) -> None:
-        self._models: OrderedDict[tuple[str, str], SourceModel | None] = OrderedDict()
+    def __init__(self, size: int) -> None:
+        self._values: OrderedDict[str, Any] = OrderedDict()
+        self._size = size
         self._lock = threading.Lock()
 
-    def get(self, source: SourceStudy, space: SearchSpace, goal: str) -> SourceModel | None:
-        key = (source.digest, _space_key(space, goal))
+    def get(self, key: str, make: Callable[[], Any]) -> Any:
         with self._lock:
-            if key in self._models:
-                self._models.move_to_end(key)
-                return self._models[key]
-        model = fit_source(source, space, goal)
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._values[key]
+        value = make()
         with self._lock:
-            self._models[key] = model
-            while len(self._models) > _CACHE_SIZE:
-                self._models.popitem(last=False)
-        return model
+            self._values[key] = value
+            while len(self._values) > self._size:
+                self._values.popitem(last=False)
+        return value
 
 
-SOURCE_MODELS = _Cache()
+#: Fitted source models by (source evidence, this study's knobs and goal).
+SOURCE_MODELS = _Bounded(64)
 
 
 def source_models(spec: StudySpec, sources: Sequence[SourceStudy]) -> list[SourceModel]:
     """A fitted model per source with enough evidence (two measured trials on a shared knob)."""
     out = []
+    goal = spec.objective.goal.value
+    knobs = [k.to_dict() for k in spec.space.knobs]
     for source in sources:
-        model = SOURCE_MODELS.get(source, spec.space, spec.objective.goal.value)
+        key = _digest([source.digest, knobs, goal])
+        model = SOURCE_MODELS.get(key, partial(fit_source, source, spec.space, goal))
         if model is not None:
             out.append(model)
     return out
@@ -275,8 +281,9 @@ def leave_one_out(model: SingleTaskGP) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return as_tensor(points), as_tensor(values), as_tensor(means), as_tensor(stds)
 
 
-def _space_key(space: SearchSpace, goal: str) -> str:
-    blob = json.dumps([[k.to_dict() for k in space.knobs], goal], sort_keys=True, default=str)
+def _digest(value: Any) -> str:
+    """A cache key for JSON-able ``value``."""
+    blob = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -369,21 +376,20 @@ def embedding_lift(embedding: HeSBOEmbedding) -> Callable[[Tensor], Tensor]:
     integers, searched without gradients). Its tables are built once per process and
     embedding (a designer is built for every suggestion; the tables took a second at 100
     knobs)."""
-    key = _embedding_key(embedding)
-    with _LIFT_LOCK:
-        tables = _LIFT_TABLES.get(key)
-    if tables is None:
+    key = _digest(
+        [[k.to_dict() for k in embedding.space.knobs], embedding.settings.to_dict(),
+         embedding.level]
+    )  # fmt: skip
+
+    def make() -> tuple[Tensor, Tensor, Tensor]:
         table = embedding.axis_table(LIFT_GRID)
-        tables = (
+        return (
             torch.tensor([t[0] for t in table], dtype=torch.long),
             torch.tensor([t[1] for t in table], dtype=torch.float64),
             torch.tensor([t[2] for t in table], dtype=torch.float64),  # D x grid
         )
-        with _LIFT_LOCK:
-            _LIFT_TABLES[key] = tables
-            while len(_LIFT_TABLES) > _LIFT_CACHE_SIZE:
-                _LIFT_TABLES.popitem(last=False)
-    dims, signs, values = tables
+
+    dims, signs, values = LIFT_TABLES.get(key, make)
     columns = torch.arange(values.shape[0])
 
     def lift(X: Tensor) -> Tensor:
@@ -395,18 +401,8 @@ def embedding_lift(embedding: HeSBOEmbedding) -> Callable[[Tensor], Tensor]:
     return lift
 
 
-_LIFT_TABLES: OrderedDict[str, tuple[Tensor, Tensor, Tensor]] = OrderedDict()
-_LIFT_LOCK = threading.Lock()
-_LIFT_CACHE_SIZE = 8  # a 100-knob embedding's tables: 1.6 MB
-
-
-def _embedding_key(embedding: HeSBOEmbedding) -> str:
-    blob = json.dumps(
-        [[k.to_dict() for k in embedding.space.knobs], embedding.settings.to_dict(),
-         embedding.level],
-        sort_keys=True, default=str,
-    )  # fmt: skip
-    return hashlib.sha256(blob.encode()).hexdigest()
+#: An embedding's lift tables (a 100-knob embedding's: 1.6 MB).
+LIFT_TABLES = _Bounded(8)
 
 
 def inner_transfer(
