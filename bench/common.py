@@ -122,6 +122,19 @@ class Measured:
     reason: str = ""
 
 
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a log written by ``append_record``, one a line ([] without it)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Append ``record`` to a log as one JSON line, at once (a run that ends is kept)."""
+    with path.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
 def completed_trial(trial_id: int, config: Config, metrics: dict[str, float], source: str) -> Trial:
     """A COMPLETED trial as the server would store it after the client reports."""
     return Trial(

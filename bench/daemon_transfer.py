@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR
+from bench.common import RESULTS_DIR, append_record, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "daemon_cpu.toml"
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     first, second = (float(r) for r in args.rates.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "runs.jsonl"
-    runs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    runs = read_records(log)
     done = {(r["seed"], r["arm"]) for r in runs}
     for seed in range(args.seeds):
         for arm in ARMS if seed % 2 == 0 else ARMS[::-1]:
@@ -189,8 +189,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 continue
             run = run_daemon(seed, arm, args.trials, (first, second), args.seconds)
             runs.append(run)
-            with log.open("a") as f:
-                f.write(json.dumps(run) + "\n")
+            append_record(log, run)
             print(f"seed {seed} {arm}: G1 {run['g1']:.2f}, reached at {run['reach']}, "
                   f"round 2 gain {run['final2']:.2f} ({run['seconds']} s)", flush=True)  # fmt: skip
     text = table(runs)

@@ -39,7 +39,6 @@ implicit: a logged run is not run again); ``--report-only`` writes the tables fr
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
@@ -51,7 +50,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCHDATA, RESULTS_DIR, limit_threads
+from bench.common import BENCHDATA, RESULTS_DIR, append_record, limit_threads, read_records
 from bench.contract import SuiteProblem
 from bench.peers import ours
 from bench.suite_problems import db_problem
@@ -245,9 +244,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             for future in as_completed(futures):
                 logged = future.result()
                 sources[(logged["workload"], logged["seed"])] = logged["trials"]
-                _append(sources_log, logged)
+                append_record(sources_log, logged)
                 print(f"source {logged['workload']} seed {logged['seed']}: logged", flush=True)
-            done = {(r["target"], r["variant"], r["arm"], r["seed"]) for r in _read(runs_log)}
+            done = {
+                (r["target"], r["variant"], r["arm"], r["seed"]) for r in read_records(runs_log)
+            }
             jobs = [
                 (t, v, a, s) for s in seeds for t in TARGETS[args.half]
                 for v in args.variants.split(",") for a in arms if (t, v, a, s) not in done
@@ -260,30 +261,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             ]  # fmt: skip
             for i, future in enumerate(as_completed(futures), 1):
                 run = future.result()
-                _append(runs_log, run)
+                append_record(runs_log, run)
                 best = run["curve"][-1]
                 print(f"[{i}/{len(jobs)}, {time.perf_counter() - start:.0f} s] {run['target']}-"
                       f"{run['variant']} {run['arm']} seed {run['seed']}: best {best} "
                       f"({run['seconds']} s)", flush=True)  # fmt: skip
-    runs = [r for r in _read(runs_log) if r["target"] in TARGETS[args.half]]
+    runs = [r for r in read_records(runs_log) if r["target"] in TARGETS[args.half]]
     text = tables(runs)
     (args.out / f"tables-{args.half}.md").write_text(text + "\n")
     print(text)
 
 
 def _logged_sources(path: Path) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    return {(r["workload"], r["seed"]): r["trials"] for r in _read(path)}
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _append(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    return {(r["workload"], r["seed"]): r["trials"] for r in read_records(path)}
 
 
 if __name__ == "__main__":
