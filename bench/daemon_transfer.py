@@ -2,22 +2,28 @@
 the first round's gain sooner than one that starts afresh?
 
 ``python -m bench.daemon_transfer [--seeds 5] [--trials 10] [--rates 40,120]
-[--seconds 2] [--out DIR]``
+[--seconds 2] [--windows 3] [--confirm 5] [--out DIR]``
 
 Each run is a real ``tuner daemon examples/daemon_cpu.toml`` (CPU inference, the encoder in
 open loop at the rate in a load file; the lowest p99 over the largest batch and torch's
-threads) in a folder of its own, with ``max_rounds = 2``: round 1 tunes at the first rate
-for ``--trials`` trials and applies its best; after the watch baseline the load file gets the
-second rate, the served rate drifts, and round 2 tunes at it, with ``[daemon] transfer``
-on (``transfer``) or off (``none``). The two arms run one after the other for each seed, in
-alternating order (the designer's seed is the run's seed, the same for both arms).
+threads; each trial ``--windows`` windows) in a folder of its own, with ``max_rounds = 2``:
+round 1 tunes at the first rate for ``--trials`` trials and applies its best; after the
+watch baseline the load file gets the second rate, the served rate drifts, and round 2 tunes
+at it, with ``[daemon] transfer`` on (``transfer``) or off (``none``). The two arms run one
+after the other for each seed, in alternating order (the designer's seed is the run's seed,
+the same for both arms).
 
-Scores, from the runs' databases: round 1's gain ``G1`` = its default's p99 over its best
-p99; for round 2, after each of its trials, the gain so far (round 2's default p99 over its
-best p99 so far), and the trials it took to reach ``G1`` (``trials + 1``: not reached). The
-table gives, per arm, the mean trials to reach ``G1`` with a 95 % bootstrap interval over
-seeds, the paired difference, and round 2's final gain. Written to ``<out>/runs.jsonl`` as
-each run ends (a logged seed and arm is not run again) and ``<out>/table.md``.
+Scores, from the runs' databases: round 1's gain ``G1`` is its **confirmed** gain: after the
+daemon exits, the load file back at the first rate, round 1's default and the configuration
+it applied are measured in ``--confirm`` interleaved rounds (``runner.confirm``, the
+session's confirmation; ``G1`` = 1 when it applied the default), and ``G1`` is the paired
+ratio, oriented so that above 1 is better (``--confirm 0``: its best trial's single
+measurement, as in the first run). For round 2, after each of its trials, the gain so far
+(round 2's default p99 over its best p99 so far), and the trials it took to reach ``G1``
+(``trials + 1``: not reached). The table gives, per arm, the mean trials to reach ``G1``
+with a 95 % bootstrap interval over seeds, the paired difference, and round 2's final gain.
+Written to ``<out>/runs.jsonl`` as each run ends (a logged seed and arm is not run again)
+and ``<out>/table.md``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR, append_record, read_records
+from runner.config import load_config
+from runner.confirm import confirm
+from tuner.trial import StepKind, Trial, TrialStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "daemon_cpu.toml"
@@ -44,8 +53,11 @@ ARMS = ("transfer", "none")
 BOOTSTRAP = 2000
 
 
-def config_text(folder: Path, seed: int, arm: str, trials: int, seconds: float) -> str:
-    """``examples/daemon_cpu.toml`` for one run: its files in ``folder``, its seed and arm."""
+def config_text(
+    folder: Path, seed: int, arm: str, trials: int, seconds: float, windows: int = 1
+) -> str:
+    """``examples/daemon_cpu.toml`` for one run: its files in ``folder``, its seed and arm,
+    ``windows`` windows a trial."""
     text = EXAMPLE.read_text(encoding="utf-8")
     replacements = {
         '"python3"': json.dumps(sys.executable),
@@ -57,6 +69,7 @@ def config_text(folder: Path, seed: int, arm: str, trials: int, seconds: float) 
         '"runs/daemon-cpu.daemon.json"': json.dumps(str(folder / "state.json")),
         '"runs/daemon-cpu.log"': json.dumps(str(folder / "events.log")),
         "interval_s = 1.0": "interval_s = 0",
+        "windows_per_trial = 1": f"windows_per_trial = {windows}",
     }
     for old, new in replacements.items():
         if old not in text:
@@ -66,12 +79,14 @@ def config_text(folder: Path, seed: int, arm: str, trials: int, seconds: float) 
 
 
 def run_daemon(seed: int, arm: str, trials: int, rates: tuple[float, float], seconds: float,
-               timeout_s: float = 1800.0) -> dict[str, Any]:  # fmt: skip
+               windows: int = 1, confirm_rounds: int = 0,
+               timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
     """One daemon run (module doc); its scores and the p99 of every trial of both rounds."""
     with tempfile.TemporaryDirectory(prefix="daemon-transfer-") as name:
         folder = Path(name)
         config = folder / "daemon.toml"
-        config.write_text(config_text(folder, seed, arm, trials, seconds), encoding="utf-8")
+        text = config_text(folder, seed, arm, trials, seconds, windows)
+        config.write_text(text, encoding="utf-8")
         (folder / "load.txt").write_text(f"{rates[0]}\n")
         start = time.monotonic()
         errors = (folder / "stderr.log").open("w")
@@ -93,17 +108,49 @@ def run_daemon(seed: int, arm: str, trials: int, rates: tuple[float, float], sec
         if proc.returncode != 0:
             err = (folder / "stderr.log").read_text()[-2000:]
             raise RuntimeError(f"seed {seed} {arm}: daemon exited {proc.returncode}: {err}")
-        rounds = [_trials(folder, study) for study in ("daemon-cpu.r1", "daemon-cpu.r2")]
-    score = scores(rounds[0], rounds[1], trials)
+        exported = [_export(folder, study) for study in ("daemon-cpu.r1", "daemon-cpu.r2")]
+        rounds = [_steps(trials) for trials in exported]
+        confirmed = None
+        if confirm_rounds:
+            (folder / "load.txt").write_text(f"{rates[0]}\n")
+            confirmed = confirm_round1(config, exported[0], _applied(folder, 1), confirm_rounds)
+    score = scores(rounds[0], rounds[1], trials, None if confirmed is None else confirmed[0])
     took = round(time.monotonic() - start, 1)
-    return {"seed": seed, "arm": arm, "rates": list(rates), "seconds": took,
-            "round1": rounds[0], "round2": rounds[1], **score}  # fmt: skip
+    return {"seed": seed, "arm": arm, "rates": list(rates), "windows": windows,
+            "seconds": took, "round1": rounds[0], "round2": rounds[1],
+            "g1_confirmed": confirmed, **score}  # fmt: skip
+
+
+def confirm_round1(config: Path, trials: Sequence[dict[str, Any]], applied: dict[str, Any],
+                   rounds: int) -> tuple[float, float, float]:  # fmt: skip
+    """Round 1's applied configuration against its default in ``rounds`` interleaved rounds
+    (``runner.confirm``): the paired ratio and its 95 % interval, above 1 better; (1, 1, 1)
+    when round 1 applied the default. A confirmation whose rounds failed is an error, not
+    a gain of 1."""
+    session = load_config(config)
+    spec = session.spec
+    as_trials = [
+        Trial(t["id"], t["config"], TrialStatus.COMPLETED, dict(t["metrics"]),
+              step=StepKind.DEFAULT if t["source"] == "default" else StepKind.GLOBAL)
+        for t in trials if t["status"] == "COMPLETED"
+    ]  # fmt: skip
+    default = next(t for t in as_trials if t.step is StepKind.DEFAULT)
+    if dict(default.config) == applied:
+        return (1.0, 1.0, 1.0)
+    best = next(t for t in as_trials if dict(t.config) == applied)
+    found = confirm(session.target, spec, [default, best], [best], rounds, top=1)
+    interval = found.intervals.get(best.id)
+    if interval is None:
+        reasons = sorted({r for m in found.measured for r in m.reasons})
+        raise RuntimeError(f"round 1's confirmation gave no confirmed ratio: {reasons}")
+    return (interval.ratio, interval.low, interval.high)
 
 
 def scores(round1: Sequence[tuple[str, float | None]], round2: Sequence[tuple[str, float | None]],
-           trials: int) -> dict[str, Any]:  # fmt: skip
-    """``G1``, round 2's gain after each trial, the trials to reach ``G1`` (module doc)."""
-    g1 = _gain(round1)
+           trials: int, g1: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """``G1`` (given: confirmed; else round 1's best single measurement), round 2's gain
+    after each trial, the trials to reach ``G1`` (module doc)."""
+    g1 = _gain(round1) if g1 is None else g1
     curve = [_gain(round2[: k + 1]) for k in range(len(round2))]
     reach = next((k + 1 for k, g in enumerate(curve) if g >= g1), trials + 1)
     return {"g1": g1, "gains2": curve, "reach": reach, "final2": curve[-1] if curve else 1.0}
@@ -118,17 +165,28 @@ def _gain(trials: Sequence[tuple[str, float | None]]) -> float:
     return default / min(measured)
 
 
-def _trials(folder: Path, study: str) -> list[tuple[str, float | None]]:
-    """``(step, p99_ms)`` of each of the study's trials, read as a user would
-    (``tuner export --format json``; a designer's trial's ``source`` is its step)."""
+def _export(folder: Path, study: str) -> list[dict[str, Any]]:
+    """The study's trials, read as a user would (``tuner export --format json``)."""
     exported = subprocess.run(
         [sys.executable, "-m", "cli.main", "export", study, "--format", "json",
          "--db", str(folder / "tuner.db")],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return [
-        (t["source"], t["metrics"].get("p99_ms")) for t in json.loads(exported.stdout)["trials"]
-    ]
+    return list(json.loads(exported.stdout)["trials"])
+
+
+def _steps(trials: Sequence[dict[str, Any]]) -> list[tuple[str, float | None]]:
+    """``(step, p99_ms)`` of each trial (a designer's trial's ``source`` is its step)."""
+    return [(t["source"], t["metrics"].get("p99_ms")) for t in trials]
+
+
+def _applied(folder: Path, round_: int) -> dict[str, Any]:
+    """The configuration the daemon applied after round ``round_`` (its ``applied`` event)."""
+    for line in (folder / "events.log").read_text().splitlines():
+        event = json.loads(line) if line.strip() else {}
+        if event.get("event") == "applied" and event.get("round") == round_:
+            return dict(event["config"])
+    raise RuntimeError(f"round {round_} applied nothing")
 
 
 def _events(folder: Path) -> list[str]:
@@ -176,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--rates", default="40,120")
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--windows", type=int, default=3, help="windows a trial")
+    parser.add_argument("--confirm", type=int, default=5, help="rounds confirming G1 (0: none)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     first, second = (float(r) for r in args.rates.split(","))
@@ -187,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for arm in ARMS if seed % 2 == 0 else ARMS[::-1]:
             if (seed, arm) in done:
                 continue
-            run = run_daemon(seed, arm, args.trials, (first, second), args.seconds)
+            run = run_daemon(seed, arm, args.trials, (first, second), args.seconds,
+                             args.windows, args.confirm)  # fmt: skip
             runs.append(run)
             append_record(log, run)
             print(f"seed {seed} {arm}: G1 {run['g1']:.2f}, reached at {run['reach']}, "

@@ -32,9 +32,10 @@ def test_the_scores_follow_round_twos_gain_to_round_ones() -> None:
 def test_each_run_is_the_example_with_its_own_files_seed_and_arm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = daemon_transfer.config_text(tmp_path, 3, "none", 6, 0.5)
+    text = daemon_transfer.config_text(tmp_path, 3, "none", 6, 0.5, windows=3)
     data = tomllib.loads(text)
     assert data["daemon"]["transfer"] is False and data["daemon"]["max_rounds"] == 2
+    assert data["daemon"]["windows_per_trial"] == 3
     assert data["study"]["designer"]["seed"] == 3 and data["session"]["trials"] == 6
     assert str(tmp_path / "load.txt") in data["target"]["command"]
     config = parse_config(data, {})
@@ -46,3 +47,49 @@ def test_each_run_is_the_example_with_its_own_files_seed_and_arm(
     monkeypatch.setattr(daemon_transfer, "EXAMPLE", edited)
     with pytest.raises(ValueError, match=r"changed: 'interval_s = 1\.0'"):
         daemon_transfer.config_text(tmp_path, 0, "none", 6, 0.5)
+
+
+CONFIG = """
+[study]
+name = "d"
+objectives = [{ name = "p99_ms", goal = "minimize" }]
+
+[[study.knobs]]
+name = "x"
+kind = "ordinal"
+choices = [2, 4, 8]
+default = 8
+
+[target]
+kind = "command"
+command = [
+    "python3", "-c", "import json, sys; print(json.dumps(dict(p99_ms=float(sys.argv[1]))))", "{x}",
+]
+metrics = ["p99_ms"]
+"""
+
+
+def test_round_ones_gain_is_confirmed_by_interleaved_rounds_of_a_real_target(
+    tmp_path: Path,
+) -> None:
+    """``G1`` is measured again, the applied configuration against the default in rounds on
+    the config's own target (here a command printing p99 = x): 8 ms over 2 ms is 4x."""
+    config = tmp_path / "d.toml"
+    config.write_text(CONFIG)
+    trials = [
+        {"id": 1, "config": {"x": 8}, "status": "COMPLETED", "source": "default",
+         "metrics": {"p99_ms": 8.0}},
+        {"id": 2, "config": {"x": 4}, "status": "COMPLETED", "source": "sobol",
+         "metrics": {"p99_ms": 4.0}},
+        {"id": 3, "config": {"x": 2}, "status": "COMPLETED", "source": "global",
+         "metrics": {"p99_ms": 3.0}},
+    ]  # fmt: skip
+    ratio, low, high = daemon_transfer.confirm_round1(config, trials, {"x": 2}, 3)
+    assert ratio == pytest.approx(4.0) and low <= ratio <= high
+    assert daemon_transfer.confirm_round1(config, trials, {"x": 8}, 3) == (1.0, 1.0, 1.0)
+    config.write_text(CONFIG.replace('"python3", "-c"', '"false", "-c"'))
+    with pytest.raises(RuntimeError, match="no confirmed ratio"):
+        daemon_transfer.confirm_round1(config, trials, {"x": 2}, 2)
+    got = daemon_transfer.scores([("default", 8.0), ("global", 3.0)], [("default", 6.0),
+                                 ("global", 2.0)], 1, ratio)  # fmt: skip
+    assert got["g1"] == pytest.approx(4.0) and got["reach"] == 2  # 3x < confirmed 4x
