@@ -85,6 +85,11 @@ def test_unsafe_values_disappear_from_a_safe_space() -> None:
     assert "off" not in safe["journal_mode"].to_dict()["choices"]
     assert "memory" not in safe["journal_mode"].to_dict()["choices"]
     assert "off" not in safe["synchronous"].to_dict()["choices"]
+    # checkpoints off: the WAL grows without bound over a deployment, unseen in a window
+    checkpoint = safe["wal_autocheckpoint"]
+    assert isinstance(checkpoint, OrdinalKnob)
+    assert 0 not in checkpoint.choices and checkpoint.special_values == ()
+    assert checkpoint.default == 1000
 
 
 def test_a_choice_knob_left_with_one_safe_value_cannot_be_tuned() -> None:

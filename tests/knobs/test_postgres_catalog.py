@@ -242,10 +242,12 @@ def test_log_scale_is_used_for_wide_multiplicative_ranges(catalog: tuple[Knob, .
 
 
 def test_durability_unsafe_values_are_marked(knobs: dict[str, Knob]) -> None:
+    """Durability, and a cost that only shows over time: autovacuum off lets bloat grow."""
     assert knobs["full_page_writes"].unsafe_values == (False,)
     assert knobs["data_sync_retry"].unsafe_values == (True,)
+    assert knobs["autovacuum"].unsafe_values == (False,)
     unsafe = {knob.name for knob in knobs.values() if knob.unsafe_values}
-    assert unsafe == {"full_page_writes", "data_sync_retry"}
+    assert unsafe == {"full_page_writes", "data_sync_retry", "autovacuum"}
     for knob in knobs.values():
         assert knob.default not in knob.unsafe_values, knob.name
 

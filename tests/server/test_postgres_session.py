@@ -224,7 +224,7 @@ def test_a_llamatune_session_over_many_postgres_knobs(
     many = (
         '["shared_buffers", "work_mem", "random_page_cost", "checkpoint_completion_target", '
         '"wal_buffers", "commit_delay", "bgwriter_lru_maxpages", "effective_io_concurrency", '
-        '"max_parallel_workers_per_gather", "autovacuum", "enable_seqscan", "wal_compression"]'
+        '"max_parallel_workers_per_gather", "enable_hashjoin", "enable_seqscan", "wal_compression"]'
     )
     # no confirmation: the session above confirms on PostgreSQL, and tests/server/test_cli.py
     # a LlamaTune session's (on SQLite)
