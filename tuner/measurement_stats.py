@@ -19,6 +19,24 @@ finite (throughput- or latency-like numbers).
     ratio of the arithmetic means, with the interval on the log scale by the delta method,
     ``var(log mean) ≈ s² / (n · mean²)`` for each side, and the t quantile at the
     Welch–Satterthwaite degrees of freedom (Welch 1947; Satterthwaite 1946).
+``sequential_ratio_interval``
+    The paired ratio with a *confidence sequence* instead of a t interval: it holds at
+    every round at once, so a confirmation may look after each round and stop as soon as
+    the interval excludes 1 (or is narrow enough) without inflating its error rate (the
+    fixed-n t interval read after every round would). It is the Gaussian-mixture t
+    confidence sequence of Wang & Ramdas (2023, "Anytime-valid t-tests and confidence
+    sequences for Gaussian means with unknown variance", the scale-invariant test
+    martingale of Lai (1976) with a normal mixture over the effect size): for the log
+    ratios ``d_1..d_n`` and a hypothesised mean ``m``, with ``S = sum(d_i - m)`` and
+    ``V = sum((d_i - m)^2)``, the process ``sqrt(c²/(n+c²)) (1 - S²/((n+c²) V))^(-n/2)`` is
+    a nonnegative martingale under ``m`` (for Gaussian ``d_i`` of any variance), so by
+    Ville's inequality it passes ``1/alpha`` at some round with probability at most
+    ``alpha``. The ``m`` where it stays below are the interval
+    ``mean d ± sd_ml · sqrt(q / (n - q))``, ``q = (1 - K^(-2/n)) (n + c²)``,
+    ``K = sqrt((n + c²)/c²) / alpha``, ``sd_ml`` the spread with divisor ``n``; unbounded
+    while ``n <= q`` (about 4 rounds at 95 %). ``c = 1``: the mixture's effect sizes have the
+    spread of one round's noise, a gain about as large as the noise, the size a
+    confirmation is there to settle.
 ``pooled_log_variance``, ``unstable``
     The noise of repeated measurements and whether a trial is noisier than the machine's noise: a
     one-sided F test of the trial's log variance against the variance of log values pooled
@@ -78,6 +96,8 @@ class RatioInterval:
         level: The confidence level, e.g. 0.95.
         n: The number of pairs (paired), or the smaller sample size (unpaired).
         paired: Whether the values were paired by round.
+        sequential: A confidence sequence (``sequential_ratio_interval``): valid at
+            whichever round the measuring stopped, however that round was chosen.
     """
 
     ratio: float
@@ -86,6 +106,7 @@ class RatioInterval:
     level: float
     n: int
     paired: bool
+    sequential: bool = False
 
     @property
     def significant(self) -> bool:
@@ -164,6 +185,57 @@ def ratio_interval(
         n=n,
         paired=paired,
     )
+
+
+#: The mixture's spread of effect sizes, in units of one round's noise (module doc).
+SEQUENTIAL_MIXTURE = 1.0
+
+
+def sequential_ratio_interval(
+    default: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    maximize: bool,
+    level: float = 0.95,
+    mixture: float = SEQUENTIAL_MIXTURE,
+) -> RatioInterval | None:
+    """The paired ratio of ``candidate`` to ``default`` with a confidence sequence (module
+    doc): the chance that the interval misses the true ratio at *any* round is at most
+    ``1 - level``, so the rounds may stop on what the interval says.
+
+    Returns:
+        The interval (``sequential``), unbounded (low 0, high infinite) while too few rounds
+        bound it, or None with fewer than 2 pairs.
+
+    Raises:
+        ValueError: As ``ratio_interval``; ``mixture`` not positive.
+    """
+    base = _positive(default, "default")
+    other = _positive(candidate, "candidate")
+    _check_level(level)
+    if not (math.isfinite(mixture) and mixture > 0):
+        raise ValueError(f"mixture must be positive, got {mixture!r}")
+    if len(base) != len(other):
+        raise ValueError(
+            f"paired samples need equal lengths, got {len(base)} default and "
+            f"{len(other)} candidate values"
+        )
+    n = len(base)
+    if n < 2:
+        return None
+    sign = 1.0 if maximize else -1.0
+    d = [sign * math.log(c / b) for b, c in zip(base, other, strict=True)]
+    center = _mean(d)
+    spread = math.sqrt(sum((x - center) ** 2 for x in d) / n)
+    c2 = mixture * mixture
+    threshold = math.sqrt((n + c2) / c2) / (1 - level)
+    q = (1 - threshold ** (-2 / n)) * (n + c2)
+    if n <= q:
+        low, high = 0.0, math.inf
+    else:
+        half = spread * math.sqrt(q / (n - q))
+        low, high = math.exp(center - half), math.exp(center + half)
+    return RatioInterval(math.exp(center), low, high, level, n, paired=True, sequential=True)
 
 
 def pooled_log_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:

@@ -13,6 +13,7 @@ from tuner.measurement_stats import (
     drift,
     pooled_log_variance,
     ratio_interval,
+    sequential_ratio_interval,
     unstable,
 )
 from tuner.trial import Measurement, repeat_summary
@@ -220,3 +221,87 @@ def test_drift_bad_inputs() -> None:
         drift([0.0], [-2.0])
     with pytest.raises(ValueError, match=r"times\[1\] must be finite, got nan"):
         drift([0.0, math.nan], [1.0, 1.0])
+
+
+# -- the confidence sequence ------------------------------------------------------------------
+def _mixture_martingale(d: list[float], m: float, c: float = 1.0) -> float:
+    """The Gaussian-mixture t test martingale at mean ``m`` (Wang & Ramdas 2023), directly."""
+    n = len(d)
+    s = sum(x - m for x in d)
+    v = sum((x - m) ** 2 for x in d)
+    return math.sqrt(c * c / (n + c * c)) * (1 - s * s / ((n + c * c) * v)) ** (-n / 2)
+
+
+def test_the_sequence_ends_where_the_mixture_martingale_reaches_one_over_alpha() -> None:
+    rng = np.random.default_rng(3)
+    default = list(100 * _lognormal(rng, 0.1, 12))
+    candidate = list(120 * _lognormal(rng, 0.1, 12))
+    got = sequential_ratio_interval(default, candidate, maximize=True)
+    assert got is not None and got.sequential and got.paired and got.n == 12
+    d = [math.log(c / b) for b, c in zip(default, candidate, strict=True)]
+    for end in (got.low, got.high):
+        assert _mixture_martingale(d, math.log(end)) == pytest.approx(20.0, rel=1e-6)
+    assert _mixture_martingale(d, math.log(got.ratio)) < 20.0
+    fixed = ratio_interval(default, candidate, maximize=True)
+    assert fixed is not None and got.low < fixed.low and got.high > fixed.high  # the price
+    latency = sequential_ratio_interval(candidate, default, maximize=False)
+    assert latency is not None and latency.ratio == pytest.approx(got.ratio)
+
+
+def test_too_few_rounds_leave_the_sequence_unbounded_and_more_rounds_narrow_it() -> None:
+    rng = np.random.default_rng(4)
+    default, candidate = list(_lognormal(rng, 0.1, 40)), list(1.2 * _lognormal(rng, 0.1, 40))
+    assert sequential_ratio_interval(default[:1], candidate[:1], maximize=True) is None
+    three = sequential_ratio_interval(default[:3], candidate[:3], maximize=True)
+    assert three is not None and three.low == 0.0 and three.high == math.inf
+    assert not three.significant
+    widths = []
+    for n in (6, 10, 20, 40):
+        got = sequential_ratio_interval(default[:n], candidate[:n], maximize=True)
+        assert got is not None and math.isfinite(got.high)
+        widths.append(got.high / got.low)
+    assert widths == sorted(widths, reverse=True)
+    with pytest.raises(ValueError, match="mixture"):
+        sequential_ratio_interval(default, candidate, maximize=True, mixture=0.0)
+
+
+def test_stopping_when_the_sequence_excludes_one_keeps_false_claims_under_five_percent() -> None:
+    """No gain at all, and a confirmation that looks after every round up to 30 and stops
+    as soon as its interval excludes 1: the confidence sequence claims a difference in at
+    most 5 % of sessions; the t interval read the same way claims one far more often,
+    which is why a growing confirmation cannot stop on the t interval."""
+    rng = np.random.default_rng(7)
+    sessions, rounds = 400, 30
+    false_sequential = false_fixed = 0
+    for _ in range(sessions):
+        default = list(_lognormal(rng, 0.15, rounds))
+        candidate = list(_lognormal(rng, 0.15, rounds))
+        seq = fixed = False
+        for n in range(3, rounds + 1):
+            if not seq:
+                s = sequential_ratio_interval(default[:n], candidate[:n], maximize=True)
+                seq = bool(s and s.significant)
+            if not fixed:
+                t = ratio_interval(default[:n], candidate[:n], maximize=True)
+                fixed = bool(t and t.significant)
+        false_sequential += seq
+        false_fixed += fixed
+    assert false_sequential / sessions <= 0.05
+    assert false_fixed / sessions >= 0.15
+
+
+def test_a_real_gain_is_settled_within_a_dozen_rounds() -> None:
+    """1.3x at 10 % noise per measurement: the sequence excludes 1 within 12 rounds in
+    nearly every session, and holds the true ratio where it stops."""
+    rng = np.random.default_rng(11)
+    stopped, held = [], 0
+    for _ in range(200):
+        default, candidate = list(_lognormal(rng, 0.1, 30)), list(1.3 * _lognormal(rng, 0.1, 30))
+        for n in range(3, 31):
+            got = sequential_ratio_interval(default[:n], candidate[:n], maximize=True)
+            if got is not None and got.significant:
+                stopped.append(n)
+                held += got.low <= 1.3 <= got.high
+                break
+    assert len(stopped) >= 198 and sorted(stopped)[len(stopped) // 2] <= 12
+    assert held >= 0.95 * len(stopped)
