@@ -4,6 +4,7 @@ and trials as rich tables or JSON.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +68,9 @@ def confirmation_table(
     choosing = label == "selection"  # a few rounds: the ratio, not its (wide) interval
     table = Table(
         "trial", "source", f"session {name}", f"{label} {name}",
-        "vs default" if choosing else "vs default (95 % CI)", "feasible rounds",
+        "vs default" if choosing else
+        "vs default (95 % sequence)" if confirmation.stopped else "vs default (95 % CI)",
+        "feasible rounds",
     )  # fmt: skip
     intervals = confirmation.selection_intervals if choosing else confirmation.intervals
     for m in rows:
@@ -114,6 +117,8 @@ def confirmation_dict(confirmation: Confirmation) -> dict[str, Any]:
         "best_trial": best.trial.id if best else None,
         "best_config": best.trial.config if best else None,
         "default_feasible": confirmation.default_feasible,
+        "sequential": bool(interval is not None and interval.sequential),
+        "stopped": confirmation.stopped,
         "ratio": confirmation.ratio,
         "interval": interval_dict(interval),
         "significant": confirmation.significant,
@@ -152,8 +157,9 @@ def interval_dict(interval: RatioInterval | None) -> dict[str, Any] | None:
     if interval is None:
         return None
     return {
-        "ratio": interval.ratio, "low": interval.low, "high": interval.high,
-        "level": interval.level, "pairs": interval.n,
+        "ratio": interval.ratio, "low": interval.low,
+        "high": interval.high if math.isfinite(interval.high) else None,  # None: unbounded
+        "level": interval.level, "pairs": interval.n, "sequential": interval.sequential,
     }  # fmt: skip
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -72,7 +73,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 report_trial(spec, trial, finished, config.trials, value)
 
             protocol = config.protocol
+            started = time.monotonic()
             result = run_session(api, target, spec, config.trials, on_trial, protocol)
+            trials_s = time.monotonic() - started
             confirmation = None
             if protocol.confirm:
                 check = progress.add_task("confirming", total=None, best="")
@@ -92,6 +95,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
                     max((m.round for m in result.measurements
                          if m.kind is MeasurementKind.CONFIRM), default=0),
+                    protocol.confirm_seconds(trials_s),
                 )  # fmt: skip
         trials = api.list_trials(spec.name)
         measurements = api.list_measurements(spec.name)

@@ -139,6 +139,8 @@ def _confirmed(spec: StudySpec, best: Best, trials: Sequence[Trial]) -> tuple[st
         )  # fmt: skip
         return f"not confirmed: no candidate was feasible and stable in every round; {kept}", "bad"
     rounds = f"{chosen.repeats} interleaved repeats each"
+    if found.stopped:  # a sequential confirmation: how many rounds it took, and why
+        rounds += f" (sequential: stopped as {found.stopped})"
     if default is not None and not found.default_feasible:
         met, total = found.default_rounds()
         ratio = "" if interval is None else f"; {spec.objective.name} {interval} the default's"

@@ -13,13 +13,22 @@ the estimate runs more rounds, up to ``grow_to``. The protocol's settings are
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from runner.measurement import MeasurementProtocol
 from targets.base import Target
-from tuner.confirmation import Confirmation, Remeasured, joined, judge, meets, with_selection
+from tuner.confirmation import (
+    Confirmation,
+    Remeasured,
+    joined,
+    judge,
+    meets,
+    stop_reason,
+    with_selection,
+)
 from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
@@ -45,6 +54,7 @@ def confirm(
     grow_to: int = 0,
     width: float = MeasurementProtocol.confirm_width,
     first_round: int = 0,
+    max_seconds: float = 0.0,
 ) -> Confirmation:
     """Compare the first ``top`` of ``candidates`` (best first: ``tuner.confirmation.ranked``)
     with the default in rounds that alternate their order, by paired per-round ratios.
@@ -67,6 +77,13 @@ def confirm(
         first_round: The last round the study already stored (a session resumed after its
             confirmation): the rounds are numbered on from it, so that the stored rounds of
             this confirmation are the study's latest, never mixed with the earlier ones'.
+        max_seconds: With the sequential rule (``spec.stopping.confirm``), no round starts
+            after the estimate has run this long (0: no limit).
+
+    With ``spec.stopping.confirm = "sequential"`` the estimate runs ``rounds`` rounds,
+    then one at a time while its interval (a confidence sequence) includes 1 and is wider
+    than ``width``, up to ``grow_to`` rounds (``MAX_ROUNDS`` when 0) and ``max_seconds``;
+    the confirmation says why it stopped (``Confirmation.stopped``).
     """
     spec = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
@@ -75,8 +92,9 @@ def confirm(
     two = default is not None and select > 0 and len(ranked) > 1
     total = (select * (1 + len(ranked)) + rounds * 2) if two else rounds * (len(base) + len(ranked))
     runner = _Rounds(target, spec, store, on_measure, total, first_round)
+    limit = _Limit(spec.stopping.sequential, grow_to, width, max_seconds)
     if not two:
-        return runner.estimate(base + ranked, rounds, grow_to, width, noise)
+        return runner.estimate(base + ranked, rounds, limit, noise)
     selection = runner.run(base + ranked, select)
     chose = judge(spec, selection, True, noise, choosing=True)
     if chose.best is None:
@@ -85,8 +103,35 @@ def confirm(
             selection_intervals=chose.intervals,
         )  # fmt: skip
     pair: list[Trial] = [default, chose.best.trial]  # type: ignore[list-item]
-    found = runner.estimate(pair, rounds, grow_to, width, noise)
+    found = runner.estimate(pair, rounds, limit, noise)
     return with_selection(found, chose, selection)
+
+
+#: The most rounds a sequential estimate runs when ``grow_to`` sets no limit.
+MAX_ROUNDS = 100
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """When an estimate stops adding rounds (``confirm``'s ``grow_to``, ``width``,
+    ``max_seconds`` and the study's rule)."""
+
+    sequential: bool
+    grow_to: int
+    width: float
+    max_seconds: float
+
+    def more(self, found: Confirmation, rounds: int, seconds: float) -> bool:
+        """Whether to run one more round after ``rounds`` that gave ``found``."""
+        interval = found.interval
+        if interval is None:
+            return False
+        if not self.sequential:  # on precision only: the t interval stays unbiased
+            return rounds < self.grow_to and interval.high > self.width * interval.low
+        if interval.significant or (self.max_seconds and seconds >= self.max_seconds):
+            return False
+        wide = not math.isfinite(interval.high) or interval.high > self.width * interval.low
+        return wide and rounds < (self.grow_to or MAX_ROUNDS)
 
 
 class _Rounds:
@@ -141,25 +186,29 @@ class _Rounds:
         self,
         runs: Sequence[Trial],
         rounds: int,
-        grow_to: int,
-        width: float,
+        limit: _Limit,
         noise: Mapping[str, tuple[float, int]] | None,
     ) -> Confirmation:
         """``rounds`` rounds of ``runs`` judged (the default first, when ``runs`` has it),
-        then one more at a time, up to ``grow_to`` in all, while the best's interval is
-        wider than ``width``: rounds are added on how precise the estimate is, never on
-        what it says, so stopping does not bias it."""
+        then one more at a time while ``limit`` says so: with the fixed rule while the
+        best's interval is wider than the width, up to ``grow_to`` in all (rounds are added
+        on how precise the estimate is, never on what it says, so stopping does not bias
+        it); with the sequential rule while its confidence sequence includes 1 and is
+        wide, which may stop on what it says."""
         has_default = bool(runs) and runs[0].step is StepKind.DEFAULT
+        started = time.monotonic()
+        sequential = limit.sequential
+
+        def judged(measured: tuple[Remeasured, ...]) -> Confirmation:
+            return judge(self.spec, measured, has_default, noise, sequential=sequential)
+
         measured = self.run(runs, rounds)
-        found = judge(self.spec, measured, has_default, noise)
-        while (
-            measured
-            and len(measured[0].rounds) < grow_to
-            and found.interval is not None
-            and found.interval.high > width * found.interval.low
-        ):
+        found = judged(measured)
+        while measured and limit.more(found, len(measured[0].rounds), time.monotonic() - started):
             self.total += len(runs)
             more = self.run(runs, 1)
             measured = tuple(joined(a, b) for a, b in zip(measured, more, strict=True))
-            found = judge(self.spec, measured, has_default, noise)
+            found = judged(measured)
+        if sequential:
+            found = replace(found, stopped=stop_reason(found.interval, limit.width))
         return found

@@ -79,9 +79,14 @@ class MeasurementProtocol:
             the ``confirm`` rounds estimate its ratio (0: the same rounds choose and
             estimate, which overstates the chosen one's ratio).
         confirm_max: Rounds the estimate may grow to while its interval is wider than
-            ``confirm_width`` (0, or at most ``confirm``: exactly ``confirm`` rounds).
+            ``confirm_width`` (0, or at most ``confirm``: exactly ``confirm`` rounds); with
+            the study's sequential rule, the most rounds it runs (0: 100).
         confirm_width: The widest headline interval, its high end over its low end, at
             which the estimate stops adding rounds.
+        confirm_share: With the study's sequential rule (``[study.stopping] confirm =
+            "sequential"``), the most of the session's time its confirmation may take: no
+            round starts once the estimate has run ``share / (1 - share)`` times as long as
+            the trials took (0: no limit but ``confirm_max``).
     """
 
     repeats: int = 1
@@ -92,6 +97,7 @@ class MeasurementProtocol:
     confirm_select: int = 0
     confirm_max: int = 0
     confirm_width: float = 1.5
+    confirm_share: float = 0.5
 
     def __post_init__(self) -> None:
         limits = {
@@ -118,6 +124,17 @@ class MeasurementProtocol:
         width = self.confirm_width
         if isinstance(width, bool) or not isinstance(width, int | float) or not 1 < width <= 100:
             raise ValidationError("session.confirm_width", f"got {width!r}", "a number in (1, 100]")
+        share = self.confirm_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 0.9:
+            raise ValidationError(
+                "session.confirm_share", f"got {share!r}", "a number in [0, 0.9] (0: no limit)"
+            )
+
+    def confirm_seconds(self, trials_s: float) -> float:
+        """The longest a sequential estimate may run after trials that took ``trials_s``
+        (``confirm_share``; 0: no limit)."""
+        share = self.confirm_share
+        return share / (1 - share) * trials_s if share else 0.0
 
     @property
     def most(self) -> int:

@@ -142,6 +142,7 @@ def _stopping_to_proto(stopping: StoppingSettings) -> pb.StoppingSettings | None
         min_windows=stopping.min_windows,
         screen_windows=stopping.screen_windows,
         screen_keep=stopping.screen_keep,
+        confirm="" if stopping.confirm == "fixed" else stopping.confirm,
     )
 
 
@@ -150,6 +151,8 @@ def _stopping_from_proto(message: pb.StoppingSettings) -> dict[str, Any]:
         "early_stop": message.early_stop,
         "screen_windows": message.screen_windows,
     }
+    if message.confirm:
+        data["confirm"] = message.confirm
     for key in ("confidence", "min_windows", "screen_keep"):
         if message.HasField(key):
             data[key] = getattr(message, key)

@@ -28,7 +28,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from tuner.measurement_stats import RatioInterval, pooled_log_variance, ratio_interval, unstable
+from tuner.measurement_stats import (
+    RatioInterval,
+    pooled_log_variance,
+    ratio_interval,
+    sequential_ratio_interval,
+    unstable,
+)
 from tuner.study import Goal, StudySpec
 from tuner.trial import (
     Measurement,
@@ -145,6 +151,9 @@ class Confirmation:
         selection: The rounds that chose the candidate: the default first, then every
             candidate (empty when the same rounds chose and estimated).
         selection_intervals: Each candidate's interval from the selection rounds.
+        stopped: Why the estimate's rounds stopped, for people (``stop_reason``): the
+            interval excluded 1, was narrow enough, or a limit was reached; "" for a fixed
+            number of rounds.
     """
 
     measured: tuple[Remeasured, ...]
@@ -155,6 +164,12 @@ class Confirmation:
     intervals: dict[int, RatioInterval] = field(default_factory=dict)
     selection: tuple[Remeasured, ...] = ()
     selection_intervals: dict[int, RatioInterval] = field(default_factory=dict)
+    stopped: str = ""
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of the estimate."""
+        return len(self.measured[0].rounds) if self.measured else 0
 
     @property
     def ratio(self) -> float | None:
@@ -258,7 +273,11 @@ def stored_confirmation(
 
     noise = machine_noise(spec, measurements, None if default is None else default.id)
     estimate = rounds[first:]
-    found = judge(spec, remeasured(ids(estimate), estimate), default is not None, noise)
+    sequential = spec.stopping.sequential
+    found = judge(spec, remeasured(ids(estimate), estimate), default is not None, noise,
+                  sequential=sequential)  # fmt: skip
+    if sequential:
+        found = replace(found, stopped=stop_reason(found.interval))
     if not first:
         return found
     selection = remeasured(ids(rounds[:first]), rounds[:first])
@@ -297,10 +316,13 @@ def judge(
     has_default: bool,
     noise: Mapping[str, tuple[float, int]] | None,
     choosing: bool = False,
+    sequential: bool = False,
 ) -> Confirmation:
     """The best of ``measured`` (the default first when ``has_default``) by its paired
     ratio to the default, among those feasible in every round and not unstable. Only when
-    ``choosing`` may the best have a single paired round (and so no interval)."""
+    ``choosing`` may the best have a single paired round (and so no interval). With
+    ``sequential`` the intervals are confidence sequences (rounds that stopped on what
+    they showed)."""
     name = spec.objective.name
     sign = 1.0 if spec.objective.goal is Goal.MAXIMIZE else -1.0
     base = measured[0] if has_default else None
@@ -324,7 +346,8 @@ def judge(
             if paired:  # the geometric mean of the paired ratios, one round or more
                 scores[m.trial.id] = sign * math.fsum(math.log(c / b) for b, c in paired)
                 scores[m.trial.id] /= len(paired)
-            found = ratio_interval(
+            interval = sequential_ratio_interval if sequential else ratio_interval
+            found = interval(
                 [b for b, _ in paired], [c for _, c in paired],
                 maximize=spec.objective.goal is Goal.MAXIMIZE,
             ) if len(paired) >= 2 else None  # fmt: skip
@@ -345,6 +368,23 @@ def judge(
         flagged,
         intervals,
     )
+
+
+def stop_reason(interval: RatioInterval | None, width: float = 0.0) -> str:
+    """Why a sequential confirmation's rounds stopped, read from where its interval ended:
+    it excluded 1 (a gain or a loss), it was narrower than ``width`` (when given: the
+    ratio is settled within it), or neither (a round or time limit, or no candidate)."""
+    if interval is None:
+        return "no candidate was feasible and stable in every round"
+    if interval.low > 1.0:
+        return "the interval lies above 1"
+    if interval.high < 1.0:
+        return "the interval lies below 1"
+    if not width:
+        return "the interval includes 1 where its rounds stopped"
+    if math.isfinite(interval.high) and interval.high <= width * interval.low:
+        return f"the interval is narrower than {width:g}x"
+    return "its round or time limit was reached"
 
 
 def meets(spec: StudySpec, metrics: dict[str, float] | None) -> bool:

@@ -114,6 +114,8 @@ class RatioInterval:
         return self.low > 1.0 or self.high < 1.0
 
     def __str__(self) -> str:
+        if not math.isfinite(self.high):
+            return f"{self.ratio:.2f}x (no bound yet after {self.n} rounds)"
         return f"{self.ratio:.2f}x ({self.low:.2f}–{self.high:.2f})"
 
 

@@ -48,7 +48,11 @@ MAX_CANDIDATES = 100_000
 # Descriptors per candidate (``StudySpec.candidate_features``): a few numbers, each finite.
 MAX_CANDIDATE_FEATURES = 16
 _EMBEDDING_FIELDS = ("kind", "dims", "special_bias", "buckets", "seed", "grow_after")
-_STOPPING_FIELDS = ("early_stop", "confidence", "min_windows", "screen_windows", "screen_keep")
+_STOPPING_FIELDS = (
+    "early_stop", "confidence", "min_windows", "screen_windows", "screen_keep", "confirm",
+)  # fmt: skip
+#: How the closing confirmation's rounds stop (``StoppingSettings.confirm``).
+CONFIRM_RULES = ("fixed", "sequential")
 DEFAULT_GROW_AFTER = 10
 DEFAULT_EMBEDDING_DIMS = 16
 # More objectives than this make the hypervolume expensive and the Pareto front most of the
@@ -292,6 +296,14 @@ class StoppingSettings:
             measured ranks among the best ``screen_keep`` of every trial's first windows
             so far (or beats the best trial's); 0 (the default): no screening.
         screen_keep: The share of trials a screen lets go on, in [0.1, 0.9].
+        confirm: How the closing confirmation's rounds stop (``runner.confirm``):
+            ``fixed``, the session's ``confirm`` rounds (and more only while the interval
+            is wide, up to ``confirm_max``), with a t interval; ``sequential``, a round at a
+            time after the first ``confirm`` until its interval, a confidence sequence
+            valid whenever it stops (``tuner.measurement_stats.sequential_ratio_interval``),
+            excludes 1 either way or is narrower than ``confirm_width``, or ``confirm_max``
+            rounds or ``confirm_share`` of the session's time are spent. Stored with the
+            study, so its verdict is read back with the same interval.
     """
 
     early_stop: bool = False
@@ -299,6 +311,7 @@ class StoppingSettings:
     min_windows: int = 4
     screen_windows: int = 0
     screen_keep: float = 1 / 3
+    confirm: str = "fixed"
 
     def __post_init__(self) -> None:
         if not isinstance(self.early_stop, bool):
@@ -325,6 +338,13 @@ class StoppingSettings:
         keep = self.screen_keep
         if isinstance(keep, bool) or not isinstance(keep, int | float) or not 0.1 <= keep <= 0.9:
             raise ValidationError("stopping.screen_keep", f"got {keep!r}", "a number in [0.1, 0.9]")
+        if self.confirm not in CONFIRM_RULES:
+            raise ValidationError("stopping.confirm", f"got {self.confirm!r}", CONFIRM_RULES)
+
+    @property
+    def sequential(self) -> bool:
+        """The confirmation stops on a confidence sequence (``confirm = "sequential"``)."""
+        return self.confirm == "sequential"
 
     @property
     def default(self) -> bool:
@@ -344,6 +364,8 @@ class StoppingSettings:
         if self.screen_windows:  # only when set: the first specs keep their fingerprints
             out["screen_windows"] = self.screen_windows
             out["screen_keep"] = float(self.screen_keep)
+        if self.sequential:
+            out["confirm"] = self.confirm
         return out
 
     @classmethod

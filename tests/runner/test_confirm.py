@@ -13,6 +13,7 @@ from cli.main import main
 from runner.confirm import confirm
 from targets.base import Target, TrialOutcome
 from tuner.confirmation import stored_confirmation
+from tuner.measurement_stats import sequential_ratio_interval
 from tuner.study import StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
@@ -486,3 +487,84 @@ def test_the_service_reports_the_confirmed_best_not_the_luckiest_mean(tmp_path: 
     assert service.get_best_trial(spec.name).id == real
     assert service.get_study(spec.name).best_trial_id == real
     service.close()
+
+
+# -- the sequential rule ----------------------------------------------------------------------
+SEQUENTIAL = replace(SPEC, stopping=replace(SPEC.stopping, confirm="sequential"))
+
+
+class Noisy:
+    """``tps`` of ``x = 1`` is ``gain`` times the default's, each measurement off by a
+    log-normal factor of ``noise`` (seeded)."""
+
+    def __init__(self, gain: float, noise: float = 0.1, seed: int = 0) -> None:
+        import numpy as np
+
+        self.gain, self.rng, self.noise = gain, np.random.default_rng(seed), noise
+        self.calls = 0
+
+    def run_trial(self, config: dict[str, Any], progress: Any = None) -> TrialOutcome:
+        self.calls += 1
+        tps = 100.0 * (self.gain if config["x"] else 1.0) * self.rng.lognormal(0.0, self.noise)
+        return TrialOutcome(TrialStatus.COMPLETED, {"tps": float(tps), "p95_ms": 5.0})
+
+
+def test_a_sequential_confirmation_measures_until_its_interval_excludes_one() -> None:
+    """A true 1.3x gain: after the first 3 rounds (an interval without bounds yet) the
+    rounds go on one at a time until the confidence sequence lies above 1; the stored
+    rounds give back the same sequence and reason."""
+    trials = study({0: 100.0, 1: 130.0})
+    rows: list[tuple[int, Measurement]] = []
+    found = confirm(
+        cast(Target, Noisy(1.3)), SEQUENTIAL, trials, by_value(trials), rounds=3,
+        width=1.1, store=lambda i, m: rows.append((i, m)),
+    )  # fmt: skip
+    assert found.interval is not None and found.interval.sequential and found.significant
+    assert 4 <= found.rounds <= 15 and found.stopped == "the interval lies above 1"
+    shorter = sequential_ratio_interval(
+        [r["tps"] for r in found.measured[0].rounds[:-1] if r],
+        [r["tps"] for r in found.measured[1].rounds[:-1] if r], maximize=True,
+    )  # fmt: skip
+    assert shorter is not None and not shorter.significant  # it stopped at the first chance
+    again = stored_confirmation(SEQUENTIAL, trials, _stored(rows))
+    assert again is not None and again.interval == found.interval
+    assert again.stopped == found.stopped
+    fixed = stored_confirmation(SPEC, trials, _stored(rows))  # the t interval: narrower
+    assert fixed is not None and fixed.interval is not None and not fixed.interval.sequential
+    assert fixed.interval.low > found.interval.low and fixed.stopped == ""
+
+
+def test_without_a_gain_the_sequence_stops_when_narrow_or_at_its_limits() -> None:
+    """No gain: the sequence keeps 1 inside and the rounds stop once it is narrower than
+    the width (the ratio is settled near 1), at ``grow_to``, or when time is up."""
+    trials = study({0: 100.0, 1: 100.0})
+    narrow = confirm(cast(Target, Noisy(1.0, seed=2)), SEQUENTIAL, trials, by_value(trials),
+                     rounds=3, width=1.5)  # fmt: skip
+    assert narrow.interval is not None and not narrow.interval.significant
+    assert narrow.interval.high <= 1.5 * narrow.interval.low
+    assert narrow.stopped == "the interval is narrower than 1.5x" and narrow.rounds > 3
+    capped = confirm(cast(Target, Noisy(1.0, seed=2)), SEQUENTIAL, trials, by_value(trials),
+                     rounds=3, width=1.01, grow_to=6)  # fmt: skip
+    assert capped.rounds == 6 and capped.stopped == "its round or time limit was reached"
+    target = Noisy(1.0, seed=2)
+    timed = confirm(cast(Target, target), SEQUENTIAL, trials, by_value(trials), rounds=3,
+                    width=1.01, max_seconds=1e-9)  # fmt: skip
+    assert timed.rounds == 3 and target.calls == 6 and "limit" in timed.stopped
+    assert "no bound yet after 3 rounds" in str(timed.interval)
+
+
+def test_the_confirmation_rule_is_a_stopping_setting_with_named_values() -> None:
+    from tuner.errors import ValidationError
+    from tuner.study import StoppingSettings
+
+    assert StoppingSettings.from_dict({"confirm": "sequential"}).sequential
+    assert "confirm" not in StoppingSettings().to_dict()  # older specs keep their fingerprint
+    with pytest.raises(ValidationError) as info:
+        StoppingSettings.from_dict({"confirm": "sprt"})
+    assert info.value.field == "stopping.confirm" and "sequential" in str(info.value)
+    with pytest.raises(ValidationError, match=r"session.confirm_share.*\[0, 0.9\]"):
+        from runner.measurement import MeasurementProtocol
+
+        MeasurementProtocol(confirm_share=0.95)
+    assert MeasurementProtocol(confirm_share=0.5).confirm_seconds(60.0) == 60.0
+    assert MeasurementProtocol(confirm_share=0).confirm_seconds(60.0) == 0.0

@@ -23,7 +23,7 @@ from tuner.space import (
     OrdinalKnob,
     SearchSpace,
 )
-from tuner.study import DesignerSettings, Goal, Objective, StudySpec
+from tuner.study import DesignerSettings, Goal, Objective, StoppingSettings, StudySpec
 from tuner.trial import Measurement, MeasurementKind, StepKind, Trial, TrialStatus
 
 KNOBS: tuple[Knob, ...] = (
@@ -417,3 +417,12 @@ def test_a_malformed_measurement_names_the_field(
     with pytest.raises(ValidationError) as info:
         convert.measurements_from_request(request)
     assert info.value.field == field_
+
+
+def test_the_confirmation_rule_travels_over_the_wire() -> None:
+    """``[study.stopping] confirm = "sequential"``: stored with the study and sent with its
+    spec, so ``tuner best`` over gRPC reads the verdict with the same interval."""
+    sequential = make_spec(stopping=StoppingSettings(confirm="sequential"))
+    assert round_trip(sequential).stopping.sequential
+    wire = convert.spec_to_proto(make_spec(stopping=StoppingSettings(early_stop=True)))
+    assert wire.stopping.confirm == "" and not convert.spec_from_proto(wire).stopping.sequential

@@ -266,18 +266,20 @@ class TransferSource(_message.Message):
     def __init__(self, study: _Optional[str] = ..., knobs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StoppingSettings(_message.Message):
-    __slots__ = ("early_stop", "confidence", "min_windows", "screen_windows", "screen_keep")
+    __slots__ = ("early_stop", "confidence", "min_windows", "screen_windows", "screen_keep", "confirm")
     EARLY_STOP_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     MIN_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     SCREEN_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     SCREEN_KEEP_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_FIELD_NUMBER: _ClassVar[int]
     early_stop: bool
     confidence: float
     min_windows: int
     screen_windows: int
     screen_keep: float
-    def __init__(self, early_stop: _Optional[bool] = ..., confidence: _Optional[float] = ..., min_windows: _Optional[int] = ..., screen_windows: _Optional[int] = ..., screen_keep: _Optional[float] = ...) -> None: ...
+    confirm: str
+    def __init__(self, early_stop: _Optional[bool] = ..., confidence: _Optional[float] = ..., min_windows: _Optional[int] = ..., screen_windows: _Optional[int] = ..., screen_keep: _Optional[float] = ..., confirm: _Optional[str] = ...) -> None: ...
 
 class Candidate(_message.Message):
     __slots__ = ("config", "features")
