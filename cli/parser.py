@@ -135,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         tune.add_argument(flag, type=int, help=f"{help_} (overrides [session])")
 
+    again = command(
+        "confirm", "cli.sessions:cmd_confirm",
+        "confirm a finished study again on its target, with more rounds",
+    )  # fmt: skip
+    again.set_defaults(db=None)
+    again.add_argument("config", type=Path, help="the study's TOML config (its target and db)")
+    again.add_argument("--name", help="study name (overrides [study] name)")
+    again.add_argument(
+        "--rounds", type=int, default=0,
+        help="rounds to add (default: [session] confirm, else 5)",
+    )  # fmt: skip
+
     daemon = command(
         "daemon", "cli.sessions:cmd_daemon", "tune, apply the best, watch, re-tune (unattended)"
     )

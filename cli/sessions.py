@@ -33,7 +33,7 @@ from server.security import read_file, read_token
 from server.storage import SQLiteStorage
 from targets.host.signals import terminate_on_sigterm
 from tuner import runtime
-from tuner.confirmation import machine_noise
+from tuner.confirmation import machine_noise, stored_confirmation
 from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import (
@@ -41,6 +41,7 @@ from tuner.trial import (
     MeasurementKind,
     StepKind,
     Trial,
+    with_resolved_constraints,
 )
 
 
@@ -182,6 +183,73 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
         for key, value in final.items():
             table.add_row(key, cell(value))
         out.print(table)
+    return 0
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    """``tuner confirm CONFIG``: confirm a finished study again on its target, with more
+    rounds. A study whose confirmation chose a candidate gets ``--rounds`` more rounds of
+    the default and that candidate, numbered on from the stored ones, so they join its
+    estimate; a study never confirmed gets a whole confirmation by the config's protocol.
+    The verdict is then read from all the stored rounds (``tuner best`` reads the same).
+    The study's rule (``[study.stopping] confirm``) says which interval: the sequential one
+    stays valid however many rounds are added after looking; the fixed one's t interval
+    does not, and the command says so."""
+    config = load_config(args.config, {"name": args.name, "db": args.db})
+    name = config.spec.name
+    with terminate_on_sigterm(), connect(args.server, config.db, True) as api:
+        spec = api.get_study(name).spec  # the stored rule, as the study was created
+        trials = api.list_trials(name)
+        measurements = api.list_measurements(name)
+        if spec.multi_objective:
+            raise ValidationError("study.objectives", "has several objectives", "one objective")
+        before = stored_confirmation(spec, trials, measurements)
+        last = max((m.round for m in measurements if m.kind is MeasurementKind.CONFIRM), default=0)
+        rounds = args.rounds if args.rounds else config.protocol.confirm or 5
+
+        def store(trial_id: int, measurement: Measurement) -> None:
+            api.add_measurements(name, trial_id, [measurement])
+
+        with config.target as target, progress_bar() as progress:
+            check = progress.add_task("confirming", total=None, best="")
+
+            def on_measure(done: int, total: int) -> None:
+                progress.update(check, completed=done, total=total)
+
+            if before is not None and before.best is not None and before.default is not None:
+                out.print(
+                    f"study [bold]{name}[/]: {rounds} more rounds of the default and trial "
+                    f"{before.best.trial.id} (after {last} stored rounds)", highlight=False,
+                )  # fmt: skip
+                if not spec.stopping.sequential:
+                    out.print(
+                        "[yellow]rounds added after reading a verdict bias a t interval; "
+                        '[study.stopping] confirm = "sequential" gives one that stays valid[/]'
+                    )
+                exactly = replace(spec, stopping=replace(spec.stopping, confirm="fixed"))
+                confirm(target, exactly, trials, [before.best.trial], rounds, 1, on_measure,
+                        store, first_round=last)  # fmt: skip
+            else:
+                result = summarize(spec, trials, measurements, target.noiseless)
+                protocol = config.protocol
+                out.print(
+                    f"study [bold]{name}[/]: a confirmation of its {protocol.confirm_top} best",
+                    highlight=False,
+                )
+                confirm(
+                    target, result.spec, result.trials, result.ranking, rounds,
+                    protocol.confirm_top, on_measure, store,
+                    machine_noise(result.spec, measurements,
+                                  None if result.default is None else result.default.id),
+                    protocol.confirm_select, protocol.confirm_max, protocol.confirm_width, last,
+                )  # fmt: skip
+        trials = api.list_trials(name)
+        measurements = api.list_measurements(name)
+        found = stored_confirmation(spec, trials, measurements)
+        final = reported_best(api, name, spec, trials, measurements)
+    if found is not None:
+        print_confirmation(with_resolved_constraints(spec, trials), found)
+    print_verdict(with_resolved_constraints(spec, trials), final, trials)
     return 0
 
 

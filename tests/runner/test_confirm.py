@@ -568,3 +568,87 @@ def test_the_confirmation_rule_is_a_stopping_setting_with_named_values() -> None
         MeasurementProtocol(confirm_share=0.95)
     assert MeasurementProtocol(confirm_share=0.5).confirm_seconds(60.0) == 60.0
     assert MeasurementProtocol(confirm_share=0).confirm_seconds(60.0) == 0.0
+
+
+COMMAND_STUDY = """
+[study]
+name = "again"
+objectives = [{{ name = "tps", goal = "maximize" }}]
+{stopping}
+
+[[study.knobs]]
+name = "x"
+kind = "float"
+low = 0.0
+high = 1.0
+default = 0.0
+
+[target]
+kind = "command"
+command = [{python}, "-c", {program}, "{{x}}"]
+metrics = ["tps"]
+
+[session]
+trials = 4
+db = "{db}"
+plot = "{plot}"
+confirm = {confirm}
+confirm_select = 2
+"""
+PROGRAM = (
+    "import json, random, sys; x = float(sys.argv[1]); "
+    "print(json.dumps(dict(tps=100 * (1 + x) * random.uniform(0.97, 1.03))))"
+)
+
+
+def _command_study(tmp_path: Path, confirm: int, stopping: str = "") -> Path:
+    import sys
+
+    path = tmp_path / "again.toml"
+    path.write_text(COMMAND_STUDY.format(
+        python=json.dumps(sys.executable), program=json.dumps(PROGRAM), db=tmp_path / "t.db",
+        plot=tmp_path / "p.png", confirm=confirm, stopping=stopping,
+    ))  # fmt: skip
+    return path
+
+
+def _confirm_rounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    assert main(["measurements", "again", "--db", str(tmp_path / "t.db"), "--kind", "confirm",
+                 "--json"]) == 0  # fmt: skip
+    return list(json.loads(capsys.readouterr().out))
+
+
+def test_tuner_confirm_adds_rounds_to_a_finished_studys_estimate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session confirmed with 2 selection and 3 estimate rounds; ``tuner confirm
+    --rounds 2`` measures the default and the chosen trial twice more, numbered on, and the
+    verdict (here and in ``tuner best``) reads all 5 estimate rounds. On a study with the
+    fixed rule it warns that rounds added after a verdict bias its t interval."""
+    config = _command_study(tmp_path, 3)
+    assert main(["tune", str(config)]) == 0
+    before = _confirm_rounds(tmp_path, capsys)
+    assert max(r["round"] for r in before) == 5
+    assert main(["confirm", str(config), "--rounds", "2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 more rounds of the default and trial" in out and "after 5 stored rounds" in out
+    assert "bias a t interval" in out and "5 interleaved repeats each" in out
+    added = [r for r in _confirm_rounds(tmp_path, capsys) if r["round"] > 5]
+    assert sorted({r["round"] for r in added}) == [6, 7] and len(added) == 4
+    assert main(["best", "again", "--db", str(tmp_path / "t.db")]) == 0
+    assert "5 interleaved repeats each" in " ".join(capsys.readouterr().out.split())
+
+
+def test_tuner_confirm_runs_a_whole_confirmation_on_a_study_never_confirmed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _command_study(tmp_path, 0, '\n[study.stopping]\nconfirm = "sequential"\n')
+    assert main(["tune", str(config)]) == 0
+    assert _confirm_rounds(tmp_path, capsys) == []
+    assert main(["confirm", str(config), "--rounds", "4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a confirmation of its 3 best" in out and "bias" not in out
+    assert "(sequential: stopped as" in out or "keep the default" in out
+    rounds = _confirm_rounds(tmp_path, capsys)
+    assert min(r["round"] for r in rounds) == 1 and max(r["round"] for r in rounds) >= 6
