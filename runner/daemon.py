@@ -36,11 +36,15 @@ baseline; otherwise it re-tunes. After an SLO breach a control says whether the 
 meets the SLO at that moment. Each window of a trial is stored as a
 repeat of that trial.
 
+With ``confirm = N`` each tuning round ends with a confirmation (``runner.confirm``, the
+session's protocol and the study's rule, ``[study.stopping] confirm``): the daemon applies
+what it keeps (the confirmed best, else the default) and logs a ``confirm`` event.
+
 The SLO is the study's outcome constraints (bounds relative to the default resolve against
 each round's default trial). Every transition is an event: one JSON object per line on
 stdout and in ``log`` (``start``, ``resume``, ``trial``, ``slo_breach``, ``rollback``,
-``applied``, ``baseline``, ``window``, ``control``, ``machine_drift``, ``drift``, ``round``,
-``stop``), with a UTC timestamp.
+``confirm``, ``applied``, ``baseline``, ``window``, ``control``, ``machine_drift``, ``drift``,
+``round``, ``stop``), with a UTC timestamp.
 
 The state file (JSON, replaced atomically after every transition and every window) holds
 the round, the phase, the applied and last good configurations and the baseline. After a
@@ -68,12 +72,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from runner.confirm import confirm
 from runner.loop import TuningAPI, reporter, run_loop
-from runner.measurement import Measured, control, measure_windows
+from runner.measurement import DEFAULT_PROTOCOL, Measured, control, measure_windows
+from runner.session import summarize
 from targets.base import Target
+from tuner.confirmation import best_of, machine_noise
 from tuner.errors import ValidationError
 from tuner.study import MAX_TRANSFER_SOURCES, StudySpec, TransferSource
 from tuner.trial import (
+    Measurement,
+    MeasurementKind,
     Trial,
     best_trial,
     with_resolved_constraints,
@@ -92,6 +101,7 @@ DAEMON_KEYS = (
     "max_rounds",
     "control_every",
     "transfer",
+    "confirm",
 )
 TUNING, WATCHING = "tuning", "watching"
 
@@ -113,6 +123,11 @@ class DaemonSettings:
         max_rounds: Stop after this many tuning rounds, once watching (0: never).
         control_every: Re-measure the default every this many watch windows (0: never).
         transfer: A round learns from the earlier rounds (``DaemonRunner.round_spec``).
+        confirm: Rounds of a confirmation after each tuning round (0: none): the default
+            and the round's best few in interleaved rounds (``runner.confirm``, by the
+            study's rule, ``[study.stopping] confirm``); the daemon applies what the
+            confirmation keeps (the confirmed best, else the default), not the luckiest
+            window.
     """
 
     state: Path
@@ -127,6 +142,7 @@ class DaemonSettings:
     max_rounds: int = 0  # stop after this many tuning rounds, once watching (0: never)
     control_every: int = 0  # re-measure the default every this many watch windows (0: never)
     transfer: bool = True  # a round learns from the earlier rounds
+    confirm: int = 0  # rounds of a confirmation after each tuning round (0: none)
 
 
 def parse_daemon(table: Mapping[str, Any], spec: StudySpec, db: Path) -> DaemonSettings:
@@ -159,6 +175,7 @@ def parse_daemon(table: Mapping[str, Any], spec: StudySpec, db: Path) -> DaemonS
         max_rounds=_int(table, "max_rounds", 0, 0, 10**6),
         control_every=_int(table, "control_every", 0, 0, 10**6),
         transfer=_flag(table, "transfer", True),
+        confirm=_int(table, "confirm", 0, 0, 100),
     )
 
 
@@ -335,8 +352,11 @@ class Daemon:
                 reason=measured.reason,
             )  # fmt: skip
 
+        started = time.monotonic()
         run_loop(self.api, spec, self.trials, measure_one, client_id=self.client_id, after=after)
         best = best_trial(spec, self.api.list_trials(spec.name))
+        if self.settings.confirm and best is not None:
+            best = self._confirm_round(spec, time.monotonic() - started)
         state = self.state
         if best is not None:
             state.applied = dict(best.config)
@@ -359,6 +379,46 @@ class Daemon:
             )  # fmt: skip
         state.phase, state.baseline, state.samples, state.drifting = WATCHING, None, [], 0
         state.save(self.settings.state)
+
+    def _confirm_round(self, spec: StudySpec, tuned_s: float) -> Trial | None:
+        """The round's confirmation (``[daemon] confirm``): the session's protocol (two
+        rounds choose among the three best, ``confirm`` rounds estimate, growing by the
+        study's rule within the session's share of the round's time), its rounds stored
+        with the study; returns what it keeps (``best_of``: the confirmed best, else the
+        default), and logs a ``confirm`` event."""
+        trials = self.api.list_trials(spec.name)
+        measurements = self.api.list_measurements(spec.name)
+        result = summarize(spec, trials, measurements, self.target.noiseless)
+        if not result.ranking:
+            return best_trial(spec, trials)
+        protocol = replace(DEFAULT_PROTOCOL, confirm=self.settings.confirm)
+
+        def store(trial_id: int, measurement: Measurement) -> None:
+            self.api.add_measurements(spec.name, trial_id, [measurement])
+
+        found = confirm(
+            self.target, result.spec, result.trials, result.ranking, protocol.confirm,
+            protocol.confirm_top, None, store,
+            machine_noise(result.spec, measurements,
+                          None if result.default is None else result.default.id),
+            protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
+            max((m.round for m in measurements if m.kind is MeasurementKind.CONFIRM),
+                default=0),
+            protocol.confirm_seconds(tuned_s),
+        )  # fmt: skip
+        kept = best_of(spec, self.api.list_trials(spec.name), self.api.list_measurements(spec.name))
+        interval = found.interval
+        self.events.emit(
+            "confirm", round=self.state.round,
+            trial=None if found.best is None else found.best.trial.id,
+            ratio=None if interval is None else round(interval.ratio, 4),
+            low=None if interval is None else round(interval.low, 4),
+            high=None if interval is None or not math.isfinite(interval.high)
+            else round(interval.high, 4),
+            significant=found.significant, rounds=found.rounds, stopped=found.stopped or None,
+            kept=None if kept.trial is None else kept.trial.id,
+        )  # fmt: skip
+        return kept.trial
 
     def _measure_trial(self, spec: StudySpec, trial: Trial) -> Measured:
         """The trial measured window by window (``runner.measurement.measure_windows``):

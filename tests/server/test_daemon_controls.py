@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,40 @@ def test_the_control_measures_the_default_on_a_command_target_with_placeholders(
     assert all(c["metrics"]["tps"] == 101.0 and c["machine"] == 1.0 for c in controls)
     stored = service.list_measurements("cmd.r1", kinds=[MeasurementKind.CONTROL])
     assert [m.metrics["tps"] for m in stored] == [101.0, 101.0]
+
+
+class NoisyDevice(Device):
+    """``Device`` whose every measurement is off by up to 5 %, seeded."""
+
+    def __init__(self) -> None:
+        import random
+
+        super().__init__(change_at=10**9, machine=True)
+        self.rng = random.Random(5)
+
+    def measure(self) -> dict[str, float]:
+        got = super().measure()
+        return {**got, "tps": got["tps"] * self.rng.uniform(0.95, 1.05)}
+
+
+@pytest.mark.parametrize("rule", ["fixed", "sequential"])
+def test_a_round_is_confirmed_before_its_best_is_applied(tmp_path: Path, rule: str) -> None:
+    """``[daemon] confirm``: after the round's trials the default and its best few run in
+    interleaved rounds (stored as CONFIRM measurements), by the study's rule, and the daemon
+    applies what the confirmation keeps: here the confirmed best, a real gain."""
+    spec = replace(SPEC, stopping=replace(SPEC.stopping, confirm=rule))
+    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
+    stream = io.StringIO()
+    settings = DaemonSettings(
+        state=tmp_path / "state.json", windows_per_trial=1, watch=("tps",),
+        baseline_windows=1, max_windows=1, confirm=3,
+    )  # fmt: skip
+    Daemon(service, NoisyDevice(), spec, 5, settings, EventLog(None, stream)).run()
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    (found,) = [e for e in events if e["event"] == "confirm"]
+    applied = next(e for e in events if e["event"] == "applied")
+    assert found["significant"] and found["ratio"] > 1.2 and found["kept"] == applied["trial"]
+    assert found["rounds"] >= 3 and (found["stopped"] is None) == (rule == "fixed")
+    stored = service.list_measurements("d.r1", kinds=[MeasurementKind.CONFIRM])
+    assert len(stored) >= 2 * 3 + 2  # the estimate's rounds, after the selection's
+    service.close()
