@@ -26,7 +26,7 @@ from cli.render import (
 )
 from cli.verdict import print_verdict, reported_best
 from runner.config import SessionConfig, load_config
-from runner.confirm import confirm
+from runner.confirm import chosen_window, confirm
 from runner.session import run_phases, run_session, summarize
 from server.defaults import DEFAULT_LEASES
 from server.security import read_file, read_token
@@ -87,6 +87,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 def store(trial_id: int, measurement: Measurement) -> None:
                     api.add_measurements(spec.name, trial_id, [measurement])
 
+                window = chosen_window(protocol, target, result.spec, result.trials,
+                                       result.measurements)  # fmt: skip
+                if window is not None:
+                    out.print(
+                        f"confirmation rounds: {window.measure_s:g} s after {window.warmup_s:g}"
+                        f" s of warm-up ({window.reason})", highlight=False,
+                    )  # fmt: skip
                 confirmation = confirm(
                     target, result.spec, result.trials, result.ranking, protocol.confirm,
                     protocol.confirm_top,
@@ -96,7 +103,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
                     max((m.round for m in result.measurements
                          if m.kind is MeasurementKind.CONFIRM), default=0),
-                    protocol.confirm_seconds(trials_s),
+                    protocol.confirm_seconds(trials_s), window,
                 )  # fmt: skip
         trials = api.list_trials(spec.name)
         measurements = api.list_measurements(spec.name)
@@ -227,8 +234,9 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                         '[study.stopping] confirm = "sequential" gives one that stays valid[/]'
                     )
                 exactly = replace(spec, stopping=replace(spec.stopping, confirm="fixed"))
+                window = chosen_window(config.protocol, target, spec, trials, measurements)
                 confirm(target, exactly, trials, [before.best.trial], rounds, 1, on_measure,
-                        store, first_round=last)  # fmt: skip
+                        store, first_round=last, window=window)  # fmt: skip
             else:
                 result = summarize(spec, trials, measurements, target.noiseless)
                 protocol = config.protocol
@@ -242,6 +250,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                     machine_noise(result.spec, measurements,
                                   None if result.default is None else result.default.id),
                     protocol.confirm_select, protocol.confirm_max, protocol.confirm_width, last,
+                    window=chosen_window(protocol, target, result.spec, trials, measurements),
                 )  # fmt: skip
         trials = api.list_trials(name)
         measurements = api.list_measurements(name)

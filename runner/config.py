@@ -55,7 +55,7 @@ SESSION_SETTINGS: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 _PROTOCOL_KEYS = (
     "repeats", "max_repeats", "control_every", "confirm", "confirm_top", "confirm_select",
-    "confirm_max", "confirm_width", "confirm_share",
+    "confirm_max", "confirm_width", "confirm_share", "confirm_window",
 )  # fmt: skip
 _SESSION_KEYS = (*SESSION_SETTINGS, *_PROTOCOL_KEYS)
 

@@ -13,7 +13,9 @@ the estimate runs more rounds, up to ``grow_to``. The protocol's settings are
 
 from __future__ import annotations
 
+import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,10 +27,12 @@ from tuner.confirmation import (
     Remeasured,
     joined,
     judge,
+    machine_noise,
     meets,
     stop_reason,
     with_selection,
 )
+from tuner.measurement_stats import pooled_log_variance, window_factor
 from tuner.study import StudySpec
 from tuner.trial import (
     Measurement,
@@ -38,6 +42,8 @@ from tuner.trial import (
     TrialStatus,
     with_resolved_constraints,
 )
+
+log = logging.getLogger(__name__)
 
 
 def confirm(
@@ -55,6 +61,7 @@ def confirm(
     width: float = MeasurementProtocol.confirm_width,
     first_round: int = 0,
     max_seconds: float = 0.0,
+    window: RoundWindow | None = None,
 ) -> Confirmation:
     """Compare the first ``top`` of ``candidates`` (best first: ``tuner.confirmation.ranked``)
     with the default in rounds that alternate their order, by paired per-round ratios.
@@ -79,12 +86,25 @@ def confirm(
             this confirmation are the study's latest, never mixed with the earlier ones'.
         max_seconds: With the sequential rule (``spec.stopping.confirm``), no round starts
             after the estimate has run this long (0: no limit).
+        window: Each run's warm-up and window (``round_window``); the target's own are
+            put back afterwards. None: the target's own.
 
     With ``spec.stopping.confirm = "sequential"`` the estimate runs ``rounds`` rounds,
     then one at a time while its interval (a confidence sequence) includes 1 and is wider
     than ``width``, up to ``grow_to`` rounds (``MAX_ROUNDS`` when 0) and ``max_seconds``;
     the confirmation says why it stopped (``Confirmation.stopped``).
     """
+    if window is not None and target.measurement_window() is not None:
+        before = target.measurement_window()
+        assert before is not None
+        target.set_measurement_window(window.warmup_s, window.measure_s)
+        try:
+            return confirm(
+                target, spec, trials, candidates, rounds, top, on_measure, store, noise,
+                select, grow_to, width, first_round, max_seconds,
+            )  # fmt: skip
+        finally:
+            target.set_measurement_window(*before)
     spec = with_resolved_constraints(spec, trials)
     default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
     ranked = list(candidates)[:top]
@@ -109,6 +129,90 @@ def confirm(
 
 #: The most rounds a sequential estimate runs when ``grow_to`` sets no limit.
 MAX_ROUNDS = 100
+#: The most a confirmation round's measurement is lengthened (``round_window``).
+MOST_LONGER = 4
+
+
+@dataclass(frozen=True)
+class RoundWindow:
+    """A confirmation round's measurement (``round_window``): ``warmup_s`` then
+    ``measure_s``, ``factor`` times the trials' window, and why, for people."""
+
+    warmup_s: float
+    measure_s: float
+    factor: int
+    reason: str
+
+
+def chosen_window(
+    protocol: MeasurementProtocol,
+    target: Target,
+    spec: StudySpec,
+    trials: Sequence[Trial],
+    measurements: Sequence[Measurement],
+) -> RoundWindow | None:
+    """``round_window`` where the protocol asks for it (``confirm_window = "noise"``),
+    logged; else None (the target's own window)."""
+    if protocol.confirm_window != "noise":
+        return None
+    window = round_window(target, spec, trials, measurements)
+    if window is not None:
+        log.info(
+            "confirmation rounds: %.3g s after %.3g s of warm-up (%s)",
+            window.measure_s, window.warmup_s, window.reason,
+        )  # fmt: skip
+    return window
+
+
+def round_window(
+    target: Target, spec: StudySpec, trials: Sequence[Trial], measurements: Sequence[Measurement]
+) -> RoundWindow | None:
+    """A confirmation round's warm-up and window, from the noise the session measured
+    (``[session] confirm_window = "noise"``); None for a target whose measurement cannot be
+    lengthened.
+
+    The window: ``tuner.measurement_stats.window_factor`` from the run-to-run noise of the
+    objective (the default's repeats and controls, ``machine_noise``), its noise from window
+    to window within the trials' runs (their stored progress windows), and what a run costs
+    besides its window (the trials' median time per measurement less the window). The
+    warm-up: one window longer when the trials' first windows differ from their later ones
+    beyond their scatter (the measurement started before the system had settled). Without
+    progress windows or a measured noise, the trials' own."""
+    base = target.measurement_window()
+    if base is None:
+        return None
+    warmup, measure = base
+    name = spec.objective.name
+    default = next((t.id for t in trials if t.step is StepKind.DEFAULT), None)
+    run = machine_noise(spec, measurements, default).get(name)
+    runs: dict[int, list[float]] = {}
+    for m in measurements:
+        value = m.metrics.get(name)
+        if m.kind is MeasurementKind.PROGRESS and value is not None and value > 0:
+            runs.setdefault(m.trial_id, []).append(value)
+    groups = [v for v in runs.values() if len(v) >= 2]
+    within = pooled_log_variance(groups)
+    if run is None or within is None:
+        return RoundWindow(warmup, measure, 1, "no noise or windows measured: the trials' window")
+    windows = int(statistics.median(len(v) for v in groups))
+    spent = [
+        (t.updated_at - t.created_at) / max(t.repeats, 1) for t in trials
+        if t.status is TrialStatus.COMPLETED and t.updated_at > t.created_at
+    ]  # fmt: skip
+    overhead = max(statistics.median(spent) - measure, 0.0) if spent else warmup
+    factor = window_factor(run[0], within[0], windows, measure, overhead, MOST_LONGER)
+    why = (
+        f"{factor}x the trials' window: the noise averages within a run" if factor > 1 else
+        "the trials' window: the noise is between runs, so more rounds, not longer ones"
+    )  # fmt: skip
+    shifts = [math.log(v[0]) - statistics.fmean(math.log(x) for x in v[1:])
+              for v in groups if len(v) >= 3]  # fmt: skip
+    if len(shifts) >= 3:
+        spread = statistics.stdev(shifts) / math.sqrt(len(shifts))
+        if abs(statistics.fmean(shifts)) > 2 * spread:
+            warmup += measure / windows
+            why += "; one window more of warm-up: the first windows differ from the rest"
+    return RoundWindow(warmup, measure * factor, factor, why)
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,10 @@ RACE_Z = 2.0
 MAX_REPEATS = 100
 
 
+#: How a confirmation round's window is chosen (``MeasurementProtocol.confirm_window``).
+CONFIRM_WINDOWS = ("trials", "noise")
+
+
 @dataclass(frozen=True)
 class MeasurementProtocol:
     """How a session measures (``[session]`` keys of the same names).
@@ -87,6 +91,10 @@ class MeasurementProtocol:
             "sequential"``), the most of the session's time its confirmation may take: no
             round starts once the estimate has run ``share / (1 - share)`` times as long as
             the trials took (0: no limit but ``confirm_max``).
+        confirm_window: A confirmation round's warm-up and window: ``trials``, the trials'
+            own; ``noise``, chosen from the noise the session measured
+            (``runner.confirm.round_window``: longer where the noise averages within a
+            run, the warm-up longer where the first windows differ).
     """
 
     repeats: int = 1
@@ -98,6 +106,7 @@ class MeasurementProtocol:
     confirm_max: int = 0
     confirm_width: float = 1.5
     confirm_share: float = 0.5
+    confirm_window: str = "trials"
 
     def __post_init__(self) -> None:
         limits = {
@@ -128,6 +137,10 @@ class MeasurementProtocol:
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 0.9:
             raise ValidationError(
                 "session.confirm_share", f"got {share!r}", "a number in [0, 0.9] (0: no limit)"
+            )
+        if self.confirm_window not in CONFIRM_WINDOWS:
+            raise ValidationError(
+                "session.confirm_window", f"got {self.confirm_window!r}", CONFIRM_WINDOWS
             )
 
     def confirm_seconds(self, trials_s: float) -> float:

@@ -193,6 +193,19 @@ class Target(ABC):
         out of the confirmation (``tuner.confirmation.ranked``)."""
         return False
 
+    # -- the length of a measurement (a confirmation round may lengthen it) ------------
+    def measurement_window(self) -> tuple[float, float] | None:
+        """``(warmup_s, measure_s)`` of one measurement, for a target whose measurement can
+        be lengthened (``set_measurement_window``); None (the default) for one whose
+        cannot. ``runner.confirm.round_window`` chooses a confirmation round's from the
+        session's measured noise."""
+        return None
+
+    def set_measurement_window(self, warmup_s: float, measure_s: float) -> None:
+        """Measure ``measure_s`` seconds after ``warmup_s`` from the next measurement on
+        (only a target whose ``measurement_window`` is not None)."""
+        raise TargetError(f"a {self.kind} target's measurement window is fixed")
+
     def default_config(self) -> Config | None:
         """The knobs' host defaults, or None when some knob has no default."""
         return SearchSpace(self.describe_knobs()).default_config()

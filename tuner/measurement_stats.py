@@ -37,6 +37,15 @@ finite (throughput- or latency-like numbers).
     while ``n <= q`` (about 4 rounds at 95 %). ``c = 1``: the mixture's effect sizes have the
     spread of one round's noise, a gain about as large as the noise, the size a
     confirmation is there to settle.
+``window_factor``
+    How much longer a confirmation round's measurement should be, from where the noise
+    lives. A measurement of ``W`` windows whose windows scatter with log variance ``w``
+    would scatter with ``w / W`` run to run if the noise were all within the run; what the
+    runs scatter beyond that (``b``, the run-to-run variance less ``w / W``) a longer window
+    does not average away. A window ``k`` times longer gives a run variance of
+    ``b + w / (k W)``, and a round costs ``k · window + overhead`` seconds (warm-up,
+    restart); the rounds a given precision needs scale with the variance, so the time it
+    needs is their product, and ``k`` is where that is least.
 ``pooled_log_variance``, ``unstable``
     The noise of repeated measurements and whether a trial is noisier than the machine's noise: a
     one-sided F test of the trial's log variance against the variance of log values pooled
@@ -238,6 +247,37 @@ def sequential_ratio_interval(
         half = spread * math.sqrt(q / (n - q))
         low, high = math.exp(center - half), math.exp(center + half)
     return RatioInterval(math.exp(center), low, high, level, n, paired=True, sequential=True)
+
+
+def window_factor(
+    run_variance: float,
+    window_variance: float,
+    windows: int,
+    window_s: float,
+    overhead_s: float,
+    most: int = 4,
+) -> int:
+    """The ``k`` in 1..``most`` at which ``(b + w / (k W)) · (k · window_s + overhead_s)``
+    is least (module doc), the smallest on ties: longer rounds where the noise averages
+    within a run and a round's fixed cost is large, more rounds of the same length where
+    the noise is between runs.
+
+    Args:
+        run_variance: Log variance of a whole measurement, run to run.
+        window_variance: Log variance of its windows within a run.
+        windows: Windows per measurement.
+        window_s: Seconds of a measurement.
+        overhead_s: Seconds a run costs besides its measurement.
+    """
+    if windows < 1 or window_s <= 0 or most < 1:
+        raise ValueError("windows, window_s and most must be positive")
+    within = max(window_variance, 0.0) / windows
+    between = max(run_variance - within, 0.0)
+    costs = [
+        ((between + within / k) * (k * window_s + max(overhead_s, 0.0)), k)
+        for k in range(1, most + 1)
+    ]
+    return min(costs)[1]
 
 
 def pooled_log_variance(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -503,6 +504,9 @@ class Noisy:
         self.gain, self.rng, self.noise = gain, np.random.default_rng(seed), noise
         self.calls = 0
 
+    def measurement_window(self) -> tuple[float, float] | None:
+        return None  # as ``Target``'s: a window that cannot be lengthened
+
     def run_trial(self, config: dict[str, Any], progress: Any = None) -> TrialOutcome:
         self.calls += 1
         tps = 100.0 * (self.gain if config["x"] else 1.0) * self.rng.lognormal(0.0, self.noise)
@@ -652,3 +656,78 @@ def test_tuner_confirm_runs_a_whole_confirmation_on_a_study_never_confirmed(
     assert "(sequential: stopped as" in out or "keep the default" in out
     rounds = _confirm_rounds(tmp_path, capsys)
     assert min(r["round"] for r in rounds) == 1 and max(r["round"] for r in rounds) >= 6
+
+
+# -- a confirmation round's window from the measured noise ------------------------------------
+class Windowed(Noisy):
+    """``Noisy`` whose measurement has a window that can be lengthened, as SQLite's."""
+
+    kind = "windowed"
+
+    def __init__(self, gain: float) -> None:
+        super().__init__(gain)
+        self.window = (0.5, 3.0)
+        self.seen: list[tuple[float, float]] = []
+
+    def measurement_window(self) -> tuple[float, float] | None:
+        return self.window
+
+    def set_measurement_window(self, warmup_s: float, measure_s: float) -> None:
+        self.window = (warmup_s, measure_s)
+
+    def run_trial(self, config: dict[str, Any], progress: Any = None) -> TrialOutcome:
+        self.seen.append(self.window)
+        return super().run_trial(config, progress)
+
+
+def _measured(first_shift: float, between: float) -> tuple[list[Trial], list[Measurement]]:
+    """A study of 6 trials, each run 10 s for a 3 s window, with 10 progress windows each
+    (log spread 0.2, the first ``first_shift`` off) and the default's repeats spread by
+    ``between`` beyond what its windows explain."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    trials = [
+        Trial(i, {"x": i - 1}, TrialStatus.COMPLETED, {"tps": 100.0, "p95_ms": 5.0},
+              step=StepKind.DEFAULT if i == 1 else StepKind.GLOBAL,
+              created_at=100.0 * i, updated_at=100.0 * i + 10.0)
+        for i in range(1, 7)
+    ]  # fmt: skip
+    rows = []
+    for t in trials:
+        logs = rng.normal(0.0, 0.2, 10)
+        logs[0] += first_shift
+        rows += [Measurement({"tps": float(100 * np.exp(v))}, MeasurementKind.PROGRESS, 0.0,
+                             trial_id=t.id) for v in logs]  # fmt: skip
+    spread = math.sqrt(0.04 / 10 + between)
+    rows += [Measurement({"tps": float(100 * np.exp(v))}, MeasurementKind.REPEAT, 0.0,
+                         trial_id=1) for v in rng.normal(0.0, spread, 8)]  # fmt: skip
+    return trials, rows
+
+
+def test_a_round_is_longer_where_the_noise_averages_within_a_run() -> None:
+    from runner.confirm import round_window
+
+    target = Windowed(1.3)
+    trials, rows = _measured(0.0, 0.0)
+    got = round_window(cast(Target, target), SPEC, trials, rows)
+    assert got is not None and got.factor > 1 and got.measure_s == 3.0 * got.factor
+    assert got.warmup_s == 0.5 and "averages within a run" in got.reason
+    trials, rows = _measured(0.0, 0.05)  # the runs scatter far beyond their windows
+    between = round_window(cast(Target, target), SPEC, trials, rows)
+    assert between is not None and between.factor == 1 and "between runs" in between.reason
+    trials, rows = _measured(0.6, 0.0)  # the first window of every run is off: warming up
+    warming = round_window(cast(Target, target), SPEC, trials, rows)
+    assert warming is not None and warming.warmup_s == pytest.approx(0.5 + 0.3)
+    assert round_window(cast(Target, Noisy(1.0)), SPEC, trials, rows) is None  # fixed window
+
+
+def test_the_rounds_run_with_the_chosen_window_and_the_target_gets_its_own_back() -> None:
+    from runner.confirm import RoundWindow
+
+    target = Windowed(1.3)
+    trials = study({0: 100.0, 1: 130.0})
+    found = confirm(cast(Target, target), SPEC, trials, by_value(trials), rounds=3,
+                    window=RoundWindow(1.0, 9.0, 3, "test"))  # fmt: skip
+    assert found.rounds == 3 and set(target.seen) == {(1.0, 9.0)}
+    assert target.window == (0.5, 3.0)

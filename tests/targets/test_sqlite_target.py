@@ -412,3 +412,19 @@ def wait_until(condition: Callable[[], bool], limit_s: float = 120.0) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"condition not met within {limit_s} s")
         time.sleep(0.01)
+
+
+def test_a_confirmation_round_can_lengthen_the_measured_window(tmp_path: Path) -> None:
+    """``set_measurement_window`` (a confirmation's longer rounds): the next trial measures
+    for the new window; bad values name the option."""
+    from tuner.errors import ValidationError
+
+    with SqliteTarget(**{**SMALL, "measure_s": 0.2, "warmup_s": 0.0}, workdir=tmp_path) as t:
+        assert t.measurement_window() == (0.0, 0.2)
+        t.set_measurement_window(0.1, 0.6)
+        assert t.measurement_window() == (0.1, 0.6)
+        started = time.monotonic()
+        outcome = t.run_trial(defaults(t))
+        assert outcome.metrics and time.monotonic() - started >= 0.7
+        with pytest.raises(ValidationError, match="measure_s"):
+            t.set_measurement_window(0.0, 0.0)

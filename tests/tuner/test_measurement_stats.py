@@ -305,3 +305,18 @@ def test_a_real_gain_is_settled_within_a_dozen_rounds() -> None:
                 break
     assert len(stopped) >= 198 and sorted(stopped)[len(stopped) // 2] <= 12
     assert held >= 0.95 * len(stopped)
+
+
+def test_a_longer_window_where_the_noise_averages_within_a_run_and_a_round_costs_much() -> None:
+    from tuner.measurement_stats import window_factor
+
+    # all the run-to-run noise is the windows' (0.04 / 10 = 0.004): a round's 3 s of
+    # overhead against a 3 s window makes longer windows cheaper per unit of precision
+    assert window_factor(0.004, 0.04, 10, 3.0, 3.0) > 1
+    assert window_factor(0.004, 0.04, 10, 3.0, 30.0) == 4  # a restart: as long as allowed
+    # the same noise without overhead: the time a precision costs is the same, so 1
+    assert window_factor(0.004, 0.04, 10, 3.0, 0.0) == 1
+    # the noise is between runs (the windows agree): a longer window buys nothing
+    assert window_factor(0.05, 0.001, 10, 3.0, 30.0) == 1
+    with pytest.raises(ValueError):
+        window_factor(0.01, 0.01, 0, 3.0, 1.0)

@@ -34,6 +34,7 @@ is what makes trials comparable; short windows on a small machine are noisy (see
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -161,6 +162,14 @@ class PostgresTarget(Target):
         cluster.sql("checkpoint")
         self._settings = cluster.settings()
         self.describe_knobs()
+
+    def measurement_window(self) -> tuple[float, float] | None:
+        return (float(self.warmup_s), float(self.measure_s))
+
+    def set_measurement_window(self, warmup_s: float, measure_s: float) -> None:
+        """pgbench runs whole seconds: both are rounded up."""
+        self.warmup_s = option_int("warmup_s", math.ceil(warmup_s), 0, 3600)
+        self.measure_s = option_int("measure_s", math.ceil(measure_s), 1, 3600)
 
     def apply(self, config: Config) -> None:
         """Write the configuration, reload or restart, and check every value took effect."""

@@ -191,6 +191,13 @@ class SqliteTarget(Target):
         page_size = next((k.default for k in self.describe_knobs() if k.name == "page_size"), None)
         self._base_for(int(page_size) if page_size is not None else DEFAULT_PAGE_SIZE)
 
+    def measurement_window(self) -> tuple[float, float] | None:
+        return (self.warmup_s, self.measure_s)
+
+    def set_measurement_window(self, warmup_s: float, measure_s: float) -> None:
+        self.warmup_s = option_number("warmup_s", warmup_s, 0, 3600)
+        self.measure_s = option_number("measure_s", measure_s, 0.01, 3600)
+
     def apply(self, config: Config) -> None:
         """Copy the right base file, open the connection, set and verify every PRAGMA."""
         if self.directory is None:
