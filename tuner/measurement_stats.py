@@ -89,6 +89,17 @@ def _variance(values: Sequence[float]) -> float:
     return math.fsum((v - center) ** 2 for v in values) / (len(values) - 1)
 
 
+def _log_ratios(base: list[float], other: list[float], sign: float) -> list[float]:
+    """The paired log ratios ``sign · log(other_i / base_i)``, oriented so that above 0 is
+    better; equal lengths required."""
+    if len(base) != len(other):
+        raise ValueError(
+            f"paired samples need equal lengths, got {len(base)} default and "
+            f"{len(other)} candidate values"
+        )
+    return [sign * math.log(c / b) for b, c in zip(base, other, strict=True)]
+
+
 def _check_level(level: float) -> None:
     if not 0 < level < 1:
         raise ValueError(f"level must be between 0 and 1, got {level!r}")
@@ -160,15 +171,10 @@ def ratio_interval(
     _check_level(level)
     sign = 1.0 if maximize else -1.0
     if paired:
-        if len(base) != len(other):
-            raise ValueError(
-                f"paired samples need equal lengths, got {len(base)} default and "
-                f"{len(other)} candidate values"
-            )
-        n = len(base)
+        d = _log_ratios(base, other, sign)
+        n = len(d)
         if n < 2:
             return None
-        d = [sign * math.log(c / b) for b, c in zip(base, other, strict=True)]
         center = _mean(d)
         se = math.sqrt(_variance(d)) / math.sqrt(n)
         df = n - 1.0
@@ -226,16 +232,10 @@ def sequential_ratio_interval(
     _check_level(level)
     if not (math.isfinite(mixture) and mixture > 0):
         raise ValueError(f"mixture must be positive, got {mixture!r}")
-    if len(base) != len(other):
-        raise ValueError(
-            f"paired samples need equal lengths, got {len(base)} default and "
-            f"{len(other)} candidate values"
-        )
-    n = len(base)
+    d = _log_ratios(base, other, 1.0 if maximize else -1.0)
+    n = len(d)
     if n < 2:
         return None
-    sign = 1.0 if maximize else -1.0
-    d = [sign * math.log(c / b) for b, c in zip(base, other, strict=True)]
     center = _mean(d)
     spread = math.sqrt(sum((x - center) ** 2 for x in d) / n)
     c2 = mixture * mixture

@@ -61,14 +61,19 @@ class Device(Target):
         self.x = 0.0
 
 
-def run(tmp_path: Path, target: Device, windows: int) -> tuple[TuningService, list[dict[str, Any]]]:
+def run(
+    tmp_path: Path, target: Target, windows: int, spec: StudySpec = SPEC, trials: int = 4,
+    **settings: Any,
+) -> tuple[TuningService, list[dict[str, Any]]]:  # fmt: skip
+    """The daemon on ``target`` for ``windows`` watch windows: its service and events."""
     service = TuningService(SQLiteStorage(tmp_path / "t.db"))
     stream = io.StringIO()
-    settings = DaemonSettings(
-        state=tmp_path / "state.json", windows_per_trial=2, watch=("tps",), drift=0.25,
-        drift_windows=2, baseline_windows=2, max_windows=windows, control_every=2,
-    )  # fmt: skip
-    Daemon(service, target, SPEC, 4, settings, EventLog(None, stream)).run()
+    chosen = {
+        "windows_per_trial": 2, "watch": ("tps",), "drift": 0.25, "drift_windows": 2,
+        "baseline_windows": 2, "control_every": 2, **settings,
+    }  # fmt: skip
+    config = DaemonSettings(state=tmp_path / "state.json", max_windows=windows, **chosen)
+    Daemon(service, target, spec, trials, config, EventLog(None, stream)).run()
     return service, [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
@@ -126,15 +131,9 @@ def test_the_control_measures_the_default_on_a_command_target_with_placeholders(
         knobs=(IntKnob("batch", default=1, low=1, high=64),),
     )
     options = {"command": [sys.executable, str(program), "{batch}"], "metrics": ["tps", "p95_ms"]}
-    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
-    stream = io.StringIO()
-    settings = DaemonSettings(
-        state=tmp_path / "state.json", windows_per_trial=1, watch=("tps",),
-        baseline_windows=1, max_windows=4, control_every=2,
-    )  # fmt: skip
     with build_target("command", options) as target:
-        Daemon(service, target, spec, 3, settings, EventLog(None, stream)).run()
-    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+        service, events = run(tmp_path, target, 4, spec, 3, windows_per_trial=1,
+                              baseline_windows=1, drift_windows=3)  # fmt: skip
     controls = [e for e in events if e["event"] == "control"]
     assert len(controls) == 2 and all("error" not in c for c in controls), controls
     assert all(c["metrics"]["tps"] == 101.0 and c["machine"] == 1.0 for c in controls)
@@ -162,14 +161,8 @@ def test_a_round_is_confirmed_before_its_best_is_applied(tmp_path: Path, rule: s
     interleaved rounds (stored as CONFIRM measurements), by the study's rule, and the daemon
     applies what the confirmation keeps: here the confirmed best, a real gain."""
     spec = replace(SPEC, stopping=replace(SPEC.stopping, confirm=rule))
-    service = TuningService(SQLiteStorage(tmp_path / "t.db"))
-    stream = io.StringIO()
-    settings = DaemonSettings(
-        state=tmp_path / "state.json", windows_per_trial=1, watch=("tps",),
-        baseline_windows=1, max_windows=1, confirm=3,
-    )  # fmt: skip
-    Daemon(service, NoisyDevice(), spec, 5, settings, EventLog(None, stream)).run()
-    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    service, events = run(tmp_path, NoisyDevice(), 1, spec, 5, windows_per_trial=1,
+                          baseline_windows=1, control_every=0, confirm=3)  # fmt: skip
     (found,) = [e for e in events if e["event"] == "confirm"]
     applied = next(e for e in events if e["event"] == "applied")
     assert found["significant"] and found["ratio"] > 1.2 and found["kept"] == applied["trial"]
