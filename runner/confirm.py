@@ -17,7 +17,8 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from runner.measurement import MeasurementProtocol
@@ -94,37 +95,43 @@ def confirm(
     than ``width``, up to ``grow_to`` rounds (``MAX_ROUNDS`` when 0) and ``max_seconds``;
     the confirmation says why it stopped (``Confirmation.stopped``).
     """
-    if window is not None and target.measurement_window() is not None:
-        before = target.measurement_window()
-        assert before is not None
-        target.set_measurement_window(window.warmup_s, window.measure_s)
-        try:
-            return confirm(
-                target, spec, trials, candidates, rounds, top, on_measure, store, noise,
-                select, grow_to, width, first_round, max_seconds,
+    with lengthened(target, window):
+        spec = with_resolved_constraints(spec, trials)
+        default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
+        ranked = list(candidates)[:top]
+        base = [default] if default is not None else []
+        two = default is not None and select > 0 and len(ranked) > 1
+        total = (
+            (select * (1 + len(ranked)) + rounds * 2) if two else rounds * (len(base) + len(ranked))
+        )
+        runner = _Rounds(target, spec, store, on_measure, total, first_round)
+        limit = _Limit(spec.stopping.sequential, grow_to, width, max_seconds)
+        if not two:
+            return runner.estimate(base + ranked, rounds, limit, noise)
+        selection = runner.run(base + ranked, select)
+        chose = judge(spec, selection, True, noise, choosing=True)
+        if chose.best is None:
+            return replace(
+                chose, measured=selection[:1], intervals={}, selection=selection,
+                selection_intervals=chose.intervals,
             )  # fmt: skip
-        finally:
-            target.set_measurement_window(*before)
-    spec = with_resolved_constraints(spec, trials)
-    default = next((t for t in trials if t.step is StepKind.DEFAULT), None)
-    ranked = list(candidates)[:top]
-    base = [default] if default is not None else []
-    two = default is not None and select > 0 and len(ranked) > 1
-    total = (select * (1 + len(ranked)) + rounds * 2) if two else rounds * (len(base) + len(ranked))
-    runner = _Rounds(target, spec, store, on_measure, total, first_round)
-    limit = _Limit(spec.stopping.sequential, grow_to, width, max_seconds)
-    if not two:
-        return runner.estimate(base + ranked, rounds, limit, noise)
-    selection = runner.run(base + ranked, select)
-    chose = judge(spec, selection, True, noise, choosing=True)
-    if chose.best is None:
-        return replace(
-            chose, measured=selection[:1], intervals={}, selection=selection,
-            selection_intervals=chose.intervals,
-        )  # fmt: skip
-    pair: list[Trial] = [default, chose.best.trial]  # type: ignore[list-item]
-    found = runner.estimate(pair, rounds, limit, noise)
-    return with_selection(found, chose, selection)
+        pair: list[Trial] = [default, chose.best.trial]  # type: ignore[list-item]
+        found = runner.estimate(pair, rounds, limit, noise)
+        return with_selection(found, chose, selection)
+
+
+@contextmanager
+def lengthened(target: Target, window: RoundWindow | None) -> Iterator[None]:
+    """The target measures with ``window``'s warm-up and window inside, its own after."""
+    before = target.measurement_window() if window is not None else None
+    if window is None or before is None:
+        yield
+        return
+    target.set_measurement_window(window.warmup_s, window.measure_s)
+    try:
+        yield
+    finally:
+        target.set_measurement_window(*before)
 
 
 #: The most rounds a sequential estimate runs when ``grow_to`` sets no limit.
