@@ -26,14 +26,14 @@ from cli.render import (
 )
 from cli.verdict import print_verdict, reported_best
 from runner.config import SessionConfig, load_config
-from runner.confirm import chosen_window, confirm
+from runner.confirm import RoundWindow, chosen_window, confirm, confirm_session
 from runner.session import run_phases, run_session, summarize
 from server.defaults import DEFAULT_LEASES
 from server.security import read_file, read_token
 from server.storage import SQLiteStorage
 from targets.host.signals import terminate_on_sigterm
 from tuner import runtime
-from tuner.confirmation import machine_noise, stored_confirmation
+from tuner.confirmation import stored_confirmation
 from tuner.errors import ValidationError
 from tuner.study import StudySpec
 from tuner.trial import (
@@ -87,24 +87,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 def store(trial_id: int, measurement: Measurement) -> None:
                     api.add_measurements(spec.name, trial_id, [measurement])
 
-                window = chosen_window(protocol, target, result.spec, result.trials,
-                                       result.measurements)  # fmt: skip
-                if window is not None:
-                    out.print(
-                        f"confirmation rounds: {window.measure_s:g} s after {window.warmup_s:g}"
-                        f" s of warm-up ({window.reason})", highlight=False,
-                    )  # fmt: skip
-                confirmation = confirm(
-                    target, result.spec, result.trials, result.ranking, protocol.confirm,
-                    protocol.confirm_top,
-                    on_measure, store, machine_noise(
-                        result.spec, result.measurements,
-                        None if result.default is None else result.default.id,
-                    ), protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
-                    max((m.round for m in result.measurements
-                         if m.kind is MeasurementKind.CONFIRM), default=0),
-                    protocol.confirm_seconds(trials_s), window,
-                )  # fmt: skip
+                confirmation = confirm_session(target, result, protocol, store, on_measure,
+                                               trials_s, announce=announce_window)  # fmt: skip
         trials = api.list_trials(spec.name)
         measurements = api.list_measurements(spec.name)
         final = None if spec.multi_objective else reported_best(
@@ -193,6 +177,13 @@ def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
     return 0
 
 
+def announce_window(window: RoundWindow) -> None:
+    out.print(
+        f"confirmation rounds: {window.measure_s:g} s after {window.warmup_s:g} s of warm-up "
+        f"({window.reason})", highlight=False,
+    )  # fmt: skip
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
     """``tuner confirm CONFIG``: confirm a finished study again on its target, with more
     rounds. A study whose confirmation chose a candidate gets ``--rounds`` more rounds of
@@ -235,23 +226,18 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                     )
                 exactly = replace(spec, stopping=replace(spec.stopping, confirm="fixed"))
                 window = chosen_window(config.protocol, target, spec, trials, measurements)
+                if window is not None:
+                    announce_window(window)
                 confirm(target, exactly, trials, [before.best.trial], rounds, 1, on_measure,
                         store, first_round=last, window=window)  # fmt: skip
             else:
                 result = summarize(spec, trials, measurements, target.noiseless)
-                protocol = config.protocol
                 out.print(
-                    f"study [bold]{name}[/]: a confirmation of its {protocol.confirm_top} best",
-                    highlight=False,
-                )
-                confirm(
-                    target, result.spec, result.trials, result.ranking, rounds,
-                    protocol.confirm_top, on_measure, store,
-                    machine_noise(result.spec, measurements,
-                                  None if result.default is None else result.default.id),
-                    protocol.confirm_select, protocol.confirm_max, protocol.confirm_width, last,
-                    window=chosen_window(protocol, target, result.spec, trials, measurements),
+                    f"study [bold]{name}[/]: a confirmation of its "
+                    f"{config.protocol.confirm_top} best", highlight=False,
                 )  # fmt: skip
+                confirm_session(target, result, config.protocol, store, on_measure,
+                                rounds=rounds, announce=announce_window)  # fmt: skip
         trials = api.list_trials(name)
         measurements = api.list_measurements(name)
         found = stored_confirmation(spec, trials, measurements)

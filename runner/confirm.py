@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from runner.measurement import MeasurementProtocol
 from targets.base import Target
@@ -43,6 +44,9 @@ from tuner.trial import (
     TrialStatus,
     with_resolved_constraints,
 )
+
+if TYPE_CHECKING:
+    from runner.session import SessionResult
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +122,36 @@ def confirm(
         pair: list[Trial] = [default, chose.best.trial]  # type: ignore[list-item]
         found = runner.estimate(pair, rounds, limit, noise)
         return with_selection(found, chose, selection)
+
+
+def confirm_session(
+    target: Target,
+    result: SessionResult,
+    protocol: MeasurementProtocol,
+    store: Callable[[int, Measurement], None] | None = None,
+    on_measure: Callable[[int, int], None] | None = None,
+    tuned_s: float = 0.0,
+    rounds: int = 0,
+    announce: Callable[[RoundWindow], None] | None = None,
+) -> Confirmation:
+    """A finished session's confirmation by its ``protocol``: its ranking's best few
+    against the default, the machine's noise as the yardstick, rounds numbered on from the
+    stored ones, the sequential rule's time share of ``tuned_s`` (the seconds the trials
+    took), the round window the protocol asks for (``chosen_window``, told to
+    ``announce``). ``rounds``: the estimate's first rounds (0: ``protocol.confirm``).
+    Sessions, ``tuner confirm`` and the daemon's rounds all confirm through it."""
+    measured = result.measurements
+    default = None if result.default is None else result.default.id
+    window = chosen_window(protocol, target, result.spec, result.trials, measured)
+    if window is not None and announce is not None:
+        announce(window)
+    return confirm(
+        target, result.spec, result.trials, result.ranking, rounds or protocol.confirm,
+        protocol.confirm_top, on_measure, store, machine_noise(result.spec, measured, default),
+        protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
+        max((m.round for m in measured if m.kind is MeasurementKind.CONFIRM), default=0),
+        protocol.confirm_seconds(tuned_s), window,
+    )  # fmt: skip
 
 
 @contextmanager

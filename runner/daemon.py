@@ -72,17 +72,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from runner.confirm import confirm
+from runner.confirm import confirm_session
 from runner.loop import TuningAPI, reporter, run_loop
 from runner.measurement import DEFAULT_PROTOCOL, Measured, control, measure_windows
 from runner.session import summarize
 from targets.base import Target
-from tuner.confirmation import best_of, machine_noise
+from tuner.confirmation import best_of
 from tuner.errors import ValidationError
 from tuner.study import MAX_TRANSFER_SOURCES, StudySpec, TransferSource
 from tuner.trial import (
     Measurement,
-    MeasurementKind,
     Trial,
     best_trial,
     with_resolved_constraints,
@@ -396,16 +395,7 @@ class Daemon:
         def store(trial_id: int, measurement: Measurement) -> None:
             self.api.add_measurements(spec.name, trial_id, [measurement])
 
-        found = confirm(
-            self.target, result.spec, result.trials, result.ranking, protocol.confirm,
-            protocol.confirm_top, None, store,
-            machine_noise(result.spec, measurements,
-                          None if result.default is None else result.default.id),
-            protocol.confirm_select, protocol.confirm_max, protocol.confirm_width,
-            max((m.round for m in measurements if m.kind is MeasurementKind.CONFIRM),
-                default=0),
-            protocol.confirm_seconds(tuned_s),
-        )  # fmt: skip
+        found = confirm_session(self.target, result, protocol, store, tuned_s=tuned_s)
         kept = best_of(spec, self.api.list_trials(spec.name), self.api.list_measurements(spec.name))
         interval = found.interval
         self.events.emit(
