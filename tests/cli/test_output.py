@@ -152,6 +152,7 @@ def test_a_server_nobody_answers_is_one_line_naming_it() -> None:
 #: A valid command line after ``tuner COMMAND`` for each command with ``--server``.
 ARGS = {
     "tune": ["{config}"], "daemon": ["{config}"], "ray": ["{config}"], "create": ["{config}"],
+    "confirm": ["{config}"],
     "ask": ["s"], "tell": ["s", "1", "--failed", "why"], "heartbeat": ["s", "1"],
     "report": ["s", "1", "--metric", "tps=1"],
     "import": ["s", "--csv", "{config}"], "studies": [], "show": ["s"], "best": ["s"],
