@@ -309,8 +309,9 @@ class Cluster:
         self, args: list[str], on_line: Callable[[str], bool], *, what: str, timeout: float
     ) -> tuple[int | None, str, str]:
         """Run a tool as ``run`` does while handing each stderr line to ``on_line`` as it
-        appears (pgbench's ``--progress`` lines); True from it interrupts the tool (SIGINT,
-        then SIGKILL after ``STOP_GRACE_S``). Returns (exit status, None when interrupted;
+        appears (pgbench's ``--progress`` lines); True from it ends the tool (SIGTERM, then
+        SIGKILL after ``STOP_GRACE_S``; not SIGINT, which a tool started from a background
+        job or a test worker inherits as ignored). Returns (exit status, None when interrupted;
         stdout; stderr).
 
         Raises:
@@ -341,7 +342,7 @@ class Cluster:
                     lines.append(line)
                     if not stopped and on_line(line.rstrip("\n")):
                         stopped = True
-                        proc.send_signal(signal.SIGINT)
+                        proc.send_signal(signal.SIGTERM)
                         threading.Timer(STOP_GRACE_S, proc.kill).start()
                 status = proc.wait()
             finally:
