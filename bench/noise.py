@@ -142,16 +142,17 @@ def write_config(
     work: Path,
     name: str,
     stopping: Mapping[str, Any] | None = None,
+    target: Mapping[str, Any] | None = None,
 ) -> Path:
     """The system's example config for ``seed``, its files under ``work``; ``stopping``: a
-    ``[study.stopping]`` table for it."""
+    ``[study.stopping]`` table for it; ``target``: target options over the example's."""
     system: System = args.system
     data = tomllib.loads(system.example.read_text(encoding="utf-8"))
     data["study"]["name"] = name
     data["study"]["designer"]["seed"] = seed
     if stopping:
         data["study"]["stopping"] = dict(stopping)
-    data["target"].update(system.options(args, seed, work))
+    data["target"].update(system.options(args, seed, work), **(target or {}))
     data["session"].update(db=str(work / "tuner.db"), plot=str(work / f"{name}.png"))
     path = work / f"{name}.toml"
     path.write_text(to_toml(data), encoding="utf-8")
