@@ -28,6 +28,19 @@ form of EnvPipe's question, how much energy a lower clock saves within 1 % of th
 throughput.
 One GPU has one clock, so the per-stage clocks EnvPipe sets on separate GPUs do not apply.
 
+``stages`` is issue 60's item 3, the clock set per stage *in time* on one GPU
+(``targets.hardware.stage_clocks``): a pipeline whose stages differ in character
+(``--kinds gemm,memory,gemm,memory``: matrix products, and LayerNorm + GELU work bound by
+memory bandwidth) first measures what switching costs, in interleaved rounds of the same
+job without hooks, with hooks that only wait at every stage boundary, and with hooks that
+switch between the top two clock levels (``stage-switch.json``: NVML call latency, step
+times, each stage's share of a step); then cells ``(sm_mhz, sm_mhz_memory)``, the clock of
+the gemm stages and of the memory stages, in interleaved passes with the unlocked default
+as control (``stages.csv``, ``stages-log.jsonl``). Cells with both clocks equal are one
+fixed clock, run without hooks. ``python -m bench.gpu_report --stages DIR`` chooses, on the
+first pass, the best fixed clock and the best per-stage schedule within 1 % of the
+default's throughput, and gives their energy saved on the later passes.
+
 ``live-config`` writes a ``tuner tune`` config for the same study on the live GPU (the real
 product path, a workload process per trial) with the SLO fixed by a rule chosen before any
 measurement: p99 <= 2 x the default cell's median p99 in the sweep table.
@@ -51,6 +64,7 @@ from typing import Any
 from targets import grid
 from targets.hardware.device import metered
 from targets.hardware.nvgpu import NvidiaGpuTarget
+from targets.hardware.stage_clocks import StageClocks
 from targets.host.signals import terminate_on_sigterm
 from tuner.errors import ConfigRejected, TargetError
 
@@ -58,6 +72,8 @@ BATCHES = (8, 64, 256, 1024)
 DEFAULT_BATCH = 64
 SM_SHARES = (1.0, 0.85, 0.7, 0.55, 0.45, 0.35)
 PIPELINE_SHARES = (1.0, 0.92, 0.84, 0.76, 0.68, 0.6, 0.5, 0.4)
+#: The gemm stages' clocks in the ``stages`` grid (the memory stages' are PIPELINE_SHARES).
+COMPUTE_SHARES = (1.0, 0.92, 0.84)
 SLO_FACTOR = 2.0
 METRICS = (
     "requests",
@@ -255,6 +271,124 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def schedule(kinds: Sequence[str], compute: int, memory: int) -> list[int]:
+    """Each stage's clock: ``compute`` for gemm stages, ``memory`` for memory stages."""
+    return [compute if kind == "gemm" else memory for kind in kinds]
+
+
+def switch_cost(
+    target: NvidiaGpuTarget,
+    stages: Sequence[Any],
+    kinds: Sequence[str],
+    sync: Callable[[], None],
+    job: Callable[[], dict[str, float]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """What switching the clock per stage costs (module doc): NVML's lock call alternating
+    between the top two levels, then interleaved rounds of the job without hooks, waiting at
+    every stage boundary, and switching between the two levels at every boundary."""
+    knobs = {k.name: k for k in target.describe_knobs()}
+    sm: Sequence[int] = knobs["sm_mhz"].choices  # type: ignore[attr-defined]
+    top, near = sm[-1], sm[-2]
+    calls = []
+    for i in range(args.switch_calls):
+        started = time.perf_counter()
+        target.lock_sm(near if i % 2 == 0 else top)
+        calls.append(1000 * (time.perf_counter() - started))
+    target.lock_sm(top)
+    distinct = list(range(1, len(kinds) + 1))  # every boundary "switches", nothing is set
+    arms: dict[str, Callable[[], StageClocks | None]] = {
+        "none": lambda: None,
+        "wait": lambda: StageClocks(lambda mhz: None, distinct, sync),
+        "switch": lambda: StageClocks(
+            target.lock_sm, [top if i % 2 == 0 else near for i in range(len(kinds))], sync, top
+        ),
+    }
+    rounds: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+    for r in range(args.switch_rounds):
+        for arm in arms if r % 2 == 0 else list(arms)[::-1]:
+            clocks = arms[arm]()
+            got: dict[str, Any]
+            if clocks is None:
+                got = job()
+            else:
+                with clocks.installed(stages):
+                    got = job()
+                got = {**got, "switches": clocks.switches, "switch_s": clocks.switch_s,
+                       "stage_s": clocks.stage_s}  # fmt: skip
+            rounds[arm].append(got)
+            target.lock_sm(top)
+    step = {arm: statistics.median(g["step_ms_p50"] for g in got) for arm, got in rounds.items()}
+    waits = [g["stage_s"] for g in rounds["wait"]]
+    shares = [statistics.fmean(w[i] / sum(w) for w in waits) for i in range(len(kinds))]
+    return {
+        "levels_mhz": [top, near],
+        "nvml_lock_ms": {"median": statistics.median(calls), "max": max(calls), "n": len(calls)},
+        "step_ms_median": step,
+        "wait_overhead": step["wait"] / step["none"] - 1,
+        "switch_overhead": step["switch"] / step["none"] - 1,
+        "stage_share": dict(zip([f"{i}:{k}" for i, k in enumerate(kinds)], shares, strict=True)),
+        "rounds": rounds,
+    }
+
+
+def cmd_stages(args: argparse.Namespace) -> int:
+    import torch
+
+    from targets.workloads.pipeline import build_stages, train
+
+    device = torch.device(args.device)
+    layers = [int(n) for n in args.layers.split(",")]
+    kinds = args.kinds.split(",")
+    devices = [device] * len(layers)
+    stages = build_stages(layers, args.width, devices, kinds=kinds)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def job() -> dict[str, float]:
+        return train(stages, devices, args.width, args.batch, args.microbatches, args.seconds,
+                     args.warmup_s)  # fmt: skip
+
+    target = gpu_target(args.nvml)
+    knobs = {k.name: k for k in target.describe_knobs()}
+    sm: Sequence[int] = knobs["sm_mhz"].choices  # type: ignore[attr-defined]
+    say(f"{target.name}: stages {layers} {kinds}, width {args.width}, batch {args.batch}")
+    train(stages, devices, args.width, args.batch, args.microbatches, 0.5, 0.5)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with terminate_on_sigterm(), target:
+        cost = switch_cost(target, stages, kinds, sync, job, args)
+    (args.out / "stage-switch.json").write_text(json.dumps(cost, indent=1) + "\n")
+    say(f"switching: NVML lock {cost['nvml_lock_ms']['median']:.2f} ms, step "
+        f"{cost['step_ms_median']}, stage shares {cost['stage_share']}")  # fmt: skip
+    memory = sorted({nearest(sm, s * sm[-1]) for s in PIPELINE_SHARES}, reverse=True)
+    compute = sorted({nearest(sm, s * sm[-1]) for s in COMPUTE_SHARES}, reverse=True)
+    cells = [{"sm_mhz": a, "sm_mhz_memory": b} for a in compute for b in memory if b <= a]
+    cells += [{"sm_mhz": b, "sm_mhz_memory": b} for b in memory if b not in compute]
+
+    def run(cell: dict[str, int]) -> dict[str, float]:
+        a, b = cell["sm_mhz"], cell["sm_mhz_memory"]
+        if a == b:
+            return job()
+        clocks = StageClocks(target.lock_sm, schedule(kinds, a, b), sync, current=a)
+        with clocks.installed(stages):
+            got = job()
+        return {**got, "switches": clocks.switches, "switch_s": clocks.switch_s}
+
+    run_grid(
+        target,
+        cells,
+        {"sm_mhz": sm[-1], "sm_mhz_memory": sm[-1]},
+        ("requests", *PIPELINE_METRICS, "switches", "switch_s"),
+        args.out / "stages.csv",
+        args.out / "stages-log.jsonl",
+        args,
+        run,
+    )
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """What NVML reports and allows, each setter tried once and undone; ``probe.json``."""
     target = gpu_target(args.nvml)
@@ -395,6 +529,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=45)
     p.add_argument("--seconds", type=float, default=1.5)
     p.add_argument("--width", type=int, default=4096)
+    p = sub.add_parser("stages")
+    p.add_argument("--budget-s", type=float, default=120)
+    p.add_argument("--seconds", type=float, default=1.5)
+    p.add_argument("--width", type=int, default=4096)
+    p.add_argument("--layers", default="4,48,4,48", help="blocks per stage")
+    p.add_argument("--kinds", default="gemm,memory,gemm,memory", help="each stage's blocks")
+    p.add_argument("--batch", type=int, default=8192)
+    p.add_argument("--microbatches", type=int, default=1)
+    p.add_argument("--switch-calls", type=int, default=40, help="NVML lock calls timed")
+    p.add_argument("--switch-rounds", type=int, default=4, help="interleaved rounds")
     p = sub.add_parser("live-config")
     p.add_argument("--table", type=Path, required=True)
     p.add_argument("--trials", type=int, default=12)
@@ -415,6 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "probe": cmd_probe,
         "sweep": cmd_sweep,
         "pipeline": cmd_pipeline,
+        "stages": cmd_stages,
         "live-config": cmd_live_config,
         "restore-check": cmd_restore_check,
     }[args.command]

@@ -6,9 +6,10 @@
 # run as root in the repository root (the device tool runs it with OUTDIR=$OUT). Wheels of
 # the packages the GPU machine's image lacks travel in .whl/ (bench/README.md, "GPU"). Each
 # phase has its own time limit and gets SIGTERM at it, so clocks and power limit are reset
-# by the phase itself; the last step checks them. At most eight files land in OUTDIR:
+# by the phase itself; the last step checks them. At most eleven files land in OUTDIR:
 # log.txt, probe.json, gpu-inference.csv, sweep-log.jsonl, pipeline.csv, pipeline-log.jsonl,
-# live.db, live.png.
+# stage-switch.json, stages.csv, stages-log.jsonl (issue 60's clock per stage, SKIP_STAGES=1
+# leaves it out: about 2.5 minutes), live.db, live.png.
 set -u
 out=${1:?usage: bash bench/gpu_device.sh OUTDIR}
 mkdir -p "$out"
@@ -39,6 +40,11 @@ timeout -s TERM "${SWEEP_S:-200}" python3 -m bench.gpu_device sweep --out "$out"
 phase "pipeline clock sweep"
 [ -n "${SKIP_PIPELINE:-}" ] || timeout -s TERM 70 python3 -m bench.gpu_device pipeline --out "$out" --budget-s 40 \
     --seconds 1.2 --warmup-s 0.2 --settle-s 0.2
+
+phase "clock per stage in time (issue 60, item 3)"
+[ -n "${SKIP_STAGES:-}" ] || timeout -s TERM 170 python3 -m bench.gpu_device stages --out "$out" \
+    --budget-s "${STAGES_BUDGET_S:-110}" --seconds 1.2 --warmup-s 0.2 --settle-s 0.2
+[ -n "${SKIP_STAGES:-}" ] || python3 -m bench.gpu_report --stages "$out" --markdown
 
 phase "live tuning session (tuner tune on the GPU)"
 python3 -m bench.gpu_device live-config --table "$out/gpu-inference.csv" --out /tmp/live.toml \

@@ -14,6 +14,14 @@ Run as ``python -m bench.gpu_report [--dir bench/results/gpu] [--markdown]``. It
   pipeline, and the energy saved by the lowest clock within 1 % of the top throughput.
 
 It writes ``h200-inference.png``: energy per request against p99 for every cell.
+
+``--stages DIR`` reads instead ``DIR/stages-log.jsonl`` (``bench.gpu_device stages``: the
+clock per pipeline stage in time on one GPU) and ``DIR/stage-switch.json``: on the first
+pass it chooses the lowest-energy fixed clock (both clocks equal) and the lowest-energy cell
+of all, each within 1 % of the unlocked default's throughput; their energy per sample
+saved against the default and against each other is estimated on the later passes (95 %
+bootstrap intervals over those passes; the same pass when there is only one, which the
+table says).
 """
 
 from __future__ import annotations
@@ -165,6 +173,59 @@ def pipeline(folder: Path) -> tuple[Table, dict[str, Any]]:
     return table, {"clock_within_1pct": within, "saved_within_1pct": saved}
 
 
+STAGE_KNOBS = ("sm_mhz", "sm_mhz_memory")
+THROUGHPUT_LOSS = 0.01
+
+
+def stages(folder: Path) -> tuple[Table, dict[str, Any]]:
+    """Issue 60's item 3 from ``bench.gpu_device stages`` (module doc)."""
+    log = [json.loads(line) for line in (folder / "stages-log.jsonl").read_text().splitlines()]
+    done = [e for e in log if e["status"] == "COMPLETED"]
+    passes = sorted({e["pass"] for e in done})
+    default = tuple(int(log[0][k]) for k in STAGE_KNOBS)
+
+    def by_cell(entries: Sequence[dict[str, Any]]) -> dict[Cell, list[dict[str, Any]]]:
+        out: dict[Cell, list[dict[str, Any]]] = defaultdict(list)
+        for e in entries:
+            out[tuple(int(e[k]) for k in STAGE_KNOBS)].append(e)
+        return out
+
+    chosen_on = by_cell([e for e in done if e["pass"] == passes[0]])
+    later = [e for e in done if e["pass"] != passes[0]] or done
+    judged_on = by_cell(later)
+    floor = (1 - THROUGHPUT_LOSS) * mean(chosen_on[default], "samples_per_s")
+    ok = [c for c, rows in chosen_on.items() if mean(rows, "samples_per_s") >= floor]
+    fixed = min((c for c in ok if c[0] == c[1]), key=lambda c: mean(chosen_on[c], ENERGY))
+    best = min(ok, key=lambda c: mean(chosen_on[c], ENERGY))
+    title = f"one GPU, clock per stage: {len(done)} measurements, {len(passes)} passes"
+    if len(passes) == 1:
+        title += " (chosen and judged on the same pass)"
+    table = Table(title=title)
+    columns = ("cell (gemm MHz, memory MHz)", "chosen as", "n", "samples/s", "vs default",
+               "mJ/sample", "saved vs default (95 %)", "saved vs best fixed (95 %)")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column.startswith("cell") else "right")
+    base_rate = mean(judged_on[default], "samples_per_s")
+    facts: dict[str, Any] = {"default": default, "fixed": fixed, "best": best}
+    for name, cell in (("unlocked default", default), ("best fixed clock", fixed),
+                       ("best per stage", best)):  # fmt: skip
+        rows = judged_on[cell]
+        energy = [float(r[ENERGY]) for r in rows]
+        versus = [interval(energy, [float(r[ENERGY]) for r in judged_on[other]])
+                  for other in (default, fixed)]  # fmt: skip
+        facts[name] = {"saved_vs_default": versus[0], "saved_vs_fixed": versus[1],
+                       "throughput": mean(rows, "samples_per_s") / base_rate}  # fmt: skip
+        table.add_row(
+            str(cell), name, str(len(rows)), f"{mean(rows, 'samples_per_s'):.0f}",
+            f"{mean(rows, 'samples_per_s') / base_rate:.3f}", f"{1000 * mean(rows, ENERGY):.2f}",
+            *(f"{p:+.1%} ({lo:+.1%} to {hi:+.1%})" for p, lo, hi in versus),
+        )  # fmt: skip
+    switch = folder / "stage-switch.json"
+    if switch.exists():
+        facts["switch"] = {k: v for k, v in json.loads(switch.read_text()).items() if k != "rounds"}
+    return table, facts
+
+
 def plot(facts: dict[str, Any], path: Path) -> Path:
     import matplotlib
 
@@ -215,7 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_report", description=__doc__)
     parser.add_argument("--dir", type=Path, default=Path("bench/results/gpu"))
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--stages", type=Path, help="a `bench.gpu_device stages` folder")
     args = parser.parse_args(argv)
+    if args.stages is not None:
+        table, found = stages(args.stages)
+        show(table, args.markdown)
+        if "switch" in found:
+            console.print(f"switching cost: {json.dumps(found['switch'])}", highlight=False)
+        return 0
     table, drift, facts = inference(args.dir)
     show(table, args.markdown)
     point, low, high = facts["saving"]

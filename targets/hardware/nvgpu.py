@@ -268,15 +268,23 @@ class NvidiaGpuTarget(DeviceTarget):
         if self.settle_s:
             time.sleep(self.settle_s)
 
+    def lock_sm(self, mhz: int, position: int = 0) -> None:
+        """Lock the SM clock of the target's ``position``-th GPU at ``mhz`` now (the top
+        level unlocks it), nothing else: what switching the clock as a job's stages run
+        calls (``targets.hardware.stage_clocks``); restore still resets it."""
+        self._lock(self.gpus[position], "Gpu", self.gpus[position].sm_clocks, mhz)
+
+    def _lock(self, gpu: _Gpu, clock: str, levels: tuple[int, ...], mhz: int) -> None:
+        if mhz >= levels[-1]:  # the top level: the clock as it comes, unlocked
+            self._setter(f"nvmlDeviceReset{clock}LockedClocks", gpu)
+        else:
+            self._setter(f"nvmlDeviceSet{clock}LockedClocks", gpu, mhz, mhz)
+
     def _set_gpu(self, gpu: _Gpu, config: Config) -> None:
         sm, mem, power = (f"{k}{gpu.suffix}" for k in KNOBS)
         for knob, clock, levels in ((sm, "Gpu", gpu.sm_clocks), (mem, "Memory", gpu.mem_clocks)):
             if knob in config:
-                mhz = int(config[knob])  # type: ignore[arg-type]
-                if mhz >= levels[-1]:  # the top level: the clock as it comes, unlocked
-                    self._setter(f"nvmlDeviceReset{clock}LockedClocks", gpu)
-                else:
-                    self._setter(f"nvmlDeviceSet{clock}LockedClocks", gpu, mhz, mhz)
+                self._lock(gpu, clock, levels, int(config[knob]))  # type: ignore[arg-type]
         if power in config:
             watts = int(config[power])  # type: ignore[arg-type]
             # The limit in force before may have a fraction of a watt: put back exactly that.

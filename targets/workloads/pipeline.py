@@ -22,6 +22,9 @@ USENIX ATC 2023) turns into energy savings by lowering those GPUs' SM clocks. Af
 the timed window (``window_start_s``, ``window_end_s``, as ``targets.workloads.inference``
 reports it).
 Devices may repeat (``cpu,cpu``), so the workload also runs, slowly, on one CPU.
+``--kinds gemm,memory,...`` gives stages of two characters (``KINDS``): on one GPU their
+work runs in turn, and a memory-bound stage loses little time at a lower SM clock, which
+is what switching the clock per stage in time (``targets.hardware.stage_clocks``) exploits.
 """
 
 from __future__ import annotations
@@ -39,16 +42,31 @@ from targets.workloads.inference import percentile
 CLASSES = 10
 
 
+#: What a stage's blocks are (``--kinds``): ``gemm``, ``Linear(width, width)`` + GELU,
+#: bound by the SM clock at large widths; ``memory``, LayerNorm + GELU, elementwise work
+#: bound by memory bandwidth, whose time hardly follows the SM clock.
+KINDS = ("gemm", "memory")
+
+
 def build_stages(
-    layers: list[int], width: int, devices: list[torch.device], seed: int = 0
+    layers: list[int],
+    width: int,
+    devices: list[torch.device],
+    seed: int = 0,
+    kinds: list[str] | None = None,
 ) -> list[nn.Module]:
-    """The stages, each on its device; the last one ends in the classifier head."""
+    """The stages, each on its device, of ``kinds`` (default all ``gemm``); the last one
+    ends in the classifier head."""
     torch.manual_seed(seed)
+    kinds = kinds or ["gemm"] * len(layers)
     stages: list[nn.Module] = []
-    for i, (count, device) in enumerate(zip(layers, devices, strict=True)):
+    for i, (count, device, kind) in enumerate(zip(layers, devices, kinds, strict=True)):
+        if kind not in KINDS:
+            raise ValueError(f"stage {i}: kind {kind!r} (allowed: {', '.join(KINDS)})")
         blocks: list[nn.Module] = []
         for _ in range(count):
-            blocks += [nn.Linear(width, width), nn.GELU()]
+            first = nn.Linear(width, width) if kind == "gemm" else nn.LayerNorm(width)
+            blocks += [first, nn.GELU()]
         if i == len(layers) - 1:
             blocks.append(nn.Linear(width, CLASSES))
         stages.append(nn.Sequential(*blocks).to(device))
@@ -130,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--devices", default="cpu,cpu", help="one device per stage")
     parser.add_argument("--layers", default="2,1", help="blocks per stage, comma-separated")
+    parser.add_argument(
+        "--kinds", help=f"each stage's blocks, comma-separated, of {', '.join(KINDS)} (all gemm)"
+    )
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--microbatches", type=int, default=8)
@@ -147,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = []
     if len(names) != len(layers):
         problems.append(f"{len(names)} devices for {len(layers)} stages (--layers)")
+    kinds = args.kinds.split(",") if args.kinds else ["gemm"] * len(layers)
+    if len(kinds) != len(layers) or any(k not in KINDS for k in kinds):
+        problems.append(f"--kinds: one of {', '.join(KINDS)} per stage, got {args.kinds!r}")
     if any(n < 1 for n in layers) or args.width < 1 or args.threads < 1:
         problems.append("layers, width and threads must be >= 1")
     if not 1 <= args.microbatches <= args.batch:
@@ -164,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         print("; ".join(problems), file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    stages = build_stages(layers, args.width, devices, args.seed)
+    stages = build_stages(layers, args.width, devices, args.seed, kinds)
     metrics = train(
         stages, devices, args.width, args.batch, args.microbatches, args.seconds, args.warmup_s
     )
-    print(json.dumps({**metrics, "devices": names, "layers": layers}))
+    print(json.dumps({**metrics, "devices": names, "layers": layers, "kinds": kinds}))
     return 0
 
 
