@@ -190,7 +190,7 @@ def confirmations(config_path: Path, name: str, order: Sequence[str]) -> dict[st
                 noise = machine_noise(result.spec, measurements, default)
                 short = first_rounds(result.spec, found, FIXED_SHORT, noise or {})
                 until = max((s for r, s in stamps if r <= select + FIXED_SHORT), default=0.0)
-                out["fixed3"] = verdict(short, until)
+                out["fixed3"] = {**verdict(short, until), "window": out[rule]["window"]}
     return out
 
 
