@@ -170,9 +170,11 @@ def confirmations(config_path: Path, name: str, order: Sequence[str]) -> dict[st
     tuned_s = (max(ends) - min(ends)) * len(ends) / (len(ends) - 1) if len(ends) > 1 else 0.0
     out: dict[str, Any] = {"tuned_s": tuned_s}
     with config.target as target:
+        # one ranking (the GP's) for every rule: each confirms the same candidates
+        searched = summarize(config.spec, trials, measurements, target.noiseless)
         for rule in order:
-            spec, protocol = settings(rule, config.spec, config.protocol)
-            result = summarize(spec, trials, measurements, target.noiseless)
+            spec, protocol = settings(rule, searched.spec, config.protocol)
+            result = replace(searched, spec=spec)
             stamps: list[tuple[int, float]] = []
             started = time.monotonic()
 
