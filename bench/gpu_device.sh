@@ -9,7 +9,9 @@
 # by the phase itself; the last step checks them. At most eleven files land in OUTDIR:
 # log.txt, probe.json, gpu-inference.csv, sweep-log.jsonl, pipeline.csv, pipeline-log.jsonl,
 # stage-switch.json, stages.csv, stages-log.jsonl (issue 60's clock per stage, SKIP_STAGES=1
-# leaves it out: about 2.5 minutes), live.db, live.png.
+# leaves it out: about 2.5 minutes), live.db, live.png. SKIP_PROBE, SKIP_PIPELINE and
+# SKIP_LIVE leave out those phases: a device call runs at most 10 minutes, so issue 60's
+# first call is `SKIP_PIPELINE=1 SKIP_LIVE=1 SWEEP_S=165 SWEEP_BUDGET_S=150` (about 9).
 set -u
 out=${1:?usage: bash bench/gpu_device.sh OUTDIR}
 mkdir -p "$out"
@@ -47,10 +49,12 @@ phase "clock per stage in time (issue 60, item 3)"
 [ -n "${SKIP_STAGES:-}" ] || python3 -m bench.gpu_report --stages "$out" --markdown
 
 phase "live tuning session (tuner tune on the GPU)"
-python3 -m bench.gpu_device live-config --table "$out/gpu-inference.csv" --out /tmp/live.toml \
-    --results "$out" --trials "${LIVE_TRIALS:-10}" --seconds 1.0 &&
-    timeout -s TERM 240 python3 -m cli.main tune /tmp/live.toml &&
-    python3 -m cli.main show gpu-inference-live --db "$out/live.db"
+[ -n "${SKIP_LIVE:-}" ] || {
+    python3 -m bench.gpu_device live-config --table "$out/gpu-inference.csv" --out /tmp/live.toml \
+        --results "$out" --trials "${LIVE_TRIALS:-10}" --seconds 1.0 &&
+        timeout -s TERM 240 python3 -m cli.main tune /tmp/live.toml &&
+        python3 -m cli.main show gpu-inference-live --db "$out/live.db"
+}
 
 phase "restored?"
 python3 -m bench.gpu_device restore-check
