@@ -307,14 +307,18 @@ def plot(cells: Sequence[dict[str, Any]], path: Path, title: str) -> None:
                 if again is None or got.get("interval") is None:
                     continue
                 low, high = got["interval"]
-                high = min(high, 4.0)  # a sequence with no bound yet
+                if not math.isfinite(high):  # a sequence with no bound yet: to the frame
+                    high = 10 * got["ratio"]
                 color = "tab:blue" if cell["level"] == "quiet" else "tab:orange"
                 alpha = 1.0 if got["claims"] else 0.3
                 ax.plot([again, again], [low, high], color=color, alpha=alpha, lw=2)
                 ax.plot([again], [got["ratio"]], "o", color=color, alpha=alpha, ms=3)
             ax.axhline(1.0, color="grey", lw=0.8)
             ax.axvline(1.0, color="grey", lw=0.8)
-            ax.plot([0.5, 3], [0.5, 3], color="grey", lw=0.8, ls=":")
+            ax.plot([0.5, 10], [0.5, 10], color="grey", lw=0.8, ls=":")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_ylim(0.5, 12)
             ax.set_title(rule)
             ax.set_xlabel("redeployed gain")
             ax.grid(alpha=0.3)
