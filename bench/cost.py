@@ -47,12 +47,15 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.common import console, machine_info, show
+from bench.common import console, show
 from bench.noise import (
     System,
+    keep,
     load,
+    pending,
     redeploy,
     resolve_session,
+    saved_cells,
     session_arguments,
     stored,
     tune,
@@ -315,31 +318,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         or not set(args.arms) <= set(ARMS)
     ):
         parser.error(f"--arms: two or more different arms of {', '.join(ARMS)} (got {args.arms})")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "cells.json"
-    saved = json.loads(path.read_text()) if path.exists() else {"cells": []}
-    saved["machine"] = machine_info()
-    saved["settings"] = {
-        **{k: v for k, v in vars(args).items() if k not in ("out", "markdown", "system")},
-        "system": system.name,
-    }
-    done = {(c["level"], c["seed"]) for c in saved["cells"]}
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for level in levels:
-            if (level, seed) in done:
-                continue
-            order = args.arms if seed % 2 == 0 else args.arms[::-1]
-            console.print(f"[bold]seed {seed}, {level}[/]: {' then '.join(order)}")
-            cell = run_cell(level, seed, args)
-            saved["cells"].append(cell)
-            path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
-            console.print("  " + "; ".join(
-                f"{arm}: {cell[arm]['measured_s']:.0f} s measured "
-                f"({cell[arm]['wall_s']:.0f} s wall), "
-                f"{cell[arm]['stopped']} stopped, reported {cell[arm]['reported']:.2f}x, "
-                f"redeployed {_gain(cell['redeploy'][arm]['gain'])}"
-                for arm in args.arms
-            ), highlight=False)  # fmt: skip
+    path, saved = saved_cells(args)
+    for seed, level in pending(saved, args, levels):
+        order = args.arms if seed % 2 == 0 else args.arms[::-1]
+        console.print(f"[bold]seed {seed}, {level}[/]: {' then '.join(order)}")
+        cell = run_cell(level, seed, args)
+        keep(path, saved, cell)
+        console.print("  " + "; ".join(
+            f"{arm}: {cell[arm]['measured_s']:.0f} s measured "
+            f"({cell[arm]['wall_s']:.0f} s wall), "
+            f"{cell[arm]['stopped']} stopped, reported {cell[arm]['reported']:.2f}x, "
+            f"redeployed {_gain(cell['redeploy'][arm]['gain'])}"
+            for arm in args.arms
+        ), highlight=False)  # fmt: skip
     rows = summarize(saved["cells"], args.arms, args.warmup_s, args.measure_s)
     show(table(rows, args.arms[0]), args.markdown)
     plot(saved["cells"], args.arms, args.out / "cost.png",

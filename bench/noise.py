@@ -540,6 +540,37 @@ def resolve_session(
     return levels
 
 
+def saved_cells(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """``args.out/cells.json`` as saved so far (no cells when new), stamped with this run's
+    machine and settings: a benchmark of real sessions resumes where it stopped."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "cells.json"
+    saved = json.loads(path.read_text()) if path.exists() else {"cells": []}
+    saved["machine"] = machine_info()
+    saved["settings"] = {
+        **{k: v for k, v in vars(args).items() if k not in ("out", "markdown", "system")},
+        "system": args.system.name,
+    }
+    return path, saved
+
+
+def pending(
+    saved: Mapping[str, Any], args: argparse.Namespace, levels: Sequence[str]
+) -> Iterator[tuple[int, str]]:
+    """The (seed, level) cells still to run, seed-major (a cut run stays balanced)."""
+    done = {(c["level"], c["seed"]) for c in saved["cells"]}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for level in levels:
+            if (level, seed) not in done:
+                yield seed, level
+
+
+def keep(path: Path, saved: dict[str, Any], cell: dict[str, Any]) -> None:
+    """Add a finished cell and write the file at once."""
+    saved["cells"].append(cell)
+    path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.noise", description=__doc__.split("\n")[0]
@@ -560,32 +591,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--arms: unknown arm {arm!r} (allowed: {', '.join(ARMS)})")
     if args.arms[:1] != ["protocol"] or len(set(args.arms)) != len(args.arms):
         parser.error(f"--arms: protocol first, each arm once (got {','.join(args.arms)})")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "cells.json"
-    saved = json.loads(path.read_text()) if path.exists() else {"cells": []}
-    saved["machine"] = machine_info()
-    saved["settings"] = {
-        **{k: v for k, v in vars(args).items() if k not in ("out", "markdown", "system")},
-        "system": system.name,
-    }
-    done = {(c["level"], c["seed"]) for c in saved["cells"]}
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for level in levels:
-            if (level, seed) in done:
-                continue
-            console.print(f"[bold]seed {seed}, {level}[/]: running every arm and the redeploy")
-            cell = run_cell(level, seed, args)
-            saved["cells"].append(cell)
-            path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
-            arms = "; ".join(
-                f"{arm}: reported {_shown(reported(cell, arm))}, redeployed {_gain(cell, arm)}"
-                for arm in ARMS
-                if arm in cell
-            )
-            console.print(
-                f"  {arms}; recipe {_gain(cell, 'recipe')}; {cell['seconds']:.0f} s",
-                highlight=False,
-            )
+    path, saved = saved_cells(args)
+    for seed, level in pending(saved, args, levels):
+        console.print(f"[bold]seed {seed}, {level}[/]: running every arm and the redeploy")
+        cell = run_cell(level, seed, args)
+        keep(path, saved, cell)
+        arms = "; ".join(
+            f"{arm}: reported {_shown(reported(cell, arm))}, redeployed {_gain(cell, arm)}"
+            for arm in ARMS
+            if arm in cell
+        )
+        console.print(
+            f"  {arms}; recipe {_gain(cell, 'recipe')}; {cell['seconds']:.0f} s",
+            highlight=False,
+        )
     show(table(summarize(saved["cells"])), args.markdown)
     plot(saved["cells"], args.out / "noise.png", f"{system.name}: reported vs redeployed gains")
     console.print(f"cells: {path}; plot: {args.out / 'noise.png'}")

@@ -60,13 +60,16 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.common import console, machine_info, show
+from bench.common import console, show
 from bench.noise import (
     LEVELS,
     System,
+    keep,
     load,
+    pending,
     redeploy,
     resolve_session,
+    saved_cells,
     session_arguments,
     stored,
     tune,
@@ -346,27 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out is None:
         args.out = args.out.with_name(f"{system.name}-{args.workload}")
     args.workload_options = WORKLOADS[args.workload][system.name]
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "cells.json"
-    saved = json.loads(path.read_text()) if path.exists() else {"cells": []}
-    saved["machine"] = machine_info()
-    saved["settings"] = {
-        **{k: v for k, v in vars(args).items() if k not in ("out", "markdown", "system")},
-        "system": system.name,
-    }
-    done = {(c["level"], c["seed"]) for c in saved["cells"]}
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for level in levels:
-            if (level, seed) in done:
-                continue
-            console.print(
-                f"[bold]seed {seed}, {level}[/]: search, {len(RUN)} confirmations, redeploy"
-            )
-            cell = run_cell(level, seed, args)
-            saved["cells"].append(cell)
-            path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
-            console.print("  " + "; ".join(_line(cell, rule) for rule in RULES)
-                          + f"; {cell['seconds']:.0f} s", highlight=False)  # fmt: skip
+    path, saved = saved_cells(args)
+    for seed, level in pending(saved, args, levels):
+        console.print(f"[bold]seed {seed}, {level}[/]: search, confirmations, redeploy")
+        cell = run_cell(level, seed, args)
+        keep(path, saved, cell)
+        console.print("  " + "; ".join(_line(cell, rule) for rule in RULES)
+                      + f"; {cell['seconds']:.0f} s", highlight=False)  # fmt: skip
     show(table(summarize_rules(saved["cells"])), args.markdown)
     plot(saved["cells"], args.out / "rules.png", f"{system.name} ({args.workload})")
     console.print(f"cells: {path}; plot: {args.out / 'rules.png'}")
