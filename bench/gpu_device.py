@@ -112,11 +112,21 @@ def nearest(levels: Sequence[int], want: float) -> int:
     return min(levels, key=lambda level: abs(level - want))
 
 
+def sm_clocks(target: NvidiaGpuTarget) -> Sequence[int]:
+    """The SM clock levels the target's ``sm_mhz`` knob offers, lowest first."""
+    knob = next(k for k in target.describe_knobs() if k.name == "sm_mhz")
+    return knob.choices  # type: ignore[attr-defined,no-any-return]
+
+
+def clock_levels(sm: Sequence[int], shares: Sequence[float]) -> list[int]:
+    """The levels of ``sm`` nearest each share of the top one, highest first, once each."""
+    return sorted({nearest(sm, share * sm[-1]) for share in shares}, reverse=True)
+
+
 def sweep_levels(target: NvidiaGpuTarget) -> dict[str, list[int]]:
     """The grid: SM clocks, power limits and memory clocks from the device, and batches."""
     knobs = {k.name: k for k in target.describe_knobs()}
-    sm: Sequence[int] = knobs["sm_mhz"].choices  # type: ignore[attr-defined]
-    levels = {"sm_mhz": sorted({nearest(sm, share * sm[-1]) for share in SM_SHARES}, reverse=True)}
+    levels = {"sm_mhz": clock_levels(sm_clocks(target), SM_SHARES)}
     # No memory clocks: the H200 lists two (2201, 3201 MHz) but its NVML answers "Not
     # Supported" to SetMemoryLockedClocks (seen 2026-11-26, driver 580.159.04).
     if "power_w" in knobs:
@@ -248,9 +258,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     width, batch, microbatches = args.width, 512, 8
     stages = build_stages(layers, width, devices)
     target = gpu_target(args.nvml)
-    knobs = {k.name: k for k in target.describe_knobs()}
-    sm: Sequence[int] = knobs["sm_mhz"].choices  # type: ignore[attr-defined]
-    levels = {"sm_mhz": sorted({nearest(sm, s * sm[-1]) for s in PIPELINE_SHARES}, reverse=True)}
+    sm = sm_clocks(target)
+    levels = {"sm_mhz": clock_levels(sm, PIPELINE_SHARES)}
     say(f"{target.name}: pipeline {layers} width {width} at SM clocks {levels['sm_mhz']}")
     train(stages, devices, width, batch, microbatches, 0.5, 0.5)
 
@@ -278,6 +287,7 @@ def schedule(kinds: Sequence[str], compute: int, memory: int) -> list[int]:
 
 def switch_cost(
     target: NvidiaGpuTarget,
+    sm: Sequence[int],
     stages: Sequence[Any],
     kinds: Sequence[str],
     sync: Callable[[], None],
@@ -285,10 +295,9 @@ def switch_cost(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """What switching the clock per stage costs (module doc): NVML's lock call alternating
-    between the top two levels, then interleaved rounds of the job without hooks, waiting at
-    every stage boundary, and switching between the two levels at every boundary."""
-    knobs = {k.name: k for k in target.describe_knobs()}
-    sm: Sequence[int] = knobs["sm_mhz"].choices  # type: ignore[attr-defined]
+    between the top two of the ``sm`` levels, then interleaved rounds of the job without
+    hooks, waiting at every stage boundary, and switching between the two levels at every
+    boundary."""
     top, near = sm[-1], sm[-2]
     calls = []
     for i in range(args.switch_calls):
@@ -352,18 +361,16 @@ def cmd_stages(args: argparse.Namespace) -> int:
                      args.warmup_s)  # fmt: skip
 
     target = gpu_target(args.nvml)
-    knobs = {k.name: k for k in target.describe_knobs()}
-    sm: Sequence[int] = knobs["sm_mhz"].choices  # type: ignore[attr-defined]
+    sm = sm_clocks(target)
     say(f"{target.name}: stages {layers} {kinds}, width {args.width}, batch {args.batch}")
     train(stages, devices, args.width, args.batch, args.microbatches, 0.5, 0.5)
     args.out.mkdir(parents=True, exist_ok=True)
     with terminate_on_sigterm(), target:
-        cost = switch_cost(target, stages, kinds, sync, job, args)
+        cost = switch_cost(target, sm, stages, kinds, sync, job, args)
     (args.out / "stage-switch.json").write_text(json.dumps(cost, indent=1) + "\n")
     say(f"switching: NVML lock {cost['nvml_lock_ms']['median']:.2f} ms, step "
         f"{cost['step_ms_median']}, stage shares {cost['stage_share']}")  # fmt: skip
-    memory = sorted({nearest(sm, s * sm[-1]) for s in PIPELINE_SHARES}, reverse=True)
-    compute = sorted({nearest(sm, s * sm[-1]) for s in COMPUTE_SHARES}, reverse=True)
+    memory, compute = clock_levels(sm, PIPELINE_SHARES), clock_levels(sm, COMPUTE_SHARES)
     cells = [{"sm_mhz": a, "sm_mhz_memory": b} for a in compute for b in memory if b <= a]
     cells += [{"sm_mhz": b, "sm_mhz_memory": b} for b in memory if b not in compute]
 

@@ -181,11 +181,11 @@ def confirmations(config_path: Path, name: str, order: Sequence[str]) -> dict[st
             stamps: list[tuple[int, float]] = []
             started = time.monotonic()
 
-            def keep(_: int, measurement: Measurement) -> None:
+            def stamp(_: int, measurement: Measurement) -> None:
                 stamps.append((measurement.round, time.monotonic() - started))  # noqa: B023
 
             windows: list[RoundWindow] = []
-            found = confirm_session(target, result, protocol, keep, tuned_s=tuned_s,
+            found = confirm_session(target, result, protocol, stamp, tuned_s=tuned_s,
                                     announce=windows.append)  # fmt: skip
             out[rule] = verdict(found, time.monotonic() - started)
             out[rule]["window"] = windows[0].factor if windows else 1.0
