@@ -5,6 +5,10 @@ confirmed by today's fixed 3 and 5 rounds and by the sequential rule, on the sam
 [--seeds 5] [--levels quiet,moderate] [--trials N] [--measure-s S] [--pg-scale 50]
 [--redeploy 10] [--out DIR] [--markdown]``
 
+``python -m bench.noise_rules --decide DIR [DIR ...]`` reads the cells of finished runs
+(develop's SQLite and PostgreSQL) and applies the rule written in ``bench/NOTES.md`` before
+the first run (``decide``): which confirmation becomes the default.
+
 For every load level (``bench.noise``'s ``quiet`` and ``moderate``) and seed, under the load:
 
 1. **search**: ``tuner tune --confirm 0`` (a subprocess, as a user runs it) on the system's
@@ -281,15 +285,92 @@ def table(rows: Sequence[dict[str, Any]]) -> Table:
                  "false (<= 5 %)", "rounds", "seconds"):  # fmt: skip
         out.add_column(name, justify="left" if name in ("level", "rule") else "right")
 
-    def share(found: tuple[float, int, int]) -> str:
-        value, hits, of = found
-        return "-" if math.isnan(value) else f"{value:.0%} ({hits}/{of})"
-
     for r in rows:
         out.add_row(r["level"], r["rule"], str(r["sessions"]), str(r["claims"]),
-                    share(r["found"]), share(r["held"]), share(r["false"]),
+                    _shown(r["found"]), _shown(r["held"]), _shown(r["false"]),
                     f"{r['rounds']:.1f}", f"{r['seconds']:.0f}")  # fmt: skip
     return out
+
+
+#: The decision's limits (NOTES, issue 61): false claims at most, held intervals at least,
+#: and the noise window's median time at most this multiple of the sequential rule's.
+FALSE_MOST, HELD_LEAST, NOISE_TIME_MOST = 0.05, 0.90, 1.5
+
+
+def decide(cells: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rule written before the first run, over every cell given (both systems, both
+    levels): ``confirm = "sequential"`` becomes the default if it finds at least as many real
+    gains as ``fixed5`` with false <= 5 % and held >= 90 %; ``confirm_window = "noise"``
+    with it if, within the same limits, it finds at least as many as ``sequential`` in a
+    median time at most 1.5x ``sequential``'s. Per rule the totals, and the verdicts said
+    with their numbers. No claims at all: no false claim and no interval missed."""
+    totals = []
+    for rule in RULES:
+        got = [c[rule] for c in cells if rule in c]
+        if not got:
+            continue
+        claims = [g for g in got if g["claims"] and redeployed(g) is not None]
+        totals.append({
+            "rule": rule, "sessions": len(got), "claims": sum(g["claims"] for g in got),
+            "real": sum((r := redeployed(g)) is not None and r >= REAL_GAIN for g in got),
+            "found": sum(redeployed(g) >= REAL_GAIN for g in claims),  # type: ignore[operator]
+            "held": _share([g["interval"][0] <= redeployed(g) <= g["interval"][1]
+                            for g in claims]),  # type: ignore[operator]
+            "false": _share([redeployed(g) <= 1.0 for g in claims]),  # type: ignore[operator]
+            "median_s": statistics.median(g["seconds"] for g in got),
+        })  # fmt: skip
+    by = {t["rule"]: t for t in totals}
+    if not {"fixed5", "sequential", "noise"} <= by.keys():
+        return totals, ["no decision: the cells lack fixed5, sequential or noise"]
+
+    def limits(t: Mapping[str, Any]) -> list[str]:
+        wrong = []
+        if not math.isnan(t["false"][0]) and t["false"][0] > FALSE_MOST:
+            wrong.append(f"false {t['false'][0]:.0%} > {FALSE_MOST:.0%}")
+        if not math.isnan(t["held"][0]) and t["held"][0] < HELD_LEAST:
+            wrong.append(f"held {t['held'][0]:.0%} < {HELD_LEAST:.0%}")
+        return wrong
+
+    fixed, seq, noise = by["fixed5"], by["sequential"], by["noise"]
+    against = [] if seq["found"] >= fixed["found"] else [
+        f"found {seq['found']} < fixed5's {fixed['found']}"]  # fmt: skip
+    wrong = against + limits(seq)
+    said = [
+        f'confirm = "sequential" default: {"no (" + "; ".join(wrong) + ")" if wrong else "yes"}'
+        f" (found {seq['found']} vs fixed5 {fixed['found']}, of {seq['real']} real gains)"
+    ]
+    if wrong:
+        return totals, [
+            *said,
+            'confirm_window = "noise": not considered (sequential is not default)',
+        ]
+    slow = noise["median_s"] / seq["median_s"] if seq["median_s"] > 0 else math.inf
+    wrong = ([] if noise["found"] >= seq["found"] else
+             [f"found {noise['found']} < sequential's {seq['found']}"]) + limits(noise)  # fmt: skip
+    if slow > NOISE_TIME_MOST:
+        wrong.append(f"median time {slow:.2f}x sequential's > {NOISE_TIME_MOST}x")
+    said.append(
+        f'confirm_window = "noise" default: {"no (" + "; ".join(wrong) + ")" if wrong else "yes"}'
+        f" (found {noise['found']}, median time {slow:.2f}x sequential's)"
+    )
+    return totals, said
+
+
+def decision_table(totals: Sequence[dict[str, Any]]) -> Table:
+    out = Table(title="over every develop cell: the decision's totals")
+    for name in ("rule", "sessions", "claims", "real gains", "found", "held (>= 90 %)",
+                 "false (<= 5 %)", "median s"):  # fmt: skip
+        out.add_column(name, justify="left" if name == "rule" else "right")
+    for t in totals:
+        out.add_row(t["rule"], str(t["sessions"]), str(t["claims"]), str(t["real"]),
+                    str(t["found"]), _shown(t["held"]), _shown(t["false"]),
+                    f"{t['median_s']:.0f}")  # fmt: skip
+    return out
+
+
+def _shown(found: tuple[float, int, int]) -> str:
+    value, hits, of = found
+    return "-" if math.isnan(value) else f"{value:.0%} ({hits}/{of})"
 
 
 def plot(cells: Sequence[dict[str, Any]], path: Path, title: str) -> None:
@@ -342,7 +423,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, help="default bench/results/noise-rules/SYSTEM-WORKLOAD"
     )
+    parser.add_argument(
+        "--decide",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="apply the defaults' rule to these runs' cells; runs nothing",
+    )
     args = parser.parse_args(argv)
+    if args.decide:
+        cells = [
+            c for d in args.decide for c in json.loads((d / "cells.json").read_text())["cells"]
+        ]
+        totals, said = decide(cells)
+        show(decision_table(totals), args.markdown)
+        for line in said:
+            console.print(line, highlight=False)
+        return 0
     out = args.out
     levels = resolve_session(parser, args, "noise-rules")
     system: System = args.system

@@ -113,3 +113,31 @@ def test_a_tiny_run_confirms_one_search_by_every_rule_and_redeploys(tmp_path: Pa
     assert (tmp_path / "rules.png").stat().st_size > 0
     assert noise_rules.main(argv) == 0  # resumes: nothing run again
     assert len(json.loads((tmp_path / "cells.json").read_text())["cells"]) == 1
+
+
+def test_the_decision_follows_the_rule_written_before_the_runs() -> None:
+    def run(seq: tuple[bool, float, float, float], noise: tuple[bool, float, float, float],
+            noise_s: float = 10.0) -> list[str]:  # fmt: skip
+        cells = [cell("quiet", {"fixed5": (True, 1.2, 1.5, 1.3), "sequential": seq,
+                                "noise": noise}) for _ in range(3)]  # fmt: skip
+        cells.append(cell("moderate", {"fixed5": (False, 0.9, 1.2, 1.0),
+                                       "sequential": (False, 0.9, 1.1, 1.0),
+                                       "noise": (False, 0.9, 1.1, 1.0)}))  # fmt: skip
+        for c in cells:
+            c["noise"]["seconds"] = noise_s
+        return noise_rules.decide(cells)[1]
+
+    good = (True, 1.2, 1.5, 1.3)
+    said = run(good, good)
+    assert said[0].startswith('confirm = "sequential" default: yes') and "yes" in said[1]
+    missed = run((False, 0.9, 1.5, 1.3), good)  # finds fewer than fixed5
+    assert "no (found 0 < fixed5's 3)" in missed[0] and "not considered" in missed[1]
+    wide_miss = run((True, 1.05, 1.15, 1.3), good)  # claims, but its interval misses
+    assert "held 0% < 90%" in wide_miss[0]
+    slow = run(good, good, noise_s=16.0)  # median 16 s against sequential's 10 s
+    assert slow[0].endswith("of 3 real gains)") and "1.60x sequential's > 1.5x" in slow[1]
+    totals, _ = noise_rules.decide([cell("quiet", {"fixed5": (False, 0.9, 1.1, 1.0)})])
+    assert totals[0]["found"] == 0 and math.isnan(totals[0]["false"][0])
+    assert noise_rules.decide([cell("quiet", {"fixed5": (False, 0.9, 1.1, 1.0)})])[1][0].startswith(
+        "no decision"
+    )
