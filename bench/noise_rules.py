@@ -252,25 +252,29 @@ def summarize_rules(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for level in LEVELS:
         mine = [c for c in cells if c["level"] == level]
-        if not mine:
-            continue
         for rule in RULES:
             got = [c[rule] for c in mine if rule in c]
-            if not got:
-                continue
-            real = [g for g in got if (r := redeployed(g)) is not None and r >= REAL_GAIN]
-            claims = [g for g in got if g["claims"] and redeployed(g) is not None]
-            held = [g["interval"][0] <= redeployed(g) <= g["interval"][1] for g in claims]  # type: ignore[operator]
-            rows.append({
-                "level": level, "rule": rule, "sessions": len(got),
-                "claims": sum(g["claims"] for g in got), "real": len(real),
-                "found": _share([g["claims"] for g in real]),
-                "held": _share(held),
-                "false": _share([redeployed(g) <= 1.0 for g in claims]),  # type: ignore[operator]
-                "rounds": statistics.fmean(g["rounds"] for g in got),
-                "seconds": statistics.fmean(g["seconds"] for g in got),
-            })  # fmt: skip
+            if got:
+                rows.append({"level": level, "rule": rule, **tally(got)})
     return rows
+
+
+def tally(got: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One rule's confirmations: sessions, claims, real gains (chosen candidates redeployed
+    at ``REAL_GAIN`` or more), found, held and false as (share, hits, of), and the rounds
+    and seconds (means; ``median_s`` the median)."""
+    real = [g for g in got if (r := redeployed(g)) is not None and r >= REAL_GAIN]
+    claims = [g for g in got if g["claims"] and redeployed(g) is not None]
+    held = [g["interval"][0] <= redeployed(g) <= g["interval"][1] for g in claims]  # type: ignore[operator]
+    return {
+        "sessions": len(got), "claims": sum(g["claims"] for g in got), "real": len(real),
+        "found": _share([g["claims"] for g in real]),
+        "held": _share(held),
+        "false": _share([redeployed(g) <= 1.0 for g in claims]),  # type: ignore[operator]
+        "rounds": statistics.fmean(g["rounds"] for g in got),
+        "seconds": statistics.fmean(g["seconds"] for g in got),
+        "median_s": statistics.median(g["seconds"] for g in got),
+    }  # fmt: skip
 
 
 def _share(flags: Sequence[bool]) -> tuple[float, int, int]:
@@ -304,21 +308,8 @@ def decide(cells: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
     with it if, within the same limits, it finds at least as many as ``sequential`` in a
     median time at most 1.5x ``sequential``'s. Per rule the totals, and the verdicts said
     with their numbers. No claims at all: no false claim and no interval missed."""
-    totals = []
-    for rule in RULES:
-        got = [c[rule] for c in cells if rule in c]
-        if not got:
-            continue
-        claims = [g for g in got if g["claims"] and redeployed(g) is not None]
-        totals.append({
-            "rule": rule, "sessions": len(got), "claims": sum(g["claims"] for g in got),
-            "real": sum((r := redeployed(g)) is not None and r >= REAL_GAIN for g in got),
-            "found": sum(redeployed(g) >= REAL_GAIN for g in claims),  # type: ignore[operator]
-            "held": _share([g["interval"][0] <= redeployed(g) <= g["interval"][1]
-                            for g in claims]),  # type: ignore[operator]
-            "false": _share([redeployed(g) <= 1.0 for g in claims]),  # type: ignore[operator]
-            "median_s": statistics.median(g["seconds"] for g in got),
-        })  # fmt: skip
+    totals = [{"rule": rule, **tally(got)} for rule in RULES
+              if (got := [c[rule] for c in cells if rule in c])]  # fmt: skip
     by = {t["rule"]: t for t in totals}
     if not {"fixed5", "sequential", "noise"} <= by.keys():
         return totals, ["no decision: the cells lack fixed5, sequential or noise"]
@@ -331,13 +322,17 @@ def decide(cells: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
             wrong.append(f"held {t['held'][0]:.0%} < {HELD_LEAST:.0%}")
         return wrong
 
-    fixed, seq, noise = by["fixed5"], by["sequential"], by["noise"]
-    against = [] if seq["found"] >= fixed["found"] else [
-        f"found {seq['found']} < fixed5's {fixed['found']}"]  # fmt: skip
-    wrong = against + limits(seq)
+    def answer(wrong: Sequence[str]) -> str:
+        return "no (" + "; ".join(wrong) + ")" if wrong else "yes"
+
+    seq, noise = by["sequential"], by["noise"]
+    found = {rule: t["found"][1] for rule, t in by.items()}  # real gains claimed
+    fewer = found["sequential"] < found["fixed5"]
+    wrong = [f"found {found['sequential']} < fixed5's {found['fixed5']}"] if fewer else []
+    wrong += limits(seq)
     said = [
-        f'confirm = "sequential" default: {"no (" + "; ".join(wrong) + ")" if wrong else "yes"}'
-        f" (found {seq['found']} vs fixed5 {fixed['found']}, of {seq['real']} real gains)"
+        f'confirm = "sequential" default: {answer(wrong)}'
+        f" (found {found['sequential']} vs fixed5 {found['fixed5']}, of {seq['real']} real gains)"
     ]
     if wrong:
         return totals, [
@@ -345,13 +340,14 @@ def decide(cells: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
             'confirm_window = "noise": not considered (sequential is not default)',
         ]
     slow = noise["median_s"] / seq["median_s"] if seq["median_s"] > 0 else math.inf
-    wrong = ([] if noise["found"] >= seq["found"] else
-             [f"found {noise['found']} < sequential's {seq['found']}"]) + limits(noise)  # fmt: skip
+    fewer = found["noise"] < found["sequential"]
+    wrong = [f"found {found['noise']} < sequential's {found['sequential']}"] if fewer else []
+    wrong += limits(noise)
     if slow > NOISE_TIME_MOST:
         wrong.append(f"median time {slow:.2f}x sequential's > {NOISE_TIME_MOST}x")
     said.append(
-        f'confirm_window = "noise" default: {"no (" + "; ".join(wrong) + ")" if wrong else "yes"}'
-        f" (found {noise['found']}, median time {slow:.2f}x sequential's)"
+        f'confirm_window = "noise" default: {answer(wrong)}'
+        f" (found {found['noise']}, median time {slow:.2f}x sequential's)"
     )
     return totals, said
 
@@ -363,7 +359,7 @@ def decision_table(totals: Sequence[dict[str, Any]]) -> Table:
         out.add_column(name, justify="left" if name == "rule" else "right")
     for t in totals:
         out.add_row(t["rule"], str(t["sessions"]), str(t["claims"]), str(t["real"]),
-                    str(t["found"]), _shown(t["held"]), _shown(t["false"]),
+                    str(t["found"][1]), _shown(t["held"]), _shown(t["false"]),
                     f"{t['median_s']:.0f}")  # fmt: skip
     return out
 
