@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -134,8 +135,24 @@ def test_the_decision_follows_the_rule_written_before_the_runs() -> None:
     assert "no (found 0 < fixed5's 3)" in missed[0] and "not considered" in missed[1]
     wide_miss = run((True, 1.05, 1.15, 1.3), good)  # claims, but its interval misses
     assert "held 0% < 90%" in wide_miss[0]
-    slow = run(good, good, noise_s=16.0)  # median 16 s against sequential's 10 s
+    slow = run(good, good, noise_s=16.0)  # 16 s against sequential's 10 s on each session
     assert slow[0].endswith("of 3 real gains)") and "1.60x sequential's > 1.5x" in slow[1]
+
+
+def test_the_noise_windows_time_is_compared_session_by_session() -> None:
+    """Two systems, one ten times slower, and one session where the noise window took 3x:
+    pooled medians would compare the slowest quick session with the quickest slow one
+    (here 3.0x); per session the noise window costs nothing at the median."""
+    cells = []
+    for seconds, level in ((20.0, "quiet"), (20.0, "quiet"), (200.0, "moderate")):
+        c = cell(level, {r: (False, 0.9, 1.1, 1.0) for r in ("fixed5", "sequential", "noise")})
+        for r in ("sequential", "noise"):
+            c[r]["seconds"] = seconds
+        cells.append(c)
+    cells[1]["noise"]["seconds"] = 60.0
+    assert statistics.median([20.0, 60.0, 200.0]) / statistics.median([20.0, 20.0, 200.0]) == 3
+    assert noise_rules.paired_slowdown(cells, "noise", "sequential") == 1.0
+    assert "median time 1.00x sequential's" in noise_rules.decide(cells)[1][1]
     totals, lone = noise_rules.decide([cell("quiet", {"fixed5": (False, 0.9, 1.1, 1.0)})])
     assert totals[0]["found"][1] == 0 and math.isnan(totals[0]["false"][0])
     assert lone[0].startswith("no decision")
