@@ -334,7 +334,7 @@ def open_database(path: Path, *, read_only: bool, busy_timeout_s: float) -> sqli
         conn.execute(f"PRAGMA busy_timeout = {round(busy_timeout_s * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         if not read_only:
-            _enable_wal(conn, path)
+            _enable_wal(conn, path, busy_timeout_s)
             # Durability of measured trials beats write speed: a trial's metrics cost minutes
             # of real measurement, so every commit is synced to disk (FULL also syncs the WAL
             # on each commit, surviving power loss, not just a crash of the process).
@@ -469,10 +469,21 @@ def _create_private_file(path: Path) -> None:
     os.close(fd)
 
 
-def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:
+def _enable_wal(conn: sqlite3.Connection, path: Path, busy_timeout_s: float) -> None:
+    """Switch ``path`` to write-ahead logging. Two processes that open a new file at once
+    race to switch it, and SQLite answers the loser "database is locked" at once rather
+    than through the busy timeout (seen as 1 in ~50 three-process opens of a fresh file):
+    the switch is tried again until the timeout is spent."""
     mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-    if mode != "wal":
-        mode = conn.execute("PRAGMA journal_mode = wal").fetchone()[0]
+    deadline = time.monotonic() + busy_timeout_s
+    while mode != "wal":
+        try:
+            mode = conn.execute("PRAGMA journal_mode = wal").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
     if mode != "wal":
         raise StorageError(
             f"cannot use write-ahead logging for {path} (journal mode is {mode!r}); "
