@@ -137,6 +137,9 @@ def test_the_decision_follows_the_rule_written_before_the_runs() -> None:
     assert "held 0% < 90%" in wide_miss[0]
     slow = run(good, good, noise_s=16.0)  # 16 s against sequential's 10 s on each session
     assert slow[0].endswith("of 3 real gains)") and "1.60x sequential's > 1.5x" in slow[1]
+    totals, lone = noise_rules.decide([cell("quiet", {"fixed5": (False, 0.9, 1.1, 1.0)})])
+    assert totals[0]["found"][1] == 0 and math.isnan(totals[0]["false"][0])
+    assert lone[0].startswith("no decision")
 
 
 def test_the_noise_windows_time_is_compared_session_by_session() -> None:
@@ -153,6 +156,3 @@ def test_the_noise_windows_time_is_compared_session_by_session() -> None:
     assert statistics.median([20.0, 60.0, 200.0]) / statistics.median([20.0, 20.0, 200.0]) == 3
     assert noise_rules.paired_slowdown(cells, "noise", "sequential") == 1.0
     assert "median time 1.00x sequential's" in noise_rules.decide(cells)[1][1]
-    totals, lone = noise_rules.decide([cell("quiet", {"fixed5": (False, 0.9, 1.1, 1.0)})])
-    assert totals[0]["found"][1] == 0 and math.isnan(totals[0]["false"][0])
-    assert lone[0].startswith("no decision")
