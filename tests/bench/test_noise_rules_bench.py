@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from bench import noise, noise_rules
 from runner.measurement import DEFAULT_PROTOCOL
@@ -155,4 +156,13 @@ def test_the_noise_windows_time_is_compared_session_by_session() -> None:
     cells[1]["noise"]["seconds"] = 60.0
     assert statistics.median([20.0, 60.0, 200.0]) / statistics.median([20.0, 20.0, 200.0]) == 3
     assert noise_rules.paired_slowdown(cells, "noise", "sequential") == 1.0
-    assert "median time 1.00x sequential's" in noise_rules.decide(cells)[1][1]
+    totals, said = noise_rules.decide(cells)
+    assert "median time 1.00x sequential's" in said[1]
+    by = {t["rule"]: t for t in totals}
+    assert by["noise"]["vs_sequential"] == 1.0
+    assert by["fixed5"]["vs_sequential"] == 0.5  # 10 s against 20, 20 and 200 s
+    assert by["noise"]["median_s"] == 60.0  # the pooled median, shown but not tested
+    shown = Console(width=200, record=True)
+    shown.print(noise_rules.decision_table(totals))
+    text = shown.export_text()
+    assert "time / sequential" in text and "1.00x" in text and "0.50x" in text
