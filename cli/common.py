@@ -10,15 +10,18 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from tuner.errors import TunerError
+from tuner.errors import NotFoundError, TunerError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+    from tuner.study import StudySpec
 
 #: The width of tables written to a file or a pipe (unless COLUMNS says otherwise): as wide
 #: as their cells, not folded to rich's 80 columns (``show --all`` of 40 knobs would get
@@ -136,3 +139,26 @@ def _reach_hint(server: str) -> str:
         f"start the server ({start}) or correct --server HOST:PORT (--tls-ca PEM for a "
         "server with TLS); without --server, commands use the local --db"
     )
+
+
+def stored_rule(api: Any, spec: StudySpec, rule_given: bool) -> StudySpec:
+    """``spec`` with its study's stored confirmation rule where the config names none
+    (``rule_given`` false) and the stored study differs from it in that rule alone: a study
+    started before the default rule changed keeps the rule its stored verdicts were judged
+    by, rather than failing to resume as a different spec."""
+    if rule_given:
+        return spec
+    try:
+        stored = api.get_study(spec.name).spec
+    except NotFoundError:
+        return spec
+    rule = stored.stopping.confirm
+    kept = replace(spec, stopping=replace(spec.stopping, confirm=rule))
+    if rule == spec.stopping.confirm or kept.fingerprint() != stored.fingerprint():
+        return spec  # the same rule, or a spec that differs elsewhere (create_study says where)
+    out.print(
+        f"study [bold]{spec.name}[/] keeps the {rule} confirmation rule it was created with "
+        f'(new studies get "{spec.stopping.confirm}"; [study.stopping] confirm names one)',
+        highlight=False,
+    )
+    return kept

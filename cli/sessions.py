@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from cli.common import connect, out, progress_bar
+from cli.common import connect, out, progress_bar, stored_rule
 from cli.plot import plot_convergence
 from cli.render import (
     cell,
@@ -55,9 +55,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides)
     if config.phases:
         return tune_phases(args, config)
-    spec = config.spec
     fresh = args.new_database
     with terminate_on_sigterm(), connect(args.server, config.db, True, fresh) as api:
+        config = keep_stored_rule(api, config)
+        spec = config.spec
         where = args.server or str(config.db)
         out.print(
             f"study [bold]{spec.name}[/]: {len(spec.space)} knobs, {config.trials} trials, "
@@ -111,6 +112,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if final is not None:  # the last lines: the answer, and what it changes
         print_verdict(result.spec, final, trials)
     return 0
+
+
+def keep_stored_rule(api: Any, config: SessionConfig) -> SessionConfig:
+    """``config`` with its study's stored confirmation rule (``cli.common.stored_rule``)."""
+    return replace(config, spec=stored_rule(api, config.spec, config.rule_given))
 
 
 def tune_phases(args: argparse.Namespace, config: SessionConfig) -> int:
@@ -267,7 +273,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
             connect(args.server, config.db, writable=True) as api,
             config.target as target,
         ):
-            Daemon(api, target, config.spec, config.trials, settings, events).run()
+            spec = keep_stored_rule(api, config).spec
+            Daemon(api, target, spec, config.trials, settings, events).run()
     finally:
         events.close()
     return 0
@@ -281,8 +288,11 @@ def cmd_ray(args: argparse.Namespace) -> int:
     tls_ca = read_file(args.tls_ca, "--tls-ca") if args.tls_ca else None
     token = read_token(args.token_file, "--token-file") if args.token_file else None
     if args.server:  # one that does not answer fails now, not after starting Ray
-        with connect(args.server, config.db):
-            pass
+        with connect(args.server, config.db) as api:
+            config = keep_stored_rule(api, config)
+    else:
+        with connect(None, config.db, writable=True) as api:
+            config = keep_stored_rule(api, config)
     from runner.raytune import local_ray, run_ray  # without ray: main names the ray extra
 
     with local_ray(args.parallel), local_server(args.server, config.db) as server:

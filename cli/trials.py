@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cli.common import connect, err
+from cli.common import connect, err, stored_rule
 from targets.command.target import env_name, format_value
 from tuner.errors import NotFoundError, ValidationError
 from tuner.space import IntKnob, Knob, Scalar, _ChoiceKnob
@@ -181,8 +181,9 @@ def cmd_heartbeat(args: argparse.Namespace) -> int:
 def cmd_create(args: argparse.Namespace) -> int:
     from runner.config import load_study  # targets and the session: only to create
 
-    spec = load_study(args.config, args.name)
+    spec, rule_given = load_study(args.config, args.name)
     with connect(args.server, args.db, writable=True) as api:
+        spec = stored_rule(api, spec, rule_given)
         _, created = api.create_study(spec)
     state = "created" if created else "exists with the same spec:"
     print(f"study {spec.name} {state} {len(spec.space)} knobs, objective {spec.objective.name}")

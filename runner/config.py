@@ -58,6 +58,11 @@ _PROTOCOL_KEYS = (
     "confirm_max", "confirm_width", "confirm_share", "confirm_window",
 )  # fmt: skip
 _SESSION_KEYS = (*SESSION_SETTINGS, *_PROTOCOL_KEYS)
+#: The closing confirmation's rule when ``[study.stopping]`` names none: the sequential one,
+#: chosen on bench.noise_rules' develop cells (bench/NOTES.md, "Issue 61's decision").
+#: ``StoppingSettings()`` stays ``fixed``: a study stored without a rule was confirmed by
+#: that one, and its verdict is read back with that interval.
+DEFAULT_CONFIRM_RULE = "sequential"
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class SessionConfig:
     protocol: MeasurementProtocol = field(default_factory=MeasurementProtocol)
     phases: tuple[Phase, ...] = ()  # tune these knob groups one after another (see run_phases)
     daemon: DaemonSettings | None = None  # the [daemon] table, for `tuner daemon`
+    rule_given: bool = True  # [study.stopping] names the confirmation's rule itself
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SessionConfig:
@@ -89,8 +95,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ValidationError("config", f"{path} is not valid TOML: {err}") from None
 
 
-def load_study(path: str | Path, name: str | None = None) -> StudySpec:
-    """The study of a config file, for ``tuner create``: ``[target]`` may be left out.
+def load_study(path: str | Path, name: str | None = None) -> tuple[StudySpec, bool]:
+    """The study of a config file, for ``tuner create``: ``[target]`` may be left out. With
+    whether ``[study.stopping]`` names the confirmation's rule (``SessionConfig.rule_given``).
 
     Without a ``[target]`` table the ``[study]`` table must list its knobs; with one, the
     whole config is validated as ``tuner tune`` would (knobs from the target's catalog).
@@ -98,7 +105,8 @@ def load_study(path: str | Path, name: str | None = None) -> StudySpec:
     path = Path(path)
     data = _read_toml(path)
     if "target" in data:
-        return parse_config(data, {"name": name}).spec
+        config = parse_config(data, {"name": name})
+        return config.spec, config.rule_given
     unknown = set(data) - set(_TABLES)
     if unknown:
         raise ValidationError(sorted(unknown)[0], "unknown table", _TABLES)
@@ -109,7 +117,20 @@ def load_study(path: str | Path, name: str | None = None) -> StudySpec:
         raise ValidationError(
             "study.knobs", "a config without [target] must list its knobs", "[[study.knobs]] tables"
         )
-    return _study_spec(study, _listed_knobs(study.pop("knobs")), listed=True)
+    spec = _study_spec(study, _listed_knobs(study.pop("knobs")), listed=True)
+    return with_default_rule(spec, study)
+
+
+def with_default_rule(
+    spec: StudySpec, study: dict[str, Any], phases: bool = False
+) -> tuple[StudySpec, bool]:
+    """``spec`` with ``DEFAULT_CONFIRM_RULE`` where ``[study.stopping]`` names no rule and a
+    confirmation can run (one objective, no phases), and whether the table named one."""
+    stopping = study.get("stopping")
+    given = isinstance(stopping, dict) and "confirm" in stopping
+    if given or spec.multi_objective or phases:
+        return spec, given
+    return replace(spec, stopping=replace(spec.stopping, confirm=DEFAULT_CONFIRM_RULE)), given
 
 
 def _study_spec(study: dict[str, Any], knobs: Sequence[Knob], listed: bool) -> StudySpec:
@@ -164,7 +185,9 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
             study["candidates"] = [c for _, c in picked]
             if described and "candidate_features" not in study:
                 study["candidate_features"] = [described[i] for i, _ in picked]
-    spec = _study_spec(study, knobs, listed)
+    spec, rule_given = with_default_rule(
+        _study_spec(study, knobs, listed), study, session.get("phases") is not None
+    )
     _check_metrics(spec, target)
     target.check_space(spec.space)
     unknown = set(session) - set(_SESSION_KEYS)
@@ -215,7 +238,7 @@ def parse_config(data: dict[str, Any], overrides: dict[str, Any]) -> SessionConf
                 raise ValidationError(
                     f"daemon.watch[{i}]", f"the target reports no metric {name!r}", available
                 )
-    return SessionConfig(spec, target, trials, db, plot, protocol, phases, daemon)
+    return SessionConfig(spec, target, trials, db, plot, protocol, phases, daemon, rule_given)
 
 
 def _phases(value: Any, spec: StudySpec, trials_given: Any) -> tuple[Phase, ...]:

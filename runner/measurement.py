@@ -161,9 +161,17 @@ class MeasurementProtocol:
 #: single sample is never the headline. Racing repeats (``max_repeats`` above 1) are off: on
 #: the develop halves of bench.noise (SQLite, seeds 0-4) and of the suite's DB noisy twins
 #: (seeds 0-3) single samples with the confirmation found better configurations at the same
-#: number of measurements (bench/NOTES.md, "Racing repeats off by default").
+#: number of measurements (bench/NOTES.md, "Racing repeats off by default"). A
+#: confirmation round's window is chosen from the noise the session measured (issue 61's
+#: develop cells: bench/NOTES.md, "Issue 61's decision").
 DEFAULT_PROTOCOL = MeasurementProtocol(
-    repeats=1, max_repeats=1, control_every=5, confirm=5, confirm_top=3, confirm_select=2
+    repeats=1,
+    max_repeats=1,
+    control_every=5,
+    confirm=5,
+    confirm_top=3,
+    confirm_select=2,
+    confirm_window="noise",
 )
 
 

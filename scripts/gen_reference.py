@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cli import parser as cli_parser  # noqa: E402
-from runner.config import _PROTOCOL_KEYS, SESSION_SETTINGS  # noqa: E402
+from runner.config import _PROTOCOL_KEYS, DEFAULT_CONFIRM_RULE, SESSION_SETTINGS  # noqa: E402
 from runner.daemon import DAEMON_KEYS, DaemonSettings  # noqa: E402
 from runner.measurement import DEFAULT_PROTOCOL, MeasurementProtocol  # noqa: E402
 from targets.registry import TARGET_KINDS, target_class  # noqa: E402
@@ -182,7 +182,15 @@ def config_page() -> str:
         "## `[study.embedding]`\n",
         table(dataclass_rows(EmbeddingSettings, _EMBEDDING_FIELDS), "[study.embedding]"),
         "## `[study.stopping]`\n",
-        table(dataclass_rows(StoppingSettings, _STOPPING_FIELDS), "[study.stopping]"),
+        "A config that names no `confirm` rule gets the sequential one (a study of one "
+        "objective, without phases); a study stored without one was confirmed by the fixed "
+        "rule and keeps it.\n\n",
+        table(
+            dataclass_rows(
+                StoppingSettings, _STOPPING_FIELDS, {"confirm": value(DEFAULT_CONFIRM_RULE)}
+            ),
+            "[study.stopping]",
+        ),
         "## `[[study.knobs]]`\n",
         "One table per knob, when the study lists its knobs instead of taking a target's "
         "catalog.\n\n",

@@ -303,7 +303,9 @@ class StoppingSettings:
             valid whenever it stops (``tuner.measurement_stats.sequential_ratio_interval``),
             excludes 1 either way or is narrower than ``confirm_width``, or ``confirm_max``
             rounds or ``confirm_share`` of the session's time are spent. Stored with the
-            study, so its verdict is read back with the same interval.
+            study, so its verdict is read back with the same interval. A study stored
+            without a rule has ``fixed``; a config that names none gets ``sequential``
+            (``runner.config.DEFAULT_CONFIRM_RULE``).
     """
 
     early_stop: bool = False

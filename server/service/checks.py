@@ -165,5 +165,7 @@ def repeats_of(
 
 
 def differences(a: StudySpec, b: StudySpec) -> list[str]:
+    """The top-level settings in which two specs differ as stored (``["spec"]`` if none)."""
     left, right = a.to_dict(), b.to_dict()
-    return [k for k in left if left[k] != right.get(k)] or ["spec"]
+    keys = [*left, *(k for k in right if k not in left)]  # a setting only one of them stores
+    return [k for k in keys if left.get(k) != right.get(k)] or ["spec"]

@@ -364,6 +364,8 @@ objectives = [{{ name = "ops_per_s", goal = "maximize" }}]
 [study.designer]
 seed = 1
 initial_trials = 2
+[study.stopping]
+confirm = "fixed"  # exactly the session's rounds, counted below
 
 [target]
 kind = "sqlite"
@@ -630,7 +632,7 @@ def test_tuner_confirm_adds_rounds_to_a_finished_studys_estimate(
     --rounds 2`` measures the default and the chosen trial twice more, numbered on, and the
     verdict (here and in ``tuner best``) reads all 5 estimate rounds. On a study with the
     fixed rule it warns that rounds added after a verdict bias its t interval."""
-    config = _command_study(tmp_path, 3)
+    config = _command_study(tmp_path, 3, '\n[study.stopping]\nconfirm = "fixed"\n')
     assert main(["tune", str(config)]) == 0
     before = _confirm_rounds(tmp_path, capsys)
     assert max(r["round"] for r in before) == 5
@@ -656,6 +658,54 @@ def test_tuner_confirm_runs_a_whole_confirmation_on_a_study_never_confirmed(
     assert "(sequential: stopped as" in out or "keep the default" in out
     rounds = _confirm_rounds(tmp_path, capsys)
     assert min(r["round"] for r in rounds) == 1 and max(r["round"] for r in rounds) >= 6
+
+
+def test_a_config_naming_no_rule_gets_the_sequential_one_and_an_older_study_keeps_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default rule is the config's (``runner.config.DEFAULT_CONFIRM_RULE``), not the
+    spec's: a study stored before it changed (no rule stored: fixed) resumes with the fixed
+    rule and says so, where a config that names a different rule fails as a different spec."""
+    from runner.config import load_config
+    from server.service import TuningService
+    from server.storage import SQLiteStorage
+    from tuner.study import StoppingSettings
+
+    config = _command_study(tmp_path, 3)
+    parsed = load_config(config)
+    assert parsed.spec.stopping.sequential and not parsed.rule_given
+    assert parsed.protocol.confirm_window == "noise"
+    older = replace(parsed.spec, stopping=StoppingSettings())
+    assert "stopping" not in older.to_dict()  # as a study of an older version was stored
+    with SQLiteStorage(tmp_path / "t.db") as storage:
+        TuningService(storage).create_study(older)
+    assert main(["tune", str(config)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "keeps the fixed confirmation rule it was created with" in out
+    assert "(sequential: stopped as" not in out and "3 interleaved repeats each" in out
+    with SQLiteStorage(tmp_path / "t.db", read_only=True) as storage:
+        assert storage.get_study("again").spec.fingerprint() == older.fingerprint()
+
+    named = _command_study(tmp_path, 3, '\n[study.stopping]\nconfirm = "sequential"\n')
+    assert load_config(named).rule_given
+    assert main(["tune", str(named)]) == 1
+    assert "differs in: stopping" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_study_that_cannot_confirm_keeps_the_stored_default_rule() -> None:
+    """Several objectives, or phases, run no confirmation: the config's default rule is not
+    written into their specs (their fingerprints stay those of older versions)."""
+    from runner.config import with_default_rule
+    from tuner.space import FloatKnob, SearchSpace
+    from tuner.study import Goal, Objective
+
+    space = SearchSpace((FloatKnob("x", low=0.0, high=1.0, default=0.5),))
+    one = StudySpec(name="s", space=space, objectives=(Objective("tps", Goal.MAXIMIZE),))
+    two = replace(one, objectives=(*one.objectives, Objective("p99", Goal.MINIMIZE)))
+    assert with_default_rule(one, {})[0].stopping.sequential
+    assert with_default_rule(one, {"stopping": {"confirm": "fixed"}}) == (one, True)
+    assert with_default_rule(two, {}) == (two, False)
+    assert with_default_rule(one, {}, phases=True) == (one, False)
 
 
 # -- a confirmation round's window from the measured noise ------------------------------------

@@ -226,3 +226,30 @@ def test_a_script_renews_its_lease_with_tuner_heartbeat(
     finally:
         stop_server(grpc_server, 1).wait()
         storage.close()
+
+
+def test_create_again_keeps_the_rule_an_older_study_was_created_with(
+    study_file: Path,
+    server: tuple[list[str], SQLiteStorage],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A study created before the default confirmation rule became ``sequential`` stores no
+    rule (the fixed one): ``tuner create`` of the same config, naming no rule, finds it and
+    says which rule it keeps, where one naming a different rule fails, naming the field."""
+    from dataclasses import replace
+
+    from runner.config import load_study
+    from tuner.study import StoppingSettings
+
+    where, storage = server
+    spec, given = load_study(study_file)
+    assert spec.stopping.sequential and not given
+    TuningService(storage).create_study(replace(spec, stopping=StoppingSettings()))
+    code, out, _ = run(capsys, "create", str(study_file), *where)
+    assert code == 0 and "keeps the fixed confirmation rule" in " ".join(out.split())
+    assert "study shell exists with the same spec" in out
+    assert not storage.get_study("shell").spec.stopping.sequential
+    named = study_file.with_name("named.toml")
+    named.write_text(STUDY + '[study.stopping]\nconfirm = "sequential"\n', encoding="utf-8")
+    code, _, err = run(capsys, "create", str(named), *where)
+    assert code == 1 and "stopping" in err
