@@ -287,12 +287,9 @@ def cmd_ray(args: argparse.Namespace) -> int:
         raise ValidationError("session.phases", "tuner ray runs one study, not phases")
     tls_ca = read_file(args.tls_ca, "--tls-ca") if args.tls_ca else None
     token = read_token(args.token_file, "--token-file") if args.token_file else None
-    if args.server:  # one that does not answer fails now, not after starting Ray
-        with connect(args.server, config.db) as api:
-            config = keep_stored_rule(api, config)
-    else:
-        with connect(None, config.db, writable=True) as api:
-            config = keep_stored_rule(api, config)
+    # a server that does not answer fails now, not after starting Ray
+    with connect(args.server, config.db, writable=True) as api:
+        config = keep_stored_rule(api, config)
     from runner.raytune import local_ray, run_ray  # without ray: main names the ray extra
 
     with local_ray(args.parallel), local_server(args.server, config.db) as server:
