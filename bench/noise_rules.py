@@ -314,11 +314,11 @@ def decide(cells: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
     The time is compared per session, not as a median of each rule's pooled times: cells of
     two systems whose confirmations take 25 s and 300 s have a pooled median that lands
     between the systems, on whichever cells sit at the boundary (NOTES, session 77)."""
-    base = "sequential"
-    totals = [{"rule": rule, **tally(got), "vs_sequential": paired_slowdown(cells, rule, base)}
+    totals = [{"rule": rule, **tally(got),
+               "vs_sequential": paired_slowdown(cells, rule, "sequential")}
               for rule in RULES if (got := [c[rule] for c in cells if rule in c])]  # fmt: skip
     by = {t["rule"]: t for t in totals}
-    if not {"fixed5", base, "noise"} <= by.keys():
+    if not {"fixed5", "sequential", "noise"} <= by.keys():
         return totals, ["no decision: the cells lack fixed5, sequential or noise"]
 
     def limits(t: Mapping[str, Any]) -> list[str]:
@@ -346,7 +346,7 @@ def decide(cells: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[
             *said,
             'confirm_window = "noise": not considered (sequential is not default)',
         ]
-    slow = paired_slowdown(cells, "noise", "sequential")
+    slow = noise["vs_sequential"]
     fewer = found["noise"] < found["sequential"]
     wrong = [f"found {found['noise']} < sequential's {found['sequential']}"] if fewer else []
     wrong += limits(noise)
