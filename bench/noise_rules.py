@@ -6,8 +6,9 @@ confirmed by today's fixed 3 and 5 rounds and by the sequential rule, on the sam
 [--redeploy 10] [--out DIR] [--markdown]``
 
 ``python -m bench.noise_rules --decide DIR [DIR ...]`` reads the cells of finished runs
-(develop's SQLite and PostgreSQL) and applies the rule written in ``bench/NOTES.md`` before
-the first run (``decide``): which confirmation becomes the default.
+and applies the rule written in ``bench/NOTES.md`` before the first run (``decide``): on
+develop's SQLite and PostgreSQL cells it chose the defaults; on the report cells it says
+whether that choice holds on data nobody chose it on.
 
 For every load level (``bench.noise``'s ``quiet`` and ``moderate``) and seed, under the load:
 
@@ -371,7 +372,7 @@ def decision_table(totals: Sequence[dict[str, Any]]) -> Table:
     """The decision's totals. "median s" pools every session's time (systems far apart land
     wherever they meet: descriptive only); "time / sequential" is what the time test reads,
     the median over sessions of the rule's time over the sequential rule's on that session."""
-    out = Table(title="over every develop cell: the decision's totals")
+    out = Table(title="over every cell given: the decision rule's totals")
     for name in ("rule", "sessions", "claims", "real gains", "found", "held (>= 90 %)",
                  "false (<= 5 %)", "median s", "time / sequential"):  # fmt: skip
         out.add_column(name, justify="left" if name == "rule" else "right")
