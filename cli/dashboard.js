@@ -238,7 +238,11 @@ function confirmationCard(study) {
   const level = Math.round(i.level * 100);
   const value = c.value ? `best ${fmt(c.value.mean)} (${fmt(c.value.low)}–${fmt(c.value.high)})`
     : "";
-  return card("Confirmation", `${i.ratio.toFixed(2)}x (${i.low.toFixed(2)}–${i.high.toFixed(2)})`,
+  // a confidence sequence after few rounds may have no upper bound yet (the API's null),
+  // said as `tuner best` says it
+  const range = i.high === null ? `no bound yet after ${i.pairs} rounds`
+    : `${i.low.toFixed(2)}–${i.high.toFixed(2)}`;
+  return card("Confirmation", `${i.ratio.toFixed(2)}x (${range})`,
               `${verdict}: trial ${c.best_trial} against the default, ${level} % interval`,
               `${c.rounds} interleaved rounds each`, value);
 }
@@ -287,8 +291,11 @@ function drawConvergence(study) {
     traces.push({ x: [x], y: [c.value.mean], mode: "markers", type: "scatter",
                   name: `trial ${c.best_trial} confirmed (${Math.round(c.interval.level * 100)} % CI)`,
                   marker: { color: COLORS.best, symbol: "diamond", size: 11 },
-                  error_y: { type: "data", symmetric: false, array: [c.value.high - c.value.mean],
-                             arrayminus: [c.value.mean - c.value.low], color: COLORS.best } });
+                  // an end with no bound yet (null) gets no bar on its side
+                  error_y: { type: "data", symmetric: false,
+                             array: [c.value.high === null ? 0 : c.value.high - c.value.mean],
+                             arrayminus: [c.value.low === null ? 0 : c.value.mean - c.value.low],
+                             color: COLORS.best } });
   }
   const shapes = [];
   const def = trialById(study, study.default);

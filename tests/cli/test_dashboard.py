@@ -480,7 +480,10 @@ def test_the_page_follows_a_running_session_in_a_real_browser(tmp_path: Path) ->
         text = page["text"]
         assert "no trial out" in text["live"]
         assert re.search(
-            r"\d+\.\d\dx \(\d+\.\d\d–\d+\.\d\d\) (confirmed|not beyond noise): "
+            # a sequence after few rounds may have no upper bound yet (the page said nothing
+            # then: it threw on the API's null, found in CI on 11b1fd0)
+            r"\d+\.\d\dx \((\d+\.\d\d–\d+\.\d\d|no bound yet after \d+ rounds)\) "
+            r"(confirmed|not beyond noise): "
             r"trial \d+ against the default, 95 % interval",
             text["summary"],
         ), text
